@@ -1,0 +1,54 @@
+"""`python -m train SUBCOMMAND`: the command-line entry point.
+
+Each subcommand lives in its own module with `add_arguments(parser)` and `main(args) -> int`;
+this file only dispatches, and turns a `UserError` into one clear message and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from train.errors import EXIT_USER_ERROR, UserError
+
+# name -> (module, one-line help). Modules are imported lazily: `env` must not pay for torch_geometric.
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "env": ("train.cli_env", "print the resolved distributed environment as JSON"),
+    "fit": ("train.cli_fit", "train a model (run under srun or torchrun for several processes)"),
+    "data": ("train.cli_data", "download and prepare a dataset (run on a login node)"),
+    "doctor": ("train.doctor", "check the allocation, devices, network and data before a run"),
+    "report": ("train.report", "draw curves.png and print a summary for a run directory"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m train", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (module_name, help_text) in SUBCOMMANDS.items():
+        sub_parser = sub.add_parser(name, help=help_text, description=help_text)
+        sub_parser.set_defaults(module=module_name)
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name != module_name:
+                raise
+            continue  # a subcommand whose module is not part of this build
+        module.add_arguments(sub_parser)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return importlib.import_module(args.module).main(args)
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

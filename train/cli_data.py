@@ -1,0 +1,15 @@
+"""`python -m train data --config NAME|PATH`: prepare a dataset where there is internet (a login node)."""
+
+from __future__ import annotations
+
+from train.cli_fit import add_config_arguments as add_arguments  # noqa: F401  (same arguments as fit)
+from train.config import load_config
+
+
+def main(args) -> int:
+    from train.data import prepare_dataset
+
+    config = load_config(args.config, args.overrides)
+    root = prepare_dataset(config.data)
+    print(f"dataset {config.data.name} ready under {root}")
+    return 0

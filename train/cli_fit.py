@@ -1,0 +1,26 @@
+"""`python -m train fit --config NAME|PATH [section.key=value ...]`."""
+
+from __future__ import annotations
+
+import os
+
+from train.config import available_configs, load_config
+
+
+def add_config_arguments(parser) -> None:
+    parser.add_argument("--config", default="synthetic",
+                        help=f"a shipped config ({', '.join(available_configs())}) or a YAML path")
+    parser.add_argument("overrides", nargs="*", metavar="section.key=value", help="e.g. trainer.epochs=3")
+
+
+add_arguments = add_config_arguments
+
+
+def main(args) -> int:
+    from train.distenv import resolve
+
+    config = load_config(args.config, args.overrides)  # config errors before any rendezvous
+    env = resolve(os.environ)
+    from train.fit import run_fit  # torch and PyG load only once the input is known to be good
+
+    return run_fit(config, env)

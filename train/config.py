@@ -1,0 +1,264 @@
+"""Typed run configuration: YAML files shipped in `train/configs/`, plus `section.key=value` overrides.
+
+`load_config(name_or_path, overrides)` returns a frozen `Config`. Every mistake (unknown
+section or key, wrong type, value out of its allowed set) is a `UserError` that names the
+key and lists what would be valid, so a typo never silently trains the wrong model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from train.errors import UserError
+
+CONFIG_DIR = Path(__file__).parent / "configs"
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    name: str = "synthetic"  # synthetic | Reddit | any PyG dataset listed in train.data.DATASETS
+    root: str = ""  # "" -> $DATA_DIR, else ./data
+    share: str = "node"  # node: one copy per node in shared memory; process: each rank loads its own
+    # synthetic graph (a stochastic block model with noisy class-dependent features)
+    num_nodes: int = 20000
+    num_classes: int = 8
+    num_features: int = 32
+    avg_degree: float = 12.0
+    homophily: float = 0.8  # fraction of a node's edges that stay inside its class
+    feature_signal: float = 0.45  # class-centroid strength relative to unit noise
+    train_fraction: float = 0.6
+    val_fraction: float = 0.2
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class SamplerConfig:
+    num_neighbors: list[int] = field(default_factory=lambda: [25, 10])
+    batch_size: int = 1024
+    eval_batch_size: int = 2048
+    device: str = "cpu"  # cpu | cuda: where neighbour sampling runs
+    num_workers: int = 0
+    pin_memory: bool = True  # only used when training on CUDA with features on the host
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    name: str = "sage"  # sage | mlp (feature-only baseline)
+    hidden: int = 256
+    num_layers: int = 2
+    dropout: float = 0.5
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    lr: float = 0.001
+    weight_decay: float = 0.0
+
+
+@dataclass(frozen=True)
+class TrainerConfig:
+    epochs: int = 20
+    seed: int = 12345
+    eval_every: int = 1
+    log_every: int = 20  # steps between plain log lines when stdout is not a terminal
+    max_steps_per_epoch: int = 0  # 0: the whole shard
+    resume: str = "auto"  # auto | never | PATH to a checkpoint file
+    keep_checkpoints: int = 3
+    checkpoint_every: int = 1  # epochs between checkpoints (0: only at the end / on signal)
+    checkpoint_every_minutes: float = 0.0  # also checkpoint at a step boundary after this long (0: off)
+    max_restarts: int = 3
+    fail_at_step: int = -1  # testing aid: raise on `fail_rank` at this global step (-1: off)
+    fail_rank: int = 0
+
+
+@dataclass(frozen=True)
+class DistConfig:
+    backend: str = "auto"  # auto | nccl | gloo
+    init_timeout_seconds: float = 300.0
+    collective_timeout_seconds: float = 180.0  # a dead rank ends the others within this
+
+
+@dataclass(frozen=True)
+class OutputConfig:
+    dir: str = ""  # "" -> runs/$SLURM_JOB_ID under SLURM, else runs/<timestamp>
+    progress: str = "auto"  # auto | bar | lines
+
+
+@dataclass(frozen=True)
+class Config:
+    data: DataConfig = field(default_factory=DataConfig)
+    sampler: SamplerConfig = field(default_factory=SamplerConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    dist: DistConfig = field(default_factory=DistConfig)
+    output: OutputConfig = field(default_factory=OutputConfig)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+CHOICES: dict[str, tuple[str, ...]] = {
+    "data.share": ("node", "process"),
+    "sampler.device": ("cpu", "cuda"),
+    "model.name": ("sage", "mlp"),
+    "dist.backend": ("auto", "nccl", "gloo"),
+    "output.progress": ("auto", "bar", "lines"),
+}
+POSITIVE: tuple[str, ...] = (
+    "data.num_nodes", "data.num_classes", "data.num_features", "sampler.batch_size",
+    "sampler.eval_batch_size", "model.hidden", "model.num_layers", "trainer.epochs",
+    "trainer.eval_every", "trainer.log_every", "trainer.keep_checkpoints",
+    "dist.init_timeout_seconds", "dist.collective_timeout_seconds", "optim.lr",
+)
+
+
+def available_configs() -> list[str]:
+    return sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
+
+
+def config_path(name_or_path: str) -> Path:
+    """A shipped config by name (`synthetic`) or a YAML file by path."""
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml") or "/" in name_or_path:
+        if not path.is_file():
+            raise UserError(f"config file {name_or_path!r} does not exist.")
+        return path
+    shipped = CONFIG_DIR / f"{name_or_path}.yaml"
+    if not shipped.is_file():
+        raise UserError(
+            f"--config {name_or_path!r} is neither a shipped config nor a YAML file; "
+            f"shipped configs: {', '.join(available_configs())}."
+        )
+    return shipped
+
+
+def _section_fields(section_cls) -> dict[str, dataclasses.Field]:
+    return {f.name: f for f in dataclasses.fields(section_cls)}
+
+
+def _type_name(tp) -> str:
+    return getattr(tp, "__name__", str(tp))
+
+
+def _coerce(key: str, value: Any, tp) -> Any:
+    """Check `value` against the field type `tp`, converting only where it is lossless."""
+    origin = typing.get_origin(tp)
+    if origin is list:
+        (item_tp,) = typing.get_args(tp)
+        if not isinstance(value, list):
+            raise UserError(f"{key}={value!r} must be a list of {_type_name(item_tp)}, e.g. {key}=[25,10].")
+        return [_coerce(f"{key}[{i}]", item, item_tp) for i, item in enumerate(value)]
+    if origin in (typing.Union, types.UnionType):
+        raise TypeError(f"unsupported config type for {key}: {tp}")  # keep config types simple
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+    elif tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif tp is str:
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            return str(value)
+    raise UserError(f"{key}={value!r} must be of type {_type_name(tp)}.")
+
+
+def _build(raw: dict[str, Any]) -> Config:
+    sections = _section_fields(Config)
+    hints = typing.get_type_hints(Config)
+    built = {}
+    for section_name, values in raw.items():
+        if section_name not in sections:
+            raise UserError(f"unknown config section {section_name!r}; valid sections: {', '.join(sections)}.")
+        if not isinstance(values, dict):
+            raise UserError(f"config section {section_name!r} must be a mapping of keys to values.")
+        section_cls = hints[section_name]
+        fields = _section_fields(section_cls)
+        field_types = typing.get_type_hints(section_cls)
+        kwargs = {}
+        for key, value in values.items():
+            dotted = f"{section_name}.{key}"
+            if key not in fields:
+                raise UserError(
+                    f"unknown config key {dotted!r}; valid {section_name} keys: {', '.join(fields)}."
+                )
+            kwargs[key] = _coerce(dotted, value, field_types[key])
+        built[section_name] = section_cls(**kwargs)
+    config = Config(**built)
+    _validate(config)
+    return config
+
+
+def _validate(config: Config) -> None:
+    flat = {f"{s}.{k}": v for s, section in config.to_dict().items() for k, v in section.items()}
+    for key, choices in CHOICES.items():
+        if flat[key] not in choices:
+            raise UserError(f"{key}={flat[key]!r} is not valid; expected one of: {', '.join(choices)}.")
+    for key in POSITIVE:
+        if flat[key] <= 0:
+            raise UserError(f"{key}={flat[key]!r} must be > 0.")
+    fanouts = config.sampler.num_neighbors
+    if not fanouts or any(n == 0 or n < -1 for n in fanouts):
+        raise UserError(
+            f"sampler.num_neighbors={fanouts!r} must be a non-empty list of positive fanouts (or -1 for all)."
+        )
+    if config.model.name == "sage" and len(fanouts) != config.model.num_layers:
+        raise UserError(
+            f"sampler.num_neighbors={fanouts!r} has {len(fanouts)} hops but model.num_layers="
+            f"{config.model.num_layers}; give one fanout per layer."
+        )
+    if not 0 <= config.model.dropout < 1:
+        raise UserError(f"model.dropout={config.model.dropout!r} must be in [0, 1).")
+    if not 0 < config.data.train_fraction + config.data.val_fraction < 1:
+        raise UserError("data.train_fraction + data.val_fraction must be between 0 and 1 (the rest is test).")
+
+
+def parse_override(text: str) -> tuple[str, str, Any]:
+    """`section.key=value` -> (section, key, YAML-parsed value)."""
+    if "=" not in text:
+        raise UserError(f"override {text!r} must look like section.key=value, e.g. trainer.epochs=3.")
+    dotted, _, raw_value = text.partition("=")
+    section, dot, key = dotted.strip().partition(".")
+    if not dot or not section or not key:
+        raise UserError(f"override {text!r} must name a section and a key, e.g. trainer.epochs=3.")
+    try:
+        value = yaml.safe_load(raw_value) if raw_value.strip() else ""
+    except yaml.YAMLError:
+        value = raw_value
+    return section, key, value
+
+
+def load_config(name_or_path: str = "synthetic", overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    path = config_path(name_or_path)
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise UserError(f"config file {str(path)!r} is not valid YAML: {exc}") from None
+    if not isinstance(raw, dict):
+        raise UserError(f"config file {str(path)!r} must be a mapping of sections.")
+    for override in overrides:
+        section, key, value = parse_override(override)
+        raw.setdefault(section, {})
+        if not isinstance(raw[section], dict):
+            raise UserError(f"config section {section!r} in {str(path)!r} must be a mapping.")
+        raw[section][key] = value
+    return _build(raw)
+
+
+def config_from_dict(raw: dict[str, Any]) -> Config:
+    """Rebuild a config written by `Config.to_dict` (e.g. from a checkpoint)."""
+    return _build(raw)
+
+
+def dump_config(config: Config, path: Path) -> None:
+    path.write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))

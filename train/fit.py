@@ -1,0 +1,308 @@
+"""`python -m train fit`: distributed GraphSAGE training with neighbour sampling.
+
+The loop is the seed's (DDP, Adam, sampled mini-batches, a barrier per epoch) with what a
+long multi-node run needs: seeds split without loss, per-step seeding so a run is
+reproducible, evaluation sharded over all ranks, and metrics written by rank 0.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.distributed.algorithms.join import Join
+from torch.nn.parallel import DistributedDataParallel
+from torch_geometric.data import Data
+
+from train.config import Config, dump_config
+from train.data import load_graph, num_classes, prepare_dataset
+from train.distenv import DistEnv
+from train.distributed import process_group
+from train.model import GNN, build_model
+from train.sampler import make_node_loader
+from train.shards import derive_seed, epoch_order, rank_shard, shard_sizes
+
+
+@dataclass
+class EpochStats:
+    """Sums over this rank's batches; all-reduced before anything is reported."""
+
+    loss_sum: float = 0.0
+    correct: int = 0
+    seeds: int = 0
+    steps: int = 0
+
+    def reduce(self, device: torch.device) -> "EpochStats":
+        totals = torch.tensor([self.loss_sum, self.correct, self.seeds], dtype=torch.float64, device=device)
+        dist.all_reduce(totals)
+        return EpochStats(float(totals[0]), int(totals[1]), int(totals[2]), self.steps)
+
+
+@dataclass
+class RunState:
+    """What a checkpoint must carry to continue exactly where the run stopped."""
+
+    epoch: int = 0  # the epoch in progress (or next to start)
+    step: int = 0  # batches of `epoch` already done on this rank
+    stats: EpochStats = field(default_factory=EpochStats)
+    history: list[dict] = field(default_factory=list)
+
+
+def run_dir(config: Config, env: DistEnv) -> Path:
+    """output.dir, else runs/$SLURM_JOB_ID under SLURM, else runs/<timestamp> agreed by all ranks."""
+    if config.output.dir:
+        path = config.output.dir
+    elif env.job_id:
+        path = f"runs/{env.job_id.split('_')[0]}" if "_" not in env.job_id else f"runs/{env.job_id}"
+    else:
+        stamp = [time.strftime("%Y%m%d-%H%M%S")]
+        dist.broadcast_object_list(stamp, src=0)
+        path = f"runs/{stamp[0]}"
+    return Path(path)
+
+
+def obtain_graph(config: Config, env: DistEnv) -> Data:
+    """Exactly one process prepares (downloads/processes) a dataset; the others wait, then load."""
+    if env.is_main:
+        prepare_dataset(config.data)
+    dist.barrier()
+    return load_graph(config.data)
+
+
+class Progress:
+    """A progress bar on rank 0 when stdout is a terminal; a plain line every N steps in log files."""
+
+    def __init__(self, config: Config, env: DistEnv, total_steps: int, epoch: int):
+        self.enabled = env.is_main
+        mode = config.output.progress
+        use_bar = mode == "bar" or (mode == "auto" and sys.stdout.isatty())
+        self.every = config.trainer.log_every
+        self.epoch, self.total = epoch, total_steps
+        self.bar = None
+        if self.enabled and use_bar:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total_steps, desc=f"epoch {epoch}", leave=False)
+
+    def update(self, step: int, loss: float) -> None:
+        if not self.enabled:
+            return
+        if self.bar is not None:
+            self.bar.update(1)
+            self.bar.set_postfix(loss=f"{loss:.4f}")
+        elif step % self.every == 0 or step == self.total:
+            print(f"epoch {self.epoch} step {step}/{self.total} loss {loss:.4f}", flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+class Trainer:
+    """Owns the model, optimizer and data of one rank; `fit` runs the epochs."""
+
+    def __init__(self, config: Config, env: DistEnv, device: torch.device, data: Data, out_dir: Path):
+        self.config, self.env, self.device, self.data, self.out_dir = config, env, device, data, out_dir
+        self.model: GNN = build_model(config.model, data.num_features, num_classes(data), config.trainer.seed).to(device)
+        self.ddp = DistributedDataParallel(self.model, device_ids=[device.index] if device.type == "cuda" else None)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay)
+        self.state = RunState()
+        self.stop_requested = False  # set by a preemption handler; checked at step boundaries
+
+    # ---- batches -------------------------------------------------------------------------------
+    def epoch_shard(self, epoch: int) -> torch.Tensor:
+        order = epoch_order(self.data.train_idx, self.config.trainer.seed, epoch)
+        return rank_shard(order, self.env.rank, self.env.world_size)
+
+    def batches(self, seeds: torch.Tensor, epoch: int):
+        cfg = self.config.sampler
+        if not self.model.uses_graph:  # the MLP needs no neighbours
+            for chunk in seeds.split(cfg.batch_size):
+                yield Data(x=self.data.x[chunk], y=self.data.y[chunk], n_id=chunk,
+                           edge_index=torch.empty(2, 0, dtype=torch.long), batch_size=chunk.numel())
+            return
+        yield from make_node_loader(
+            self.data, seeds, list(cfg.num_neighbors), cfg.batch_size,
+            seed=derive_seed(self.config.trainer.seed, 1), epoch=epoch,
+            num_workers=cfg.num_workers, pin_memory=cfg.pin_memory and self.device.type == "cuda",
+        )
+
+    def steps_in_epoch(self, epoch: int) -> int:
+        steps = math.ceil(self.epoch_shard(epoch).numel() / self.config.sampler.batch_size)
+        cap = self.config.trainer.max_steps_per_epoch
+        return min(steps, cap) if cap > 0 else steps
+
+    # ---- one epoch -----------------------------------------------------------------------------
+    def train_epoch(self, epoch: int, on_step_end=None) -> EpochStats:
+        """Train from `state.step` to the end of the epoch (or until a stop is requested)."""
+        self.ddp.train()
+        total = self.steps_in_epoch(epoch)
+        shard = self.epoch_shard(epoch)[self.state.step * self.config.sampler.batch_size :]
+        progress = Progress(self.config, self.env, total, epoch)
+        stats = self.state.stats
+        with Join([self.ddp]):  # ranks may have one batch more or less than others
+            for batch in self.batches(shard, epoch):
+                if self.state.step >= total:
+                    break
+                self._maybe_fail()
+                # Dropout draws from the global RNG: seed it per step so a resumed run draws the same.
+                torch.manual_seed(derive_seed(self.config.trainer.seed, epoch, self.state.step, self.env.rank))
+                batch = batch.to(self.device, non_blocking=True)
+                self.optimizer.zero_grad(set_to_none=True)
+                out = self.ddp(batch.x, batch.edge_index)[: batch.batch_size]
+                target = batch.y[: batch.batch_size]
+                loss = F.cross_entropy(out, target)
+                loss.backward()
+                self.optimizer.step()
+                stats.loss_sum += float(loss) * batch.batch_size
+                stats.correct += int((out.argmax(-1) == target).sum())
+                stats.seeds += batch.batch_size
+                stats.steps += 1
+                self.state.step += 1
+                progress.update(self.state.step, float(loss))
+                if on_step_end is not None and on_step_end(self):
+                    break
+        progress.close()
+        return stats
+
+    def _maybe_fail(self) -> None:
+        """Testing aid: an injected error on one rank (trainer.fail_at_step / fail_rank)."""
+        cfg = self.config.trainer
+        if cfg.fail_at_step >= 0 and self.env.rank == cfg.fail_rank:
+            global_step = sum(self.steps_in_epoch(e) for e in range(self.state.epoch)) + self.state.step
+            if global_step >= cfg.fail_at_step:
+                raise RuntimeError(f"injected failure on rank {self.env.rank} at step {global_step}")
+
+    # ---- evaluation ----------------------------------------------------------------------------
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, float]:
+        """Accuracy on val and test: every rank computes its shard; counts are all-reduced.
+
+        Layer-wise inference over full neighbourhoods (as the seed's evaluation), so each
+        node's prediction does not depend on batching or world size: the result equals a
+        single-process evaluation. Each rank computes a slice of every hidden layer and
+        the slices are all-gathered before the next layer.
+        """
+        model, data = self.model, self.data
+        model.eval()
+        world, rank = self.env.world_size, self.env.rank
+        num_layers = len(model.layers)
+        hidden = data.x
+        for index in range(num_layers - 1):
+            mine = rank_shard(torch.arange(data.num_nodes), rank, world)
+            part = self._layer_on(index, hidden, mine)
+            hidden = self._all_gather_rows(part, data.num_nodes)
+        result = {}
+        for split in ("val", "test"):
+            nodes = rank_shard(data[f"{split}_idx"], rank, world)
+            logits = self._layer_on(num_layers - 1, hidden, nodes)
+            counts = torch.tensor([int((logits.argmax(-1).cpu() == data.y[nodes]).sum()), nodes.numel()],
+                                  dtype=torch.float64, device=self.device)
+            dist.all_reduce(counts)
+            result[f"{split}_acc"] = float(counts[0] / counts[1]) if counts[1] else float("nan")
+        model.train()
+        return result
+
+    def _layer_on(self, index: int, hidden: torch.Tensor, nodes: torch.Tensor) -> torch.Tensor:
+        """Layer `index` for `nodes`, from the previous layer's output `hidden` of all nodes."""
+        outs = []
+        if not self.model.uses_graph:
+            for chunk in nodes.split(self.config.sampler.eval_batch_size):
+                outs.append(self.model.layer(index, hidden[chunk].to(self.device), None).cpu())
+        else:
+            loader = make_node_loader(self.data, nodes, [-1], self.config.sampler.eval_batch_size)
+            for batch in loader:
+                h = hidden[batch.n_id].to(self.device)
+                outs.append(self.model.layer(index, h, batch.edge_index.to(self.device))[: batch.batch_size].cpu())
+        if not outs:  # more ranks than nodes in this split
+            return torch.empty(0, self.model.sizes[index + 1])
+        return torch.cat(outs)
+
+    def _all_gather_rows(self, part: torch.Tensor, total: int) -> torch.Tensor:
+        """Concatenate every rank's rows in rank order (shards may differ in size by one)."""
+        sizes = shard_sizes(total, self.env.world_size)
+        padded = torch.zeros(max(sizes), part.size(1), dtype=part.dtype, device=self.device)
+        padded[: part.size(0)] = part.to(self.device)
+        gathered = [torch.empty_like(padded) for _ in sizes]
+        dist.all_gather(gathered, padded)
+        return torch.cat([g[:n] for g, n in zip(gathered, sizes)]).cpu()
+
+    # ---- the run -------------------------------------------------------------------------------
+    def fit(self, on_step_end=None, on_epoch_end=None) -> dict:
+        cfg = self.config.trainer
+        metrics_path = self.out_dir / "metrics.jsonl"
+        while self.state.epoch < cfg.epochs:
+            epoch = self.state.epoch
+            started = time.perf_counter()
+            stats = self.train_epoch(epoch, on_step_end)
+            if self.stop_requested:
+                return {"stopped": True, "epoch": epoch, "step": self.state.step}
+            totals = stats.reduce(self.device)
+            seconds = time.perf_counter() - started
+            row = {
+                "epoch": epoch,
+                "loss": totals.loss_sum / max(totals.seeds, 1),
+                "train_acc": totals.correct / max(totals.seeds, 1),
+                "val_acc": None,
+                "test_acc": None,
+                "epoch_seconds": seconds,
+                "seeds_per_second": totals.seeds / seconds if seconds > 0 else None,
+                "world_size": self.env.world_size,
+            }
+            if (epoch + 1) % cfg.eval_every == 0 or epoch + 1 == cfg.epochs:
+                row.update(self.evaluate())
+            dist.barrier()
+            self.state.history.append(row)
+            if self.env.is_main:
+                with metrics_path.open("a") as fh:
+                    fh.write(json.dumps(row) + "\n")
+                acc = "" if row["val_acc"] is None else f" val_acc {row['val_acc']:.4f} test_acc {row['test_acc']:.4f}"
+                print(f"epoch {epoch:3d} loss {row['loss']:.4f} train_acc {row['train_acc']:.4f}{acc} "
+                      f"({seconds:.1f} s, {row['seeds_per_second']:.0f} seeds/s)", flush=True)
+            self.state.epoch, self.state.step, self.state.stats = epoch + 1, 0, EpochStats()
+            if on_epoch_end is not None:
+                on_epoch_end(self)
+        return self.summary()
+
+    def summary(self) -> dict:
+        history = self.state.history
+        evaluated = [r for r in history if r["val_acc"] is not None]
+        best = max(evaluated, key=lambda r: r["val_acc"]) if evaluated else None
+        return {
+            "epochs": len(history),
+            "final_test_acc": evaluated[-1]["test_acc"] if evaluated else None,
+            "final_val_acc": evaluated[-1]["val_acc"] if evaluated else None,
+            "best_val_acc": best["val_acc"] if best else None,
+            "best_val_epoch": best["epoch"] if best else None,
+            "final_loss": history[-1]["loss"] if history else None,
+            "mean_epoch_seconds": sum(r["epoch_seconds"] for r in history) / len(history) if history else None,
+            "world_size": self.env.world_size,
+            "model": self.config.model.name,
+            "dataset": self.config.data.name,
+        }
+
+
+def run_fit(config: Config, env: DistEnv) -> int:
+    """Entry point of `python -m train fit` once config and env are resolved."""
+    with process_group(env, config.dist) as (backend, device):
+        out_dir = run_dir(config, env)
+        if env.is_main:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            dump_config(config, out_dir / "config.yaml")
+            print(f"run dir {out_dir}  world_size {env.world_size}  backend {backend}  device {device}", flush=True)
+        data = obtain_graph(config, env)
+        trainer = Trainer(config, env, device, data, out_dir)
+        summary = trainer.fit()
+        if env.is_main:
+            (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+            print(f"final test accuracy {summary['final_test_acc']:.4f} "
+                  f"(best val {summary['best_val_acc']:.4f} at epoch {summary['best_val_epoch']})", flush=True)
+        return 0
