@@ -32,7 +32,7 @@ class DataConfig:
     num_features: int = 32
     avg_degree: float = 12.0
     homophily: float = 0.8  # fraction of a node's edges that stay inside its class
-    feature_signal: float = 0.45  # class-centroid strength relative to unit noise
+    feature_signal: float = 0.3  # class-centroid strength relative to unit noise
     train_fraction: float = 0.6
     val_fraction: float = 0.2
     seed: int = 0
@@ -167,6 +167,11 @@ def _coerce(key: str, value: Any, tp) -> Any:
     elif tp is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
+        if isinstance(value, str):  # YAML 1.1 reads "1e-3" as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
     elif tp is str:
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):
             return str(value)
@@ -230,7 +235,7 @@ def parse_override(text: str) -> tuple[str, str, Any]:
     dotted, _, raw_value = text.partition("=")
     section, dot, key = dotted.strip().partition(".")
     if not dot or not section or not key:
-        raise UserError(f"override {text!r} must name a section and a key, e.g. trainer.epochs=3.")
+        raise UserError(f"override {text!r} must look like section.key=value (a section and a key), e.g. trainer.epochs=3.")
     try:
         value = yaml.safe_load(raw_value) if raw_value.strip() else ""
     except yaml.YAMLError:

@@ -1,0 +1,83 @@
+"""Config files and overrides: typed, and every mistake named with what would be valid."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from train.config import available_configs, dump_config, load_config
+from train.errors import UserError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("name", available_configs())
+def test_shipped_configs_load(name):
+    config = load_config(name)
+    assert config.sampler.batch_size > 0
+
+
+def test_overrides_are_typed():
+    config = load_config("synthetic", ["trainer.epochs=3", "sampler.num_neighbors=[4, 3]", "optim.lr=1e-2",
+                                      "model.name=mlp", "sampler.pin_memory=false", "optim.weight_decay=0"])
+    assert config.trainer.epochs == 3
+    assert config.sampler.num_neighbors == [4, 3]
+    assert config.optim.lr == pytest.approx(0.01)
+    assert config.model.name == "mlp"
+    assert config.sampler.pin_memory is False
+    assert isinstance(config.optim.weight_decay, float)
+
+
+@pytest.mark.parametrize("override,must_name,must_list", [
+    ("trainer.epochz=3", "trainer.epochz", "epochs"),
+    ("trainr.epochs=3", "trainr", "trainer"),
+    ("trainer.epochs=abc", "trainer.epochs", "int"),
+    ("trainer.epochs=0", "trainer.epochs", "> 0"),
+    ("model.name=gcn", "model.name", "sage, mlp"),
+    ("dist.backend=mpi", "dist.backend", "gloo"),
+    ("sampler.num_neighbors=5", "sampler.num_neighbors", "list"),
+    ("sampler.num_neighbors=[5]", "sampler.num_neighbors", "model.num_layers"),
+    ("data.share=everywhere", "data.share", "node, process"),
+    ("epochs=3", "epochs=3", "section.key=value"),
+    ("trainer.epochs", "trainer.epochs", "section.key=value"),
+    ("model.dropout=1.5", "model.dropout", "[0, 1)"),
+])
+def test_mistakes_are_named(override, must_name, must_list):
+    with pytest.raises(UserError) as info:
+        load_config("synthetic", [override])
+    assert must_name in str(info.value) and must_list in str(info.value)
+
+
+def test_config_by_path_and_missing(tmp_path):
+    path = tmp_path / "mine.yaml"
+    path.write_text("trainer:\n  epochs: 2\n")
+    assert load_config(str(path)).trainer.epochs == 2
+    with pytest.raises(UserError, match="shipped configs"):
+        load_config("nope")
+    with pytest.raises(UserError, match="does not exist"):
+        load_config(str(tmp_path / "absent.yaml"))
+    path.write_text("trainer: [1, 2\n")
+    with pytest.raises(UserError, match="not valid YAML"):
+        load_config(str(path))
+
+
+def test_dump_round_trips(tmp_path):
+    config = load_config("tiny", ["trainer.epochs=5"])
+    dump_config(config, tmp_path / "config.yaml")
+    assert load_config(str(tmp_path / "config.yaml")) == config
+    assert yaml.safe_load((tmp_path / "config.yaml").read_text())["trainer"]["epochs"] == 5
+
+
+def test_cli_names_the_bad_key_without_traceback():
+    done = subprocess.run(
+        [sys.executable, "-m", "train", "fit", "--config", "synthetic", "trainer.epochz=3"],
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 2
+    assert "trainer.epochz" in done.stderr and "epochs" in done.stderr and "keep_checkpoints" in done.stderr
+    assert "Traceback" not in done.stderr

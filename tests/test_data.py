@@ -1,0 +1,85 @@
+"""Datasets: the synthetic default is deterministic and needs the graph; real PyG datasets load from disk."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import torch
+
+from train.config import DataConfig
+from train.data import load_graph, prepare_dataset, synthetic_graph
+from train.errors import UserError
+from train.shards import epoch_order, rank_shard
+
+
+def test_synthetic_is_deterministic_and_split_is_a_partition():
+    config = DataConfig(num_nodes=3000)
+    first, second = synthetic_graph(config), synthetic_graph(config)
+    assert torch.equal(first.x, second.x) and torch.equal(first.edge_index, second.edge_index)
+    assert not torch.equal(first.x, synthetic_graph(DataConfig(num_nodes=3000, seed=1)).x)
+    splits = torch.cat([first.train_idx, first.val_idx, first.test_idx])
+    assert torch.equal(splits.sort().values, torch.arange(3000))
+
+
+def test_synthetic_graph_is_homophilous_and_undirected():
+    data = synthetic_graph(DataConfig(num_nodes=5000, homophily=0.8))
+    src, dst = data.edge_index
+    same = (data.y[src] == data.y[dst]).float().mean()
+    assert 0.75 < same < 0.9  # 0.8 inside the class, plus the chance hits of the rest
+    pairs = set(zip(src.tolist(), dst.tolist()))
+    assert all((d, s) in pairs for s, d in list(pairs)[:2000])
+    assert not bool((src == dst).any())
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4, 7])
+def test_shards_cover_every_seed_once(world_size):
+    train_idx = torch.arange(1001) * 3
+    order = epoch_order(train_idx, seed=5, epoch=2)
+    shards = [rank_shard(order, r, world_size) for r in range(world_size)]
+    joined = torch.cat(shards)
+    assert torch.equal(joined.sort().values, train_idx)
+    assert max(s.numel() for s in shards) - min(s.numel() for s in shards) <= 1
+    assert not torch.equal(epoch_order(train_idx, 5, 3), order)  # reshuffled each epoch
+    assert torch.equal(epoch_order(train_idx, 5, 2), order)  # same on every rank
+
+
+def write_reddit_raw(root, num_nodes=60, num_features=7, seed=0):
+    """A tiny Reddit in PyG's raw format: reddit_data.npz and reddit_graph.npz."""
+    rng = np.random.default_rng(seed)
+    raw = root / "Reddit" / "raw"
+    raw.mkdir(parents=True)
+    node_types = rng.choice([1, 2, 3], size=num_nodes).astype(np.int64)
+    np.savez(raw / "reddit_data.npz", feature=rng.normal(size=(num_nodes, num_features)).astype(np.float32),
+             label=rng.integers(0, 5, size=num_nodes), node_types=node_types)
+    row, col = rng.integers(0, num_nodes, size=300), rng.integers(0, num_nodes, size=300)
+    sp.save_npz(raw / "reddit_graph.npz", sp.coo_matrix((np.ones(300), (row, col)), shape=(num_nodes, num_nodes)))
+    return node_types
+
+
+def test_reddit_loads_from_raw_files(tmp_path):
+    node_types = write_reddit_raw(tmp_path)
+    data = load_graph(DataConfig(name="Reddit", root=str(tmp_path)))
+    assert data.num_nodes == 60 and data.x.size(1) == 7
+    assert torch.equal(data.train_idx, torch.from_numpy(np.flatnonzero(node_types == 1)))
+    assert torch.equal(data.test_idx, torch.from_numpy(np.flatnonzero(node_types == 3)))
+    assert (tmp_path / "Reddit" / "processed" / "data.pt").is_file()
+
+
+def test_data_root_defaults_to_data_dir(tmp_path):
+    write_reddit_raw(tmp_path)
+    assert prepare_dataset(DataConfig(name="Reddit"), environ={"DATA_DIR": str(tmp_path)}) == tmp_path
+
+
+def test_missing_dataset_offline_says_to_prepare_on_a_login_node(tmp_path, monkeypatch):
+    # No route out: a proxy on a closed loopback port refuses every download at once.
+    for var in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY"):
+        monkeypatch.setenv(var, "http://127.0.0.1:9")
+    with pytest.raises(UserError) as info:
+        load_graph(DataConfig(name="Reddit", root=str(tmp_path)))
+    assert "python -m train data" in str(info.value) and "Reddit" in str(info.value)
+
+
+def test_unknown_dataset_lists_the_known_ones():
+    with pytest.raises(UserError, match="synthetic, Reddit"):
+        load_graph(DataConfig(name="Redit"))

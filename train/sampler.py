@@ -1,0 +1,370 @@
+"""Uniform neighbour sampling that runs without pyg-lib or torch-sparse.
+
+PyG's ``NeighborSampler`` needs one of those compiled extensions. They ship in
+NVIDIA's PyG container but not in a plain pip install, so this module holds a
+vectorized pure-PyTorch sampler with the same output contract (homogeneous,
+directed, non-disjoint, ``subgraph_type='directional'``) and a loader factory
+that picks PyG's own ``NeighborLoader`` whenever a native sampler exists.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import threading
+from collections.abc import Iterator, Sequence
+
+import torch
+import torch_geometric.typing
+from torch import Tensor
+from torch_geometric.data import Data
+from torch_geometric.loader import NeighborLoader, NodeLoader
+from torch_geometric.sampler import (
+    BaseSampler,
+    EdgeSamplerInput,
+    NeighborSampler,
+    NodeSamplerInput,
+    SamplerOutput,
+)
+from torch_geometric.sampler.utils import to_csc
+
+__all__ = [
+    "TorchNeighborSampler",
+    "build_csc",
+    "have_native_sampler",
+    "make_node_loader",
+]
+
+# Floyd's method costs O(fanout^2) per node, independent of its degree; above
+# this fanout, sorting random keys over the node's edges (O(degree)) is cheaper.
+_FLOYD_MAX_FANOUT = 64
+
+
+def build_csc(edge_index: Tensor, num_nodes: int) -> tuple[Tensor, Tensor, Tensor]:
+    """Return ``(colptr, row, perm)`` exactly as PyG's samplers build them.
+
+    Edges are sorted by target, so the in-neighbours of ``v`` are
+    ``row[colptr[v]:colptr[v + 1]]`` and ``perm`` maps a CSC position back to
+    the column of ``edge_index`` it came from.
+    """
+    colptr, row, perm = to_csc(Data(edge_index=edge_index, num_nodes=num_nodes))
+    if perm is None:  # to_csc always sorts here, but keep the contract explicit
+        perm = torch.arange(row.numel(), device=row.device)
+    return colptr, row, perm
+
+
+def have_native_sampler() -> bool:
+    """True when PyG's own ``NeighborSampler`` can run (pyg-lib or torch-sparse)."""
+    return bool(torch_geometric.typing.WITH_PYG_LIB or torch_geometric.typing.WITH_TORCH_SPARSE)
+
+
+def _batch_seed(seed: int, epoch: int, first_node: int) -> int:
+    """63-bit generator seed that depends only on (seed, epoch, first seed node).
+
+    hashlib rather than hash(): the value must not change between processes.
+    """
+    key = f"{int(seed)}:{int(epoch)}:{int(first_node)}".encode()
+    digest = hashlib.blake2b(key, digest_size=8).digest()
+    return int.from_bytes(digest, "little") & ((1 << 63) - 1)
+
+
+def _first_node(inputs: NodeSamplerInput) -> int:
+    return int(inputs.node[0]) if inputs.node.numel() else -1
+
+
+def _floyd_positions(degree: Tensor, fanout: int, generator: torch.Generator | None) -> Tensor:
+    """``fanout`` distinct uniform positions in ``[0, degree)`` per node (all degree > fanout).
+
+    Floyd's algorithm, one step per pick for all nodes at once: draw ``r`` in
+    ``[0, j]`` with ``j = degree - fanout + step``; keep ``r`` unless already
+    picked, else take ``j``. Every ``fanout``-subset is equally likely.
+    """
+    num_nodes = degree.numel()
+    picks = torch.empty((num_nodes, fanout), dtype=torch.long, device=degree.device)
+    for step in range(fanout):
+        upper = degree - fanout + step  # inclusive bound of this draw
+        unit = torch.rand(num_nodes, dtype=torch.float64, device=degree.device, generator=generator)
+        draw = torch.minimum((unit * (upper + 1)).long(), upper)  # minimum guards float rounding
+        if step:
+            already = (picks[:, :step] == draw.unsqueeze(1)).any(dim=1)
+            draw = torch.where(already, upper, draw)
+        picks[:, step] = draw
+    return picks
+
+
+def _random_key_positions(degree: Tensor, fanout: int, generator: torch.Generator | None) -> Tensor:
+    """Same contract as :func:`_floyd_positions`, by keeping the ``fanout`` smallest
+    of one random key per edge; O(sum of degrees), better for large fanouts."""
+    device = degree.device
+    num_nodes = degree.numel()
+    num_candidates = int(degree.sum())
+    segment = torch.repeat_interleave(
+        torch.arange(num_nodes, device=device), degree, output_size=num_candidates
+    )
+    segment_start = torch.cumsum(degree, 0) - degree
+    position = torch.arange(num_candidates, device=device) - segment_start[segment]
+    keys = torch.rand(num_candidates, dtype=torch.float64, device=device, generator=generator)
+    # Sort by key, then stably by segment: each segment ends up ordered by key.
+    order = torch.sort(keys, stable=True).indices
+    order = order[torch.sort(segment[order], stable=True).indices]
+    keep = position < fanout  # segment[order] == segment, so `position` is the rank
+    return position[order][keep].view(num_nodes, fanout)
+
+
+class TorchNeighborSampler(BaseSampler):
+    """Uniform neighbour sampler for ``NodeLoader`` in plain PyTorch.
+
+    Returns what PyG's ``NeighborSampler`` returns for a homogeneous graph
+    (directed, non-disjoint, without replacement): seeds first in ``node``,
+    then each hop's new nodes in order of first appearance; ``row``/``col``
+    are local source/target ids, ``edge`` the CSC position of each edge
+    (``NodeLoader`` maps it through :attr:`edge_permutation`).
+
+    With ``seed`` set, each batch draws from its own generator seeded by
+    (seed, epoch, first seed node), so a batch's sample does not depend on
+    which batches ran before it or in which worker process: resuming from a
+    checkpoint reproduces it bit for bit.
+    """
+
+    def __init__(
+        self,
+        data: Data,
+        num_neighbors: list[int],
+        *,
+        seed: int | None = None,
+        csc: tuple[Tensor, Tensor, Tensor] | None = None,
+        device: torch.device | str | None = None,
+    ):
+        self.num_neighbors = [int(fanout) for fanout in num_neighbors]
+        if any(fanout < -1 for fanout in self.num_neighbors):
+            raise ValueError(f"num_neighbors entries must be >= -1 (-1 = all), got {num_neighbors}")
+        self.seed = None if seed is None else int(seed)
+        self.epoch = 0
+
+        if csc is None:
+            if device is None:
+                device = data.edge_index.device if data.edge_index is not None else "cpu"
+            if data.edge_index is None:
+                csc = to_csc(data)
+            else:
+                csc = build_csc(data.edge_index, data.num_nodes)
+        colptr, row, perm = csc
+        self.device = torch.device(device) if device is not None else colptr.device
+        # `.to` is a no-op for tensors already there, so shared-memory CSC stays shared.
+        self.colptr = colptr.to(self.device)
+        self.row = row.to(self.device)
+        self.perm = perm.to(self.device) if perm is not None else None
+        self.num_nodes = self.colptr.numel() - 1
+        if data.num_nodes is not None and data.num_nodes != self.num_nodes:
+            raise ValueError(f"csc has {self.num_nodes} nodes but data has {data.num_nodes}")
+
+        self._init_scratch()
+
+    # Global -> local id map, all -1 between calls. Kept across calls so a batch
+    # costs O(sampled) instead of O(num_nodes); the lock makes reuse safe.
+    def _init_scratch(self) -> None:
+        self._to_local: Tensor | None = None
+        self._scratch_lock = threading.Lock()
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        del state["_to_local"], state["_scratch_lock"]
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._init_scratch()
+
+    def set_epoch(self, epoch: int) -> None:
+        """Change the sample every epoch while keeping each epoch reproducible."""
+        self.epoch = int(epoch)
+
+    @property
+    def edge_permutation(self) -> Tensor | None:
+        return self.perm
+
+    def sample_from_nodes(self, inputs: NodeSamplerInput, **kwargs) -> SamplerOutput:
+        if inputs.input_type is not None or inputs.time is not None:
+            raise NotImplementedError("TorchNeighborSampler supports homogeneous, non-temporal graphs only")
+        generator = None
+        if self.seed is not None:
+            generator = torch.Generator(device=self.device)
+            generator.manual_seed(_batch_seed(self.seed, self.epoch, _first_node(inputs)))
+        seeds = inputs.node.to(self.device, torch.long)
+        with self._scratch_lock:
+            node, row, col, edge, num_sampled_nodes, num_sampled_edges = self._sample(seeds, generator)
+        return SamplerOutput(
+            node=node,
+            row=row,
+            col=col,
+            edge=edge,
+            batch=None,
+            num_sampled_nodes=num_sampled_nodes,
+            num_sampled_edges=num_sampled_edges,
+            metadata=(inputs.input_id, inputs.time),  # what NodeLoader reads back
+        )
+
+    def sample_from_edges(self, index: EdgeSamplerInput, neg_sampling=None) -> SamplerOutput:
+        raise NotImplementedError("TorchNeighborSampler samples from nodes only")
+
+    def _sample(self, seeds: Tensor, generator: torch.Generator | None):
+        if self._to_local is None:
+            self._to_local = torch.full((self.num_nodes,), -1, dtype=torch.long, device=self.device)
+        to_local = self._to_local
+        num_seeds = seeds.numel()
+        # A repeated seed keeps its own slot (batch_size == len(seeds)) but
+        # neighbours that are that node link to its first slot.
+        to_local.scatter_reduce_(
+            0, seeds, torch.arange(num_seeds, device=self.device), "amin", include_self=False
+        )
+        nodes: list[Tensor] = [seeds]
+        rows: list[Tensor] = []
+        cols: list[Tensor] = []
+        edges: list[Tensor] = []
+        num_sampled_nodes = [num_seeds]
+        num_sampled_edges: list[int] = []
+        frontier, frontier_start, num_local = seeds, 0, num_seeds
+        try:
+            for fanout in self.num_neighbors:
+                edge, target_local = self._sample_hop(frontier, frontier_start, fanout, generator)
+                source = self.row[edge]
+                new_nodes = self._assign_new_ids(source, num_local)
+                rows.append(to_local[source])
+                cols.append(target_local)
+                edges.append(edge)
+                nodes.append(new_nodes)
+                num_sampled_nodes.append(new_nodes.numel())
+                num_sampled_edges.append(edge.numel())
+                frontier, frontier_start = new_nodes, num_local
+                num_local += new_nodes.numel()
+        except BaseException:
+            self._to_local = None  # may hold partial writes; rebuild it next call
+            raise
+        node = torch.cat(nodes)
+        to_local[node] = -1  # reset only what this batch wrote
+        empty = seeds.new_empty(0)
+        cat = lambda parts: torch.cat(parts) if parts else empty  # noqa: E731
+        return node, cat(rows), cat(cols), cat(edges), num_sampled_nodes, num_sampled_edges
+
+    def _sample_hop(
+        self, frontier: Tensor, frontier_start: int, fanout: int, generator: torch.Generator | None
+    ) -> tuple[Tensor, Tensor]:
+        """CSC positions of the sampled in-edges of ``frontier`` and their local targets,
+        grouped by target in frontier order."""
+        start = self.colptr[frontier]
+        degree = self.colptr[frontier + 1] - start
+        take = degree if fanout < 0 else degree.clamp(max=fanout)
+        num_edges = int(take.sum())
+        target = torch.repeat_interleave(
+            torch.arange(frontier.numel(), device=self.device), take, output_size=num_edges
+        )
+        offset = torch.arange(num_edges, device=self.device) - (torch.cumsum(take, 0) - take)[target]
+        if fanout >= 0:
+            subsampled = degree > fanout
+            if bool(subsampled.any()):
+                pick = _floyd_positions if fanout <= _FLOYD_MAX_FANOUT else _random_key_positions
+                # Subsampled targets own exactly `fanout` consecutive slots, in frontier order.
+                offset[subsampled[target]] = pick(degree[subsampled], fanout, generator).view(-1)
+        return start[target] + offset, target + frontier_start
+
+    def _assign_new_ids(self, source: Tensor, num_local: int) -> Tensor:
+        """Give unseen nodes in ``source`` the next local ids in order of first
+        appearance; return them (global ids) in that order. O(len(source))."""
+        to_local = self._to_local
+        unseen = source[to_local[source] < 0]
+        # Mark each unseen node with -(2 + its first index in `unseen`); the
+        # marks stay < -1 so they never look like a real local id.
+        mark = -2 - torch.arange(unseen.numel(), device=self.device)
+        to_local.scatter_reduce_(0, unseen, mark, "amax", include_self=False)
+        new_nodes = unseen[to_local[unseen] == mark]
+        to_local[new_nodes] = torch.arange(num_local, num_local + new_nodes.numel(), device=self.device)
+        return new_nodes
+
+
+@contextlib.contextmanager
+def _seeded_cpu_rng(seed: int) -> Iterator[None]:
+    """Seed torch's default CPU generator for one native sampling call and restore it.
+
+    pyg-lib and torch-sparse draw from that generator, so this gives the native
+    route the same per-batch determinism as :class:`TorchNeighborSampler`.
+    """
+    saved = torch.default_generator.get_state()
+    torch.default_generator.manual_seed(seed)
+    try:
+        yield
+    finally:
+        torch.default_generator.set_state(saved)
+
+
+class _SeededNeighborSampler(NeighborSampler):
+    """PyG's native sampler, with each batch seeded like TorchNeighborSampler."""
+
+    def __init__(self, data: Data, num_neighbors: list[int], *, seed: int, epoch: int, share_memory: bool):
+        super().__init__(data, num_neighbors, share_memory=share_memory)
+        self.seed, self.epoch = int(seed), int(epoch)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def sample_from_nodes(self, inputs: NodeSamplerInput):
+        with _seeded_cpu_rng(_batch_seed(self.seed, self.epoch, _first_node(inputs))):
+            return super().sample_from_nodes(inputs)
+
+
+def _is_cpu(device: torch.device | str | None) -> bool:
+    return device is None or torch.device(device).type == "cpu"
+
+
+def make_node_loader(
+    data: Data,
+    input_nodes: Tensor,
+    num_neighbors: Sequence[int],
+    batch_size: int,
+    *,
+    seed: int | None = None,
+    epoch: int = 0,
+    csc: tuple[Tensor, Tensor, Tensor] | None = None,
+    device: torch.device | str | None = None,
+    num_workers: int = 0,
+    pin_memory: bool = False,
+    force_torch_sampler: bool = False,
+) -> NodeLoader:
+    """Returns an iterable of PyG Data mini-batches over input_nodes IN THE GIVEN ORDER
+    (no shuffling, drop_last=False).
+
+    Uses PyG's ``NeighborLoader`` (seeded per batch when ``seed`` is given) when a
+    native sampler exists, no ``csc`` is passed, and sampling runs on the CPU;
+    otherwise ``NodeLoader`` with :class:`TorchNeighborSampler`.
+    """
+    num_neighbors = list(num_neighbors)
+    loader_kwargs = dict(
+        input_nodes=input_nodes,
+        batch_size=batch_size,
+        shuffle=False,
+        drop_last=False,
+        num_workers=num_workers,
+        pin_memory=pin_memory,
+    )
+    if have_native_sampler() and not force_torch_sampler and csc is None and _is_cpu(device):
+        native = None
+        if seed is not None:
+            native = _SeededNeighborSampler(
+                data, num_neighbors, seed=seed, epoch=epoch, share_memory=num_workers > 0
+            )
+        return NeighborLoader(data, num_neighbors=num_neighbors, neighbor_sampler=native, **loader_kwargs)
+
+    sampler = TorchNeighborSampler(data, num_neighbors, seed=seed, csc=csc, device=device)
+    sampler.set_epoch(epoch)
+    return NodeLoader(data, node_sampler=sampler, **loader_kwargs)
+
+
+__doc__ += """
+Complexity, per batch of B seeds with fanouts k_1..k_L (E_h edges sampled at hop h):
+  * degrees and slot layout: O(frontier + E_h) per hop (gathers, cumsum, repeat_interleave);
+  * choosing neighbours of nodes with degree > k: Floyd's method, O(k^2) per node and
+    independent of degree, for k <= 64; above that, random keys plus two sorts over
+    the node's edges, O(d log d);
+  * relabelling: O(E_h) with scatter_reduce into a persistent num_nodes-sized map
+    (8 bytes per graph node, per sampler copy) that is reset only where it was written.
+No Python work per node: the only Python loops run over hops and over Floyd's k steps.
+"""
