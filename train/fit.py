@@ -162,12 +162,13 @@ class Trainer:
                 loss = F.cross_entropy(out, target)
                 loss.backward()
                 self.optimizer.step()
-                stats.loss_sum += float(loss) * batch.batch_size
+                loss_value = float(loss.detach())
+                stats.loss_sum += loss_value * batch.batch_size
                 stats.correct += int((out.argmax(-1) == target).sum())
                 stats.seeds += batch.batch_size
                 stats.steps += 1
                 self.state.step += 1
-                progress.update(self.state.step, float(loss))
+                progress.update(self.state.step, loss_value)
                 if on_step_end is not None and on_step_end(self):
                     break
         progress.close()

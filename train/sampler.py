@@ -39,6 +39,10 @@ __all__ = [
 # this fanout, sorting random keys over the node's edges (O(degree)) is cheaper.
 _FLOYD_MAX_FANOUT = 64
 
+# Values of the global -> local id map besides local ids (which stay far below both).
+_UNSEEN = 1 << 62
+_FIRST_SEEN = 1 << 48
+
 
 def build_csc(edge_index: Tensor, num_nodes: int) -> tuple[Tensor, Tensor, Tensor]:
     """Return ``(colptr, row, perm)`` exactly as PyG's samplers build them.
@@ -80,16 +84,18 @@ def _floyd_positions(degree: Tensor, fanout: int, generator: torch.Generator | N
     picked, else take ``j``. Every ``fanout``-subset is equally likely.
     """
     num_nodes = degree.numel()
-    picks = torch.empty((num_nodes, fanout), dtype=torch.long, device=degree.device)
+    # One row per step, so "already picked?" reduces over contiguous memory.
+    picks = torch.empty((fanout, num_nodes), dtype=torch.long, device=degree.device)
+    lowest_upper = degree - fanout
     for step in range(fanout):
-        upper = degree - fanout + step  # inclusive bound of this draw
+        upper = lowest_upper + step  # inclusive bound of this draw
         unit = torch.rand(num_nodes, dtype=torch.float64, device=degree.device, generator=generator)
         draw = torch.minimum((unit * (upper + 1)).long(), upper)  # minimum guards float rounding
         if step:
-            already = (picks[:, :step] == draw.unsqueeze(1)).any(dim=1)
+            already = (picks[:step] == draw).any(dim=0)
             draw = torch.where(already, upper, draw)
-        picks[:, step] = draw
-    return picks
+        picks[step] = draw
+    return picks.t()
 
 
 def _random_key_positions(degree: Tensor, fanout: int, generator: torch.Generator | None) -> Tensor:
@@ -102,13 +108,13 @@ def _random_key_positions(degree: Tensor, fanout: int, generator: torch.Generato
         torch.arange(num_nodes, device=device), degree, output_size=num_candidates
     )
     segment_start = torch.cumsum(degree, 0) - degree
-    position = torch.arange(num_candidates, device=device) - segment_start[segment]
+    position = torch.arange(num_candidates, device=device) - segment_start.index_select(0, segment)
     keys = torch.rand(num_candidates, dtype=torch.float64, device=device, generator=generator)
     # Sort by key, then stably by segment: each segment ends up ordered by key.
     order = torch.sort(keys, stable=True).indices
-    order = order[torch.sort(segment[order], stable=True).indices]
+    order = order.index_select(0, torch.sort(segment.index_select(0, order), stable=True).indices)
     keep = position < fanout  # segment[order] == segment, so `position` is the rank
-    return position[order][keep].view(num_nodes, fanout)
+    return position.index_select(0, order).masked_select(keep).view(num_nodes, fanout)
 
 
 class TorchNeighborSampler(BaseSampler):
@@ -209,14 +215,12 @@ class TorchNeighborSampler(BaseSampler):
 
     def _sample(self, seeds: Tensor, generator: torch.Generator | None):
         if self._to_local is None:
-            self._to_local = torch.full((self.num_nodes,), -1, dtype=torch.long, device=self.device)
+            self._to_local = torch.full((self.num_nodes,), _UNSEEN, dtype=torch.long, device=self.device)
         to_local = self._to_local
         num_seeds = seeds.numel()
         # A repeated seed keeps its own slot (batch_size == len(seeds)) but
         # neighbours that are that node link to its first slot.
-        to_local.scatter_reduce_(
-            0, seeds, torch.arange(num_seeds, device=self.device), "amin", include_self=False
-        )
+        to_local.scatter_reduce_(0, seeds, torch.arange(num_seeds, device=self.device), "amin")
         nodes: list[Tensor] = [seeds]
         rows: list[Tensor] = []
         cols: list[Tensor] = []
@@ -227,9 +231,9 @@ class TorchNeighborSampler(BaseSampler):
         try:
             for fanout in self.num_neighbors:
                 edge, target_local = self._sample_hop(frontier, frontier_start, fanout, generator)
-                source = self.row[edge]
+                source = self.row.index_select(0, edge)
                 new_nodes = self._assign_new_ids(source, num_local)
-                rows.append(to_local[source])
+                rows.append(to_local.index_select(0, source))
                 cols.append(target_local)
                 edges.append(edge)
                 nodes.append(new_nodes)
@@ -241,7 +245,10 @@ class TorchNeighborSampler(BaseSampler):
             self._to_local = None  # may hold partial writes; rebuild it next call
             raise
         node = torch.cat(nodes)
-        to_local[node] = -1  # reset only what this batch wrote
+        if node.numel() > self.num_nodes // 8:  # a full memset beats scattered writes
+            to_local.fill_(_UNSEEN)
+        else:
+            to_local.index_fill_(0, node, _UNSEEN)
         empty = seeds.new_empty(0)
         cat = lambda parts: torch.cat(parts) if parts else empty  # noqa: E731
         return node, cat(rows), cat(cols), cat(edges), num_sampled_nodes, num_sampled_edges
@@ -251,33 +258,40 @@ class TorchNeighborSampler(BaseSampler):
     ) -> tuple[Tensor, Tensor]:
         """CSC positions of the sampled in-edges of ``frontier`` and their local targets,
         grouped by target in frontier order."""
-        start = self.colptr[frontier]
-        degree = self.colptr[frontier + 1] - start
+        device = self.device
+        start = self.colptr.index_select(0, frontier)
+        degree = self.colptr.index_select(0, frontier + 1) - start
         take = degree if fanout < 0 else degree.clamp(max=fanout)
         num_edges = int(take.sum())
+        first_slot = torch.cumsum(take, 0) - take
         target = torch.repeat_interleave(
-            torch.arange(frontier.numel(), device=self.device), take, output_size=num_edges
+            torch.arange(frontier.numel(), device=device), take, output_size=num_edges
         )
-        offset = torch.arange(num_edges, device=self.device) - (torch.cumsum(take, 0) - take)[target]
+        # Slot i of target t holds edge start[t] + (i - first_slot[t]): the whole neighbourhood.
+        edge = torch.arange(num_edges, device=device) + (start - first_slot).index_select(0, target)
         if fanout >= 0:
-            subsampled = degree > fanout
-            if bool(subsampled.any()):
+            subsampled = torch.nonzero(degree > fanout).view(-1)
+            if subsampled.numel():
                 pick = _floyd_positions if fanout <= _FLOYD_MAX_FANOUT else _random_key_positions
-                # Subsampled targets own exactly `fanout` consecutive slots, in frontier order.
-                offset[subsampled[target]] = pick(degree[subsampled], fanout, generator).view(-1)
-        return start[target] + offset, target + frontier_start
+                picks = pick(degree.index_select(0, subsampled), fanout, generator)
+                # Subsampled targets own exactly `fanout` consecutive slots: overwrite them.
+                slots = first_slot.index_select(0, subsampled).unsqueeze(1) + torch.arange(fanout, device=device)
+                chosen = start.index_select(0, subsampled).unsqueeze(1) + picks
+                edge.scatter_(0, slots.reshape(-1), chosen.reshape(-1))
+        return edge, target + frontier_start
 
     def _assign_new_ids(self, source: Tensor, num_local: int) -> Tensor:
         """Give unseen nodes in ``source`` the next local ids in order of first
         appearance; return them (global ids) in that order. O(len(source))."""
+        device = self.device
         to_local = self._to_local
-        unseen = source[to_local[source] < 0]
-        # Mark each unseen node with -(2 + its first index in `unseen`); the
-        # marks stay < -1 so they never look like a real local id.
-        mark = -2 - torch.arange(unseen.numel(), device=self.device)
-        to_local.scatter_reduce_(0, unseen, mark, "amax", include_self=False)
-        new_nodes = unseen[to_local[unseen] == mark]
-        to_local[new_nodes] = torch.arange(num_local, num_local + new_nodes.numel(), device=self.device)
+        unseen = source.masked_select(to_local.index_select(0, source) == _UNSEEN)
+        # Each unseen node briefly holds _FIRST_SEEN + (its first index in `unseen`):
+        # between any local id and _UNSEEN, so amin keeps the first occurrence.
+        mark = _FIRST_SEEN + torch.arange(unseen.numel(), device=device)
+        to_local.scatter_reduce_(0, unseen, mark, "amin")
+        new_nodes = unseen.masked_select(to_local.index_select(0, unseen) == mark)
+        to_local.scatter_(0, new_nodes, torch.arange(num_local, num_local + new_nodes.numel(), device=device))
         return new_nodes
 
 
