@@ -7,6 +7,7 @@ reproducible, evaluation sharded over all ranks, and metrics written by rank 0.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -291,6 +292,15 @@ class Trainer:
         }
 
 
+def weights_digest(model: torch.nn.Module) -> str:
+    """A SHA-256 over every parameter and buffer, in state-dict order (equal weights, equal digest)."""
+    digest = hashlib.sha256()
+    for name, tensor in model.state_dict().items():
+        digest.update(name.encode())
+        digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
 def run_fit(config: Config, env: DistEnv) -> int:
     """Entry point of `python -m train fit` once config and env are resolved."""
     with process_group(env, config.dist) as (backend, device):
@@ -302,6 +312,10 @@ def run_fit(config: Config, env: DistEnv) -> int:
         data = obtain_graph(config, env)
         trainer = Trainer(config, env, device, data, out_dir)
         summary = trainer.fit()
+        # Every rank states what it ends with, so a log shows that all ranks agree.
+        print(f"rank {env.rank} final " + json.dumps({"weights_sha256": weights_digest(trainer.model),
+                                                      "test_acc": summary["final_test_acc"],
+                                                      "val_acc": summary["final_val_acc"]}), flush=True)
         if env.is_main:
             (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
             print(f"final test accuracy {summary['final_test_acc']:.4f} "
