@@ -7,8 +7,11 @@ this file only dispatches, and turns a `UserError` into one clear message and ex
 from __future__ import annotations
 
 import argparse
+import atexit
 import importlib
+import os
 import sys
+import traceback
 
 from train.errors import EXIT_USER_ERROR, UserError
 
@@ -50,5 +53,32 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+def exit_without_teardown(code: int) -> None:
+    """Leave without CPython's final garbage collection, after atexit handlers and flushes.
+
+    Gloo's worker threads can still hold Python objects when the interpreter is torn down;
+    its last collection then livelocks now and then (seen here with torch 2.13 on CPU, on
+    ranks that had printed their final result; cf. pytorch/pytorch#75097). Everything this
+    program writes is closed by now, so skipping the teardown loses nothing.
+    """
+    atexit._run_exitfuncs()  # e.g. shared-memory cleanup registered by train.sharing
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def run() -> None:
+    try:
+        code = main()
+    except SystemExit as exc:  # argparse's --help and usage errors
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+        if isinstance(exc.code, str):
+            print(exc.code, file=sys.stderr)
+    except BaseException:  # a bug, not a user's mistake: show the traceback
+        traceback.print_exc()
+        code = 1
+    exit_without_teardown(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

@@ -26,6 +26,9 @@ class DataConfig:
     name: str = "synthetic"  # synthetic | Reddit | any PyG dataset listed in train.data.DATASETS
     root: str = ""  # "" -> $DATA_DIR, else ./data
     share: str = "node"  # node: one copy per node in shared memory; process: each rank loads its own
+    share_dir: str = ""  # "" -> /dev/shm, else node-local disk ($SLURM_TMPDIR, $TMPDIR, /tmp) when it is too small
+    share_keep: bool = False  # keep the shared files until exit (to inspect them); default: unlink once all ranks mapped them
+    load_timeout_seconds: float = 3600.0  # how long a node's ranks wait for its local rank 0 to load the graph
     # synthetic graph (a stochastic block model with noisy class-dependent features)
     num_nodes: int = 20000
     num_classes: int = 8
@@ -73,9 +76,10 @@ class TrainerConfig:
     keep_checkpoints: int = 3
     checkpoint_every: int = 1  # epochs between checkpoints (0: only at the end / on signal)
     checkpoint_every_minutes: float = 0.0  # also checkpoint at a step boundary after this long (0: off)
-    max_restarts: int = 3
+    max_restarts: int = 3  # requeues after a stop signal (SLURM_RESTART_COUNT); then exit 4, not 3
     fail_at_step: int = -1  # testing aid: raise on `fail_rank` at this global step (-1: off)
     fail_rank: int = 0
+    step_delay_seconds: float = 0.0  # testing aid: sleep after each step, so a short run can be interrupted
 
 
 @dataclass(frozen=True)
@@ -116,8 +120,11 @@ POSITIVE: tuple[str, ...] = (
     "data.num_nodes", "data.num_classes", "data.num_features", "sampler.batch_size",
     "sampler.eval_batch_size", "model.hidden", "model.num_layers", "trainer.epochs",
     "trainer.eval_every", "trainer.log_every", "trainer.keep_checkpoints",
-    "dist.init_timeout_seconds", "dist.collective_timeout_seconds", "optim.lr",
+    "dist.init_timeout_seconds", "dist.collective_timeout_seconds", "data.load_timeout_seconds",
 )
+NON_NEGATIVE: tuple[str, ...] = ("optim.lr", "optim.weight_decay", "trainer.max_steps_per_epoch", "sampler.num_workers",
+                                  "trainer.checkpoint_every", "trainer.checkpoint_every_minutes",
+                                  "trainer.max_restarts", "trainer.step_delay_seconds")
 
 
 def available_configs() -> list[str]:
@@ -212,6 +219,9 @@ def _validate(config: Config) -> None:
     for key in POSITIVE:
         if flat[key] <= 0:
             raise UserError(f"{key}={flat[key]!r} must be > 0.")
+    for key in NON_NEGATIVE:
+        if flat[key] < 0:
+            raise UserError(f"{key}={flat[key]!r} must be >= 0.")
     fanouts = config.sampler.num_neighbors
     if not fanouts or any(n == 0 or n < -1 for n in fanouts):
         raise UserError(

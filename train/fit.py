@@ -8,6 +8,7 @@ reproducible, evaluation sharded over all ranks, and metrics written by rank 0.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import math
 import os
@@ -27,9 +28,11 @@ from train.config import Config, dump_config
 from train.data import load_graph, num_classes, prepare_dataset
 from train.distenv import DistEnv
 from train.distributed import process_group
+from train.errors import UserError
 from train.model import GNN, build_model
 from train.sampler import make_node_loader
 from train.shards import derive_seed, epoch_order, rank_shard, shard_sizes
+from train.sharing import graph_csc, obtain_shared_or_private, plan_sampling, shared_graphs
 
 
 @dataclass
@@ -71,11 +74,15 @@ def run_dir(config: Config, env: DistEnv) -> Path:
 
 
 def obtain_graph(config: Config, env: DistEnv) -> Data:
-    """Exactly one process prepares (downloads/processes) a dataset; the others wait, then load."""
+    """Exactly one process prepares (downloads/processes) a dataset; the others wait, then load.
+
+    data.share=node: each node's local rank 0 loads it and the node's ranks map that one copy
+    (train/sharing.py); process: every rank loads its own. `data.csc` holds the sampler's CSC.
+    """
     if env.is_main:
         prepare_dataset(config.data)
     dist.barrier()
-    return load_graph(config.data)
+    return obtain_shared_or_private(config.data, env)
 
 
 class Progress:
@@ -117,6 +124,10 @@ class Trainer:
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay)
         self.state = RunState()
         self.stop_requested = False  # set by a preemption handler; checked at step boundaries
+        self.joinables: list = []  # more Joinables that take part in every step (preemption.StepAgreement)
+        self.sampling = plan_sampling(data, config.sampler, device)  # sampler.device: where batches are sampled
+        if self.sampling.note and env.is_main:
+            print(self.sampling.note, flush=True)
 
     # ---- batches -------------------------------------------------------------------------------
     def epoch_shard(self, epoch: int) -> torch.Tensor:
@@ -130,11 +141,13 @@ class Trainer:
                 yield Data(x=self.data.x[chunk], y=self.data.y[chunk], n_id=chunk,
                            edge_index=torch.empty(2, 0, dtype=torch.long), batch_size=chunk.numel())
             return
-        yield from make_node_loader(
-            self.data, seeds, list(cfg.num_neighbors), cfg.batch_size,
-            seed=derive_seed(self.config.trainer.seed, 1), epoch=epoch,
-            num_workers=cfg.num_workers, pin_memory=cfg.pin_memory and self.device.type == "cuda",
-        )
+        plan = self.sampling
+        for batch in make_node_loader(
+            plan.data, seeds, list(cfg.num_neighbors), cfg.batch_size,
+            seed=derive_seed(self.config.trainer.seed, 1), epoch=epoch, csc=plan.csc, device=plan.device,
+            num_workers=plan.num_workers, pin_memory=plan.pin_memory,
+        ):
+            yield plan.complete(batch, self.device)
 
     def steps_in_epoch(self, epoch: int) -> int:
         steps = math.ceil(self.epoch_shard(epoch).numel() / self.config.sampler.batch_size)
@@ -149,7 +162,7 @@ class Trainer:
         shard = self.epoch_shard(epoch)[self.state.step * self.config.sampler.batch_size :]
         progress = Progress(self.config, self.env, total, epoch)
         stats = self.state.stats
-        with Join([self.ddp]):  # ranks may have one batch more or less than others
+        with Join([self.ddp, *self.joinables]):  # ranks may have one batch more or less than others
             for batch in self.batches(shard, epoch):
                 if self.state.step >= total:
                     break
@@ -220,7 +233,8 @@ class Trainer:
             for chunk in nodes.split(self.config.sampler.eval_batch_size):
                 outs.append(self.model.layer(index, hidden[chunk].to(self.device), None).cpu())
         else:
-            loader = make_node_loader(self.data, nodes, [-1], self.config.sampler.eval_batch_size)
+            structure = Data(edge_index=self.data.edge_index, num_nodes=self.data.num_nodes)  # no features to gather
+            loader = make_node_loader(structure, nodes, [-1], self.config.sampler.eval_batch_size, csc=graph_csc(self.data))
             for batch in loader:
                 h = hidden[batch.n_id].to(self.device)
                 outs.append(self.model.layer(index, h, batch.edge_index.to(self.device))[: batch.batch_size].cpu())
@@ -242,6 +256,8 @@ class Trainer:
         cfg = self.config.trainer
         metrics_path = self.out_dir / "metrics.jsonl"
         while self.state.epoch < cfg.epochs:
+            if self.stop_requested:  # agreed at the end of the previous epoch
+                return {"stopped": True, "epoch": self.state.epoch, "step": self.state.step}
             epoch = self.state.epoch
             started = time.perf_counter()
             stats = self.train_epoch(epoch, on_step_end)
@@ -302,22 +318,73 @@ def weights_digest(model: torch.nn.Module) -> str:
 
 
 def run_fit(config: Config, env: DistEnv) -> int:
-    """Entry point of `python -m train fit` once config and env are resolved."""
-    with process_group(env, config.dist) as (backend, device):
-        out_dir = run_dir(config, env)
+    """Entry point of `python -m train fit` once config and env are resolved.
+
+    Stop signals are caught from the first moment (train/preemption.py); a failure on any
+    rank ends this one within dist.collective_timeout_seconds, with a message naming the
+    rank that failed where it can be known.
+    """
+    from train.preemption import EXIT_FAILED, StopSignals, report_failure
+
+    signals = StopSignals.shared().install()  # usually already installed by `python -m train fit`
+    signals.rank = env.rank
+    with process_group(env, config.dist) as (backend, device), shared_graphs():
+        try:
+            return _train(config, env, backend, device, signals)
+        except UserError:
+            raise
+        except Exception as exc:
+            message = report_failure(exc, env)
+            if message is None:
+                raise  # the failure happened on this rank: its traceback says what
+            print(message, file=sys.stderr, flush=True)
+            return EXIT_FAILED
+
+
+def _train(config: Config, env: DistEnv, backend: str, device: torch.device, signals) -> int:
+    """Resume (trainer.resume), train with checkpoints, and end: finished, or stopped by a signal."""
+    from train.checkpoint import Checkpointer, atomic_write, atomic_write_text, settle_gradient_buckets
+    from train.preemption import STOP_SIGNALS, StepAgreement, leave_in_order, restart_count, signal_name, stop_outcome
+
+    out_dir = run_dir(config, env)
+    if env.is_main:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        dump_config(config, out_dir / "config.yaml")
+        print(f"run dir {out_dir}  world_size {env.world_size}  backend {backend}  device {device}", flush=True)
+    # Every rank says where it runs, so a multi-node log shows the placement (and who is missing).
+    print(f"rank {env.rank}/{env.world_size} on {os.uname().nodename} (node {env.node_rank}, "
+          f"local rank {env.local_rank}, master {env.master_addr}:{env.master_port})", flush=True)
+    data = obtain_graph(config, env)
+    trainer = Trainer(config, env, device, data, out_dir)
+    checkpointer = Checkpointer(trainer, out_dir)
+    checkpointer.resume()
+    settle_gradient_buckets(trainer)  # same DDP bucket layout for every step: resumed == uninterrupted
+    if env.is_main:  # metrics.jsonl lists exactly the epochs of the run state (none on a fresh start)
+        atomic_write_text(out_dir / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in trainer.state.history))
+    agreement = StepAgreement(trainer, signals, checkpointer)
+    trainer.joinables.append(agreement)
+    summary = trainer.fit(on_step_end=agreement.on_step_end, on_epoch_end=agreement.on_epoch_end)
+    if summary.get("stopped"):
+        signum = agreement.stop_signal
+        path = checkpointer.save(f"stop signal {signal_name(signum)}")
+        code, next_step = stop_outcome(restart_count(), config.trainer.max_restarts, env.job_id is not None)
         if env.is_main:
-            out_dir.mkdir(parents=True, exist_ok=True)
-            dump_config(config, out_dir / "config.yaml")
-            print(f"run dir {out_dir}  world_size {env.world_size}  backend {backend}  device {device}", flush=True)
-        data = obtain_graph(config, env)
-        trainer = Trainer(config, env, device, data, out_dir)
-        summary = trainer.fit()
-        # Every rank states what it ends with, so a log shows that all ranks agree.
-        print(f"rank {env.rank} final " + json.dumps({"weights_sha256": weights_digest(trainer.model),
-                                                      "test_acc": summary["final_test_acc"],
-                                                      "val_acc": summary["final_val_acc"]}), flush=True)
-        if env.is_main:
-            (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-            print(f"final test accuracy {summary['final_test_acc']:.4f} "
-                  f"(best val {summary['best_val_acc']:.4f} at epoch {summary['best_val_epoch']})", flush=True)
-        return 0
+            print(f"stopped in epoch {summary['epoch']} after step {summary['step']}: {signal_name(signum)}, "
+                  f"{STOP_SIGNALS[signum]}. Checkpoint {path}; {next_step}.", flush=True)
+        return leave_in_order(code, env.rank, env.world_size)
+    checkpointer.save("end of training")  # a no-op when the last epoch's checkpoint is this state
+    # Every rank states what it ends with, so a log shows that all ranks agree.
+    print(f"rank {env.rank} final " + json.dumps({"weights_sha256": weights_digest(trainer.model),
+                                                  "test_acc": summary["final_test_acc"],
+                                                  "val_acc": summary["final_val_acc"]}), flush=True)
+    if env.is_main:
+        buffer = io.BytesIO()
+        torch.save({k: v.detach().cpu() for k, v in trainer.model.state_dict().items()}, buffer)
+        atomic_write(out_dir / "model.pt", buffer.getvalue())  # the final weights, plain torch.load-able
+        atomic_write_text(out_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
+        print(f"final test accuracy {summary['final_test_acc']:.4f} "
+              f"(best val {summary['best_val_acc']:.4f} at epoch {summary['best_val_epoch']})", flush=True)
+        from train.report import write_report
+
+        write_report(out_dir)  # curves.png and a summary table; a failure to draw only warns
+    return 0

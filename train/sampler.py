@@ -155,9 +155,9 @@ class TorchNeighborSampler(BaseSampler):
             else:
                 csc = build_csc(data.edge_index, data.num_nodes)
         colptr, row, perm = csc
-        self.device = torch.device(device) if device is not None else colptr.device
         # `.to` is a no-op for tensors already there, so shared-memory CSC stays shared.
-        self.colptr = colptr.to(self.device)
+        self.colptr = colptr.to(device) if device is not None else colptr
+        self.device = self.colptr.device  # normalised, e.g. "cuda" -> cuda:0
         self.row = row.to(self.device)
         self.perm = perm.to(self.device) if perm is not None else None
         self.num_nodes = self.colptr.numel() - 1
@@ -166,8 +166,8 @@ class TorchNeighborSampler(BaseSampler):
 
         self._init_scratch()
 
-    # Global -> local id map, all -1 between calls. Kept across calls so a batch
-    # costs O(sampled) instead of O(num_nodes); the lock makes reuse safe.
+    # Global -> local id map, all _UNSEEN between calls. Kept across calls so a
+    # batch costs O(sampled) instead of O(num_nodes); the lock makes reuse safe.
     def _init_scratch(self) -> None:
         self._to_local: Tensor | None = None
         self._scratch_lock = threading.Lock()
@@ -249,9 +249,9 @@ class TorchNeighborSampler(BaseSampler):
             to_local.fill_(_UNSEEN)
         else:
             to_local.index_fill_(0, node, _UNSEEN)
-        empty = seeds.new_empty(0)
-        cat = lambda parts: torch.cat(parts) if parts else empty  # noqa: E731
-        return node, cat(rows), cat(cols), cat(edges), num_sampled_nodes, num_sampled_edges
+        if not self.num_neighbors:  # zero hops: no edges at all
+            rows = cols = edges = [seeds.new_empty(0)]
+        return node, torch.cat(rows), torch.cat(cols), torch.cat(edges), num_sampled_nodes, num_sampled_edges
 
     def _sample_hop(
         self, frontier: Tensor, frontier_start: int, fanout: int, generator: torch.Generator | None
@@ -275,7 +275,8 @@ class TorchNeighborSampler(BaseSampler):
                 pick = _floyd_positions if fanout <= _FLOYD_MAX_FANOUT else _random_key_positions
                 picks = pick(degree.index_select(0, subsampled), fanout, generator)
                 # Subsampled targets own exactly `fanout` consecutive slots: overwrite them.
-                slots = first_slot.index_select(0, subsampled).unsqueeze(1) + torch.arange(fanout, device=device)
+                slot_offset = torch.arange(fanout, device=device)
+                slots = first_slot.index_select(0, subsampled).unsqueeze(1) + slot_offset
                 chosen = start.index_select(0, subsampled).unsqueeze(1) + picks
                 edge.scatter_(0, slots.reshape(-1), chosen.reshape(-1))
         return edge, target + frontier_start
@@ -379,6 +380,7 @@ Complexity, per batch of B seeds with fanouts k_1..k_L (E_h edges sampled at hop
     independent of degree, for k <= 64; above that, random keys plus two sorts over
     the node's edges, O(d log d);
   * relabelling: O(E_h) with scatter_reduce into a persistent num_nodes-sized map
-    (8 bytes per graph node, per sampler copy) that is reset only where it was written.
+    (8 bytes per graph node, per sampler copy), reset where it was written (or by one
+    memset once a batch touched over 1/8 of the graph); the CSC is built once, O(E log E).
 No Python work per node: the only Python loops run over hops and over Floyd's k steps.
 """

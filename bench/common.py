@@ -1,0 +1,176 @@
+"""What every benchmark shares: the machine's description, result files, tables, local ranks, PSS."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+RESULT_TAG = "BENCH_RESULT "
+
+
+def _first_line_with(path: str, key: str) -> str:
+    try:
+        for line in Path(path).read_text().splitlines():
+            if line.startswith(key):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
+def _git(*args: str) -> str:
+    try:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def machine() -> dict:
+    """Enough to tell whether two result files can be compared."""
+    import numpy
+    import torch
+    import torch_geometric
+    import torch_geometric.typing
+
+    mem_kib = _first_line_with("/proc/meminfo", "MemTotal").split()
+    info = {
+        "host": socket.gethostname(),
+        "cpu_model": _first_line_with("/proc/cpuinfo", "model name") or platform.processor(),
+        "logical_cores": os.cpu_count(),
+        "usable_cores": len(os.sched_getaffinity(0)),
+        "memory_gib": round(int(mem_kib[0]) / 2**20, 2) if mem_kib else None,
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torch_geometric": torch_geometric.__version__,
+        "pyg_lib": bool(torch_geometric.typing.WITH_PYG_LIB),
+        "torch_sparse": bool(torch_geometric.typing.WITH_TORCH_SPARSE),
+        "numpy": numpy.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "git_commit": _git("rev-parse", "HEAD"),
+        "git_dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
+        "cuda": torch.cuda.is_available(),
+    }
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        info.update(gpu=props.name, gpu_memory_gib=round(props.total_memory / 2**30, 1),
+                    gpu_count=torch.cuda.device_count(), cuda_version=torch.version.cuda)
+    return info
+
+
+def write_result(name: str, payload: dict) -> Path:
+    """bench/results/<name>-<time>.json: the figures plus the machine they were measured on."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    path = RESULTS / f"{name}-{stamp}.json"
+    record = {"bench": name, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine(), **payload}
+    path.write_text(json.dumps(record, indent=2) + "\n")
+    return path
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence]) -> str:
+    """A plain fixed-width table (numbers right-aligned)."""
+    cells = [[str(h) for h in headers]] + [[_cell(v) for v in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    numeric = [all(_is_number(row[i]) for row in rows) for i in range(len(headers))]
+
+    def fmt(row):
+        return "  ".join(c.rjust(w) if num else c.ljust(w) for c, w, num in zip(row, widths, numeric)).rstrip()
+
+    lines = [fmt(cells[0]), "  ".join("-" * w for w in widths)]
+    lines += [fmt(r) for r in cells[1:]]
+    return "\n".join(lines)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _cell(value) -> str:
+    if isinstance(value, float):
+        return f"{value:,.3f}" if abs(value) < 10 else f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.1f}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    return str(value)
+
+
+def gib(n: float) -> float:
+    return n / 2**30
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def launch_local_ranks(module: str, args: Sequence[str], nprocs: int, timeout: float,
+                       extra_env: dict[str, str] | None = None) -> dict:
+    """Start `nprocs` real processes as the local ranks of one node (torchrun's variables) and
+    return the JSON that rank 0 prints after RESULT_TAG. `BENCH_T0` is each process's start time."""
+    port = free_port()
+    threads = max(1, len(os.sched_getaffinity(0)) // nprocs)
+    base = {k: v for k, v in os.environ.items()
+            if not k.startswith(("SLURM_", "MASTER_", "TORCHELASTIC_"))
+            and k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK")}
+    base.update(PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1", OMP_NUM_THREADS=str(threads), **(extra_env or {}))
+    procs = []
+    for rank in range(nprocs):
+        env = {**base, "WORLD_SIZE": str(nprocs), "RANK": str(rank), "LOCAL_RANK": str(rank),
+               "LOCAL_WORLD_SIZE": str(nprocs), "GROUP_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+               "MASTER_PORT": str(port), "BENCH_T0": repr(time.time())}
+        procs.append(subprocess.Popen([sys.executable, "-m", module, *args], cwd=ROOT, env=env, text=True,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+    outputs = []
+    try:
+        for proc in procs:
+            out, _ = proc.communicate(timeout=timeout)
+            outputs.append(out)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    if any(p.returncode for p in procs):
+        detail = "\n".join(f"--- rank {r} (exit {p.returncode}) ---\n{o[-3000:]}" for r, (p, o) in
+                           enumerate(zip(procs, outputs)))
+        raise RuntimeError(f"{module} {' '.join(args)} failed:\n{detail}")
+    for line in outputs[0].splitlines():
+        if line.startswith(RESULT_TAG):
+            return json.loads(line[len(RESULT_TAG):])
+    raise RuntimeError(f"{module} printed no result line:\n{outputs[0][-3000:]}")
+
+
+def emit(result: dict) -> None:
+    """What a worker (rank 0) hands back to `launch_local_ranks`."""
+    print(RESULT_TAG + json.dumps(result), flush=True)
+
+
+def pss(pid: int | str = "self") -> dict[str, int]:
+    """Proportional set size and its parts, in bytes, from /proc/PID/smaps_rollup."""
+    wanted = ("Rss", "Pss", "Pss_Anon", "Pss_File", "Pss_Shmem")
+    out = {}
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+        key, _, rest = line.partition(":")
+        if key in wanted:
+            out[key.lower()] = int(rest.split()[0]) * 1024
+    return out
+
+
+def touch(tensors) -> None:
+    """Read every page, so a mapped file counts in full in PSS (and a lazy copy cannot hide)."""
+    import torch
+
+    for t in tensors:
+        if t is not None and t.numel():
+            flat = t.reshape(-1)
+            (flat.sum() if flat.is_floating_point() else flat.to(torch.int64).sum()).item()

@@ -1,0 +1,148 @@
+"""Memory and start-up: N local ranks holding one synthetic graph, data.share=node against process.
+
+Each mode starts N real processes as the local ranks of one node. Each loads the graph the
+way training does (`train.fit.obtain_graph`), builds the Trainer and trains one batch, then
+reads every page of the graph and reports its proportional set size (PSS, from
+/proc/self/smaps_rollup) while all ranks are alive. PSS splits a shared page between the
+processes that map it, so the sum over ranks is what the node really holds.
+
+Start-up is the time from the launch of a process to the end of its first training step
+(the slowest rank's, since DDP steps together), and to the graph being ready.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from bench.common import emit, gib, launch_local_ranks, pss, table, touch, write_result
+
+GOAL = 0.4  # node <= 0.4 x process, with 4 local ranks
+
+
+def graph_overrides(args) -> list[str]:
+    return [f"data.num_nodes={args.nodes}", f"data.avg_degree={args.degree}", f"data.num_features={args.features}",
+            "data.num_classes=16", "sampler.num_neighbors=[25,10]", "sampler.batch_size=1024", "model.hidden=256",
+            "trainer.epochs=1", "output.progress=lines"]
+
+
+def worker(args) -> None:
+    """One rank: load as training does, one training step, touch all graph pages, PSS."""
+    import torch.distributed as dist
+
+    from train.config import load_config
+    from train.distenv import resolve
+    from train.distributed import process_group
+    from train.fit import Trainer, obtain_graph
+    from train.sharing import graph_csc, shared_graphs
+
+    t0 = float(os.environ["BENCH_T0"])
+    t_imported = time.time()
+    config = load_config("synthetic", [*graph_overrides(args), f"data.share={args.mode}"])
+    env = resolve(os.environ)
+    with process_group(env, config.dist) as (_backend, device), shared_graphs(), tempfile.TemporaryDirectory() as out:
+        data = obtain_graph(config, env)
+        t_graph = time.time()
+        trainer = Trainer(config, env, device, data, out_dir=Path(out))
+        t_trainer = time.time()
+        trainer.train_epoch(0, on_step_end=lambda _trainer: True)  # one step
+        t_first = time.time()
+        tensors = [data.x, data.y, data.edge_index, data.train_idx, data.val_idx, data.test_idx,
+                   *[t for t in graph_csc(data) or () if t is not None]]
+        touch(tensors)
+        storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors}
+        graph_bytes = sum(storages.values())  # node: the CSC's row is a view of edge_index
+        dist.barrier()  # all ranks alive and mapped: PSS divides shared pages among all of them
+        mine = pss()
+        dist.barrier()
+        rows: list = [None] * env.world_size
+        dist.all_gather_object(rows, {"rank": env.rank, "pss": mine, "graph_s": t_graph - t0,
+                                      "trainer_s": t_trainer - t0,
+                                      "first_batch_s": t_first - t0, "graph_bytes": graph_bytes,
+                                      "imported_s": t_imported - t0})
+        if env.rank == 0:
+            emit({"mode": args.mode, "ranks": rows})
+
+
+def run(args) -> dict:
+    results = {}
+    for mode in args.modes:
+        print(f"memory: {args.ranks} local ranks, data.share={mode} ...", flush=True)
+        results[mode] = launch_local_ranks(
+            "bench.memory", ["--worker", "--mode", mode, "--nodes", str(args.nodes), "--degree", str(args.degree),
+                             "--features", str(args.features)], args.ranks, timeout=args.timeout)
+    summary, memory_rows, startup_rows = {}, [], []
+    for mode, result in results.items():
+        ranks = result["ranks"]
+        total = sum(r["pss"]["pss"] for r in ranks)
+        slowest = {key: max(r[key] for r in ranks) for key in ("imported_s", "graph_s", "trainer_s", "first_batch_s")}
+        summary[mode] = {
+            "total_pss_bytes": total,
+            "per_rank_pss_bytes": [r["pss"]["pss"] for r in ranks],
+            "pss_anon_bytes": sum(r["pss"].get("pss_anon", 0) for r in ranks),
+            "pss_file_bytes": sum(r["pss"].get("pss_file", 0) for r in ranks),
+            "pss_shmem_bytes": sum(r["pss"].get("pss_shmem", 0) for r in ranks),
+            "graph_bytes_per_rank_view": ranks[0]["graph_bytes"],
+            **slowest,
+            "graph_load_s": max(r["graph_s"] - r["imported_s"] for r in ranks),
+        }
+        s = summary[mode]
+        memory_rows.append([mode, round(gib(total), 2), round(gib(total) / len(ranks), 2),
+                            round(gib(s["pss_anon_bytes"]), 2), round(gib(s["pss_shmem_bytes"] + s["pss_file_bytes"]), 2),
+                            round(gib(s["graph_bytes_per_rank_view"]), 2)])
+        startup_rows.append([mode, round(s["imported_s"], 1), round(s["graph_load_s"], 1), round(s["graph_s"], 1),
+                             round(s["first_batch_s"], 1)])
+    print()
+    print(f"Memory: {args.ranks} local ranks, synthetic graph {args.nodes:,} nodes, avg degree {args.degree}, "
+          f"{args.features} float32 features; PSS summed over the ranks after one training step")
+    print(table(["data.share", "total PSS GiB", "per rank GiB", "anon GiB", "shared GiB", "graph GiB (one rank's view)"],
+                memory_rows))
+    print()
+    print("Start-up, seconds from process start (slowest rank): python+imports, loading the graph, graph ready, "
+          "first training step done")
+    print(table(["data.share", "imports", "graph load", "graph ready", "first batch"], startup_rows))
+    ratios = {}
+    if "node" in summary and "process" in summary:
+        node, process = summary["node"], summary["process"]
+        ratios = {"pss_node_over_process": node["total_pss_bytes"] / process["total_pss_bytes"],
+                  "first_batch_node_over_process": node["first_batch_s"] / process["first_batch_s"],
+                  "graph_load_node_over_process": node["graph_load_s"] / process["graph_load_s"]}
+        ratios["goal_met"] = ratios["pss_node_over_process"] <= GOAL
+        print(f"\nPSS node/process = {ratios['pss_node_over_process']:.3f}  "
+              f"(goal <= {GOAL}: {'met' if ratios['goal_met'] else 'NOT met'})")
+        print(f"start-up node/process: to first batch {ratios['first_batch_node_over_process']:.3f}, "
+              f"graph load {ratios['graph_load_node_over_process']:.3f}")
+    path = write_result("memory", {"params": {"ranks": args.ranks, "nodes": args.nodes, "avg_degree": args.degree,
+                                               "features": args.features, "goal": GOAL},
+                                    "modes": summary, "ratios": ratios, "raw": results})
+    print(f"wrote {path}")
+    return ratios
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--ranks", type=int, default=4, help="local ranks (processes) per mode")
+    parser.add_argument("--nodes", type=int, default=1_000_000)
+    parser.add_argument("--degree", type=float, default=25.0, help="average degree (edges = nodes x degree)")
+    parser.add_argument("--features", type=int, default=128)
+    parser.add_argument("--modes", nargs="+", default=["node", "process"], choices=["node", "process"])
+    parser.add_argument("--timeout", type=float, default=900)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--mode", default="node", help=argparse.SUPPRESS)
+    args, _unknown = parser.parse_known_args(argv)  # `python -m bench` passes one set to all
+    if args.worker:
+        worker(args)
+        return 0
+    run(args)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

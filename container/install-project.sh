@@ -1,0 +1,127 @@
+#!/bin/sh
+# Install this project (package `train`, not editable) into the Python of NVIDIA's PyG
+# container, adding only what the image lacks and never replacing what it ships.
+#
+# The one install step of every route, so that they all make the same image:
+#   container/Dockerfile       RUN --mount=... sh /opt/project/container/install-project.sh /opt/project
+#   container/enroot-build.sh  enroot start --root --rw -m CHECKOUT:/opt/project NAME sh /opt/project/container/install-project.sh /opt/project
+#   job start on a plain registry image (nvcr.io#nvidia/pyg:TAG), same command.
+#
+# Guard: every installed distribution whose name matches GUARD_REGEX (torch*, pyg*, numpy, ...)
+# is written, at the version the image has, into a pip constraints file built here, so pip
+# cannot replace it; a requirement that needs another version makes pip (and so the build)
+# fail, naming the package. After the install the guarded versions and torch.__version__ are
+# compared with those from before, and any change fails the build too.
+#
+# POSIX sh on purpose (the enroot route calls it with `sh`).
+#
+# Usage: sh container/install-project.sh [PROJECT_DIR]   (default: the folder above this script)
+# Env:   PYTHON         interpreter to install into (default: python3, else python)
+#        GUARD_REGEX    case-insensitive extended regex on `pip list --format=freeze` lines
+#        PROJECT_FILES  what is copied from PROJECT_DIR into a temporary build folder (the checkout
+#                       or read-only mount is never written to); missing entries are skipped
+#        IMPORT_CHECK   module imported afterwards, from outside the sources (empty: skip)
+#        Any PIP_* variable (index, proxy, cache) is honoured by pip as usual.
+# When the interpreter's site-packages is not writable (a job start without root), it installs
+# with --user: set PYTHONUSERBASE to a per-job folder for that case.
+set -eu
+
+prog=install-project.sh
+say() { printf '%s: %s\n' "$prog" "$*"; }
+die() {
+    printf '%s: error: %s\n' "$prog" "$*" >&2
+    exit 1
+}
+
+script_dir=$(CDPATH='' cd -- "$(dirname -- "$0")" && pwd)
+project=${1:-$(dirname -- "$script_dir")}
+project=$(CDPATH='' cd -- "$project" && pwd) || die "no such project folder: ${1:-}"
+[ -f "$project/pyproject.toml" ] || die "no pyproject.toml in $project"
+
+PYTHON=${PYTHON:-$(command -v python3 || command -v python || true)}
+[ -n "$PYTHON" ] || die "no python3 or python on PATH (set PYTHON)"
+GUARD_REGEX=${GUARD_REGEX:-'^(torch[a-z]*|torch[-_][^=]*|pyg|pyg[-_][^=]*|numpy|scipy|triton|pytorch-triton[^=]*|cugraph[^=]*|pylibcugraph[^=]*|pylibwholegraph[^=]*|cupy[^=]*|nvidia-[^=]*)=='}
+PROJECT_FILES=${PROJECT_FILES:-pyproject.toml setup.cfg setup.py MANIFEST.in README.md LICENSE train}
+IMPORT_CHECK=${IMPORT_CHECK-train}
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/install-project.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# Guarded distributions, exactly as the image has them: "name==version" lines.
+guarded() {
+    "$PYTHON" -m pip list --format=freeze --disable-pip-version-check >"$tmp/list.txt" 2>"$tmp/list.err" || {
+        cat "$tmp/list.err" >&2
+        die "'$PYTHON -m pip list' failed"
+    }
+    grep -iE "$GUARD_REGEX" "$tmp/list.txt" | grep '==' || true
+}
+torch_version() {
+    "$PYTHON" -c 'import torch; print(torch.__version__)' 2>/dev/null || true
+}
+
+guarded >"$tmp/constraints.txt"
+torch_before=$(torch_version)
+say "keeping what the image has (pip constraints):"
+if [ -s "$tmp/constraints.txt" ]; then
+    sed 's/^/    /' "$tmp/constraints.txt"
+else
+    echo "    (none of them is installed)"
+fi
+
+# Build from a copy: pip's in-tree build writes build/ and *.egg-info next to the sources.
+mkdir "$tmp/src"
+for entry in $PROJECT_FILES; do
+    if [ -e "$project/$entry" ]; then
+        cp -R "$project/$entry" "$tmp/src/"
+    fi
+done
+
+user_flag=
+if ! "$PYTHON" -c 'import os, sys, sysconfig; sys.exit(0 if os.access(sysconfig.get_paths()["purelib"], os.W_OK) else 1)'; then
+    user_flag=--user
+    say "site-packages is not writable: installing with --user (PYTHONUSERBASE=${PYTHONUSERBASE:-default})"
+fi
+
+say "pip install $project (not editable) with $PYTHON"
+# pip's output is shown as it runs and kept for the error message; its status goes through a file
+# because sh has no pipefail.
+{
+    rc=0
+    PIP_ROOT_USER_ACTION=ignore "$PYTHON" -m pip install --no-cache-dir --disable-pip-version-check \
+        ${user_flag:+"$user_flag"} -c "$tmp/constraints.txt" "$tmp/src" 2>&1 || rc=$?
+    echo "$rc" >"$tmp/pip.rc"
+} | tee "$tmp/pip.log"
+rc=$(cat "$tmp/pip.rc")
+if [ "$rc" != 0 ]; then
+    # pip names each blocking constraint: "The user requested (constraint) torch==2.7.0a0+...".
+    sed -n 's/.*(constraint) *\([A-Za-z0-9._-]*\).*/\1/p' "$tmp/pip.log" | sort -u >"$tmp/conflicts.txt"
+    conflicts=
+    while IFS= read -r name; do
+        pin=$(grep -i "^$name==" "$tmp/constraints.txt" || echo "$name")
+        conflicts="$conflicts $pin"
+    done <"$tmp/conflicts.txt"
+    if [ -n "$conflicts" ]; then
+        die "the project's requirements would replace what the image ships:$conflicts (kept by the guard, see pip's conflict above); relax the ranges in $project/pyproject.toml or pick another PYG_TAG"
+    fi
+    die "pip install failed (exit $rc), see its output above"
+fi
+
+# Belt and braces: nothing guarded may have changed, whatever pip did.
+guarded >"$tmp/after.txt"
+changed=$(grep -vxF -f "$tmp/after.txt" "$tmp/constraints.txt" || true)
+if [ -n "$changed" ]; then
+    die "the install changed what the image ships; before: $(echo "$changed" | tr '\n' ' ')after: $(grep -vxF -f "$tmp/constraints.txt" "$tmp/after.txt" | tr '\n' ' ')"
+fi
+torch_after=$(torch_version)
+if [ "$torch_before" != "$torch_after" ]; then
+    die "torch changed from '${torch_before:-none}' to '${torch_after:-none}'"
+fi
+
+if [ -n "$IMPORT_CHECK" ]; then
+    where=$(cd / && "$PYTHON" -c "import $IMPORT_CHECK as m; print(m.__file__)") ||
+        die "installed, but 'import $IMPORT_CHECK' fails"
+    say "import $IMPORT_CHECK -> $where"
+fi
+say "done; torch ${torch_after:-not installed} unchanged"

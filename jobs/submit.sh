@@ -1,0 +1,286 @@
+#!/usr/bin/env bash
+# `make submit` / `make srun`: check the request, then submit jobs/train.sbatch with sbatch, or
+# print the equivalent direct srun line for an interactive allocation.
+#
+# Usage: jobs/submit.sh [submit|srun]     (mk/jobs.mk passes every knob as an environment variable)
+#
+#   NODES, GPUS     nodes, and GPUs in total: one task (rank) per GPU, GPUS/NODES per node
+#                   (with GPUS_PER_TASK=0, GPUS is the number of CPU tasks)
+#   CONFIG, ARGS    shipped config name or YAML path; `section.key=value` overrides
+#   IMAGE           none (bare mode: host Python), a .sqsh path, or a registry image
+#                   (nvcr.io#nvidia/pyg:TAG)
+#   GPUS_PER_TASK   1, or 0 on a CPU-only cluster;  CPUS_PER_TASK, MEM, TIME, PARTITION, ACCOUNT, QOS
+#   SBATCH_ARGS, SRUN_ARGS  extra options, whitespace-separated
+#   DATA_DIR, LOG_DIR, JOB_NAME, CONTAINER_MOUNTS, INSTALL_PROJECT, BARE_PYTHON (see jobs/train.sbatch)
+#   DRY_RUN=1       print the sbatch command and the script, submit nothing
+#
+# Every check runs before sbatch; each problem found names the bad value and what is valid; then it exits 2
+# and submits nothing.
+set -euo pipefail
+
+prog="make submit"
+mode=${1:-submit}
+case $mode in
+submit) ;;
+srun) prog="make srun" ;;
+*)
+    printf 'usage: %s [submit|srun]\n' "$0" >&2
+    exit 2
+    ;;
+esac
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+script=$root/jobs/train.sbatch
+
+die() {
+    printf '%s: error: %s\n' "$prog" "$*" >&2
+    exit 2
+}
+note() { printf '%s: %s\n' "$prog" "$*" >&2; }
+
+# Shell-quote words only where needed, so a printed command pastes back as it is.
+quote() {
+    local a out=()
+    for a in "$@"; do
+        if [[ $a =~ ^[A-Za-z0-9_@%+=:,./-][A-Za-z0-9_@%+=:,./#-]*$ ]]; then
+            out+=("$a")
+        else
+            out+=("'${a//\'/\'\\\'\'}'")
+        fi
+    done
+    printf '%s\n' "${out[*]}"
+}
+
+NODES=${NODES:-1}
+GPUS=${GPUS:-1}
+CONFIG=${CONFIG:-synthetic}
+ARGS=${ARGS:-}
+IMAGE=${IMAGE:-none}
+GPUS_PER_TASK=${GPUS_PER_TASK:-1}
+CPUS_PER_TASK=${CPUS_PER_TASK:-}
+MEM=${MEM:-}
+TIME=${TIME:-}
+PARTITION=${PARTITION:-}
+ACCOUNT=${ACCOUNT:-}
+QOS=${QOS:-}
+SBATCH_ARGS=${SBATCH_ARGS:-}
+SRUN_ARGS=${SRUN_ARGS:-}
+DATA_DIR=${DATA_DIR:-}
+LOG_DIR=${LOG_DIR:-logs}
+JOB_NAME=${JOB_NAME:-pyg-train}
+CONTAINER_MOUNTS=${CONTAINER_MOUNTS:-}
+INSTALL_PROJECT=${INSTALL_PROJECT:-auto}
+BARE_PYTHON=${BARE_PYTHON:-}
+DRY_RUN=${DRY_RUN:-}
+case $DRY_RUN in 0 | false | no) DRY_RUN= ;; esac
+
+# ---- checks -----------------------------------------------------------------------------------
+# Every check runs; each problem is one line naming the value and what is valid.
+problems=()
+problem() { problems+=("$*"); }
+
+positive() {
+    [[ $2 =~ ^[1-9][0-9]*$ ]] && return 0
+    problem "$1='$2' is not valid: expected a positive whole number, $3."
+    return 1
+}
+nodes_ok=1
+positive NODES "$NODES" "the number of nodes (e.g. NODES=2)" || nodes_ok=0
+positive GPUS "$GPUS" "the number of GPUs in total, one task each (e.g. GPUS=4)" || nodes_ok=0
+per_node=1
+if ((nodes_ok)); then
+    if ((GPUS % NODES != 0)); then
+        lower=$((GPUS / NODES * NODES))
+        hint="GPUS=$((lower + NODES))"
+        ((lower > 0)) && hint="GPUS=$lower or $hint"
+        problem "GPUS=$GPUS is not a multiple of NODES=$NODES: tasks are spread evenly, GPUS/NODES per node; use e.g. $hint."
+    fi
+    per_node=$((GPUS / NODES))
+fi
+case $GPUS_PER_TASK in
+0 | 1) ;;
+*) problem "GPUS_PER_TASK='$GPUS_PER_TASK' is not valid: expected 1 (each task drives one GPU) or 0 (CPU-only cluster, gloo)." ;;
+esac
+if [[ -n $CPUS_PER_TASK ]]; then
+    positive CPUS_PER_TASK "$CPUS_PER_TASK" "CPUs per task (or empty for the cluster's default)" || true
+fi
+[[ $JOB_NAME =~ ^[A-Za-z0-9._-]+$ ]] ||
+    problem "JOB_NAME='$JOB_NAME' is not valid: expected letters, digits, '.', '_' or '-' (it names the log file)."
+case $INSTALL_PROJECT in
+auto | 0 | 1) ;;
+*) problem "INSTALL_PROJECT='$INSTALL_PROJECT' is not valid: expected auto, 1 or 0." ;;
+esac
+
+# The image: none, a squashfs file (must exist), or a registry reference.
+image_kind=registry
+case $IMAGE in
+none) image_kind=none ;;
+/* | .* | *.sqsh) image_kind="file" ;;
+esac
+if [[ $image_kind == file ]]; then
+    if [[ -f $IMAGE ]]; then
+        IMAGE=$(cd "$(dirname "$IMAGE")" && pwd)/$(basename "$IMAGE") # pyxis reads a path only if it starts with / or .
+    elif [[ -n $DRY_RUN || $mode == srun ]]; then
+        note "warning: IMAGE='$IMAGE' does not exist (yet): build it with 'make image'; a real submit stops here."
+        [[ $IMAGE == /* ]] || IMAGE=$root/${IMAGE#./}
+    else
+        problem "IMAGE='$IMAGE' does not exist: build it with 'make image', or pass IMAGE=nvcr.io#nvidia/pyg:TAG (a registry image; the project is installed at job start) or IMAGE=none (bare mode: the host's Python)."
+    fi
+elif [[ $image_kind == registry && ! $IMAGE =~ ^[A-Za-z0-9@#:/._-]+$ ]]; then
+    problem "IMAGE='$IMAGE' is not valid: expected none, a .sqsh path, or a registry image like nvcr.io#nvidia/pyg:25.05-py3."
+fi
+
+# The config: a shipped name, or a file the job can read (inside the project for a container).
+config_arg=
+if [[ -f $root/train/configs/$CONFIG.yaml ]]; then
+    config_arg=$CONFIG
+elif [[ -f $CONFIG ]]; then
+    config_abs=$(cd "$(dirname "$CONFIG")" && pwd)/$(basename "$CONFIG")
+    case $config_abs in
+    "$root"/*) config_arg=${config_abs#"$root"/} ;; # the job runs in the project (/workspace)
+    *)
+        if [[ $image_kind == none ]]; then
+            config_arg=$config_abs
+        else
+            problem "CONFIG='$CONFIG' is outside the project ($root), the only folder the container sees (at /workspace): copy it into the project."
+        fi
+        ;;
+    esac
+else
+    shipped=$(cd "$root/train/configs" && for f in *.yaml; do printf '%s ' "${f%.yaml}"; done)
+    problem "CONFIG='$CONFIG' is neither a shipped config nor a file: shipped configs are: ${shipped% }; or give a YAML path."
+fi
+
+# Bare mode's interpreter: BARE_PYTHON, else the project's venv, else python3 (as jobs/train.sbatch).
+host_python() {
+    if [[ -n $BARE_PYTHON ]]; then
+        printf '%s\n' "$BARE_PYTHON"
+    elif [[ -x $root/.venv/bin/python ]]; then
+        printf '%s\n' "$root/.venv/bin/python"
+    else
+        echo python3
+    fi
+}
+# The config's content and the overrides, checked by the package itself when a Python with
+# PyYAML is at hand (a typo in ARGS would otherwise surface only once the job runs).
+read -r -a args <<<"$ARGS"
+check_py=$(host_python)
+if [[ -n $config_arg ]] && (cd "$root" && "$check_py" -c 'import yaml' >/dev/null 2>&1); then
+    if ! err=$(cd "$root" && PYTHONPATH=$root "$check_py" -c '
+import sys
+from train.config import load_config
+from train.errors import UserError
+try:
+    load_config(sys.argv[1], sys.argv[2:])
+except UserError as exc:
+    sys.exit(str(exc))
+' "$config_arg" "${args[@]}" 2>&1); then
+        problem "CONFIG='$CONFIG' ARGS='$ARGS': ${err}"
+    fi
+fi
+
+# The data folder: a container mounts it, so it must exist (the default one is created).
+if [[ -n $DATA_DIR && ! -d $DATA_DIR && $image_kind != none ]]; then
+    problem "DATA_DIR='$DATA_DIR' is not a directory: it is mounted into the container at /data, so it must exist."
+fi
+
+if ((${#problems[@]})); then
+    for line in "${problems[@]}"; do
+        printf '%s: error: %s\n' "$prog" "$line" >&2
+    done
+    [[ $mode == srun ]] || printf '%s: nothing was submitted.\n' "$prog" >&2
+    exit 2
+fi
+
+# ---- paths ------------------------------------------------------------------------------------
+if [[ -z $DATA_DIR ]]; then
+    DATA_DIR=$root/data
+    [[ $image_kind == none || -n $DRY_RUN || $mode == srun ]] || mkdir -p "$DATA_DIR" # a mount source must exist
+elif [[ -d $DATA_DIR ]]; then
+    DATA_DIR=$(cd "$DATA_DIR" && pwd)
+else
+    [[ $DATA_DIR == /* ]] || DATA_DIR=$root/$DATA_DIR
+fi
+[[ $LOG_DIR == /* ]] || LOG_DIR=$root/$LOG_DIR
+
+# ---- the request as SLURM options -------------------------------------------------------------
+resources=(--nodes="$NODES" --ntasks="$GPUS" --ntasks-per-node="$per_node")
+if ((GPUS_PER_TASK > 0)); then
+    # every task sees all GPUs of its node and uses cuda:LOCAL_RANK (SLURM >= 24.05 may also
+    # need --tres-bind=gres/gpu:none)
+    resources+=(--gpus-per-task="$GPUS_PER_TASK" --gpu-bind=none)
+fi
+[[ -z $CPUS_PER_TASK ]] || resources+=(--cpus-per-task="$CPUS_PER_TASK")
+[[ -z $MEM ]] || resources+=(--mem="$MEM")
+[[ -z $TIME ]] || resources+=(--time="$TIME")
+[[ -z $PARTITION ]] || resources+=(--partition="$PARTITION")
+[[ -z $ACCOUNT ]] || resources+=(--account="$ACCOUNT")
+[[ -z $QOS ]] || resources+=(--qos="$QOS")
+
+# ---- make srun: the direct line for an interactive allocation ---------------------------------
+if [[ $mode == srun ]]; then
+    read -r -a srun_extra <<<"$SRUN_ARGS"
+    line=(srun "${resources[@]}" --kill-on-bad-exit=1 --label "${srun_extra[@]}")
+    envs=(OMP_NUM_THREADS="${CPUS_PER_TASK:-1}")
+    if [[ $image_kind == none ]]; then
+        envs+=(DATA_DIR="$DATA_DIR")
+        line+=(--chdir="$root" "$(host_python)")
+    else
+        mounts=$root:/workspace,$DATA_DIR:/data${CONTAINER_MOUNTS:+,$CONTAINER_MOUNTS}
+        envs+=(DATA_DIR=/data)
+        container=(--container-image="$IMAGE" --container-mounts="$mounts" --container-workdir=/workspace
+            --no-container-mount-home)
+        install=$INSTALL_PROJECT
+        if [[ $install == auto ]]; then
+            install=0
+            [[ $image_kind != registry ]] || install=1
+        fi
+        if [[ $install == 1 ]]; then
+            container+=(--container-name=pyg-train)
+            note "first install the project into the image, once per allocation (one task per node):"
+            quote srun --nodes="$NODES" --ntasks="$NODES" --ntasks-per-node=1 "${container[@]}" \
+                --container-remap-root --container-writable sh /workspace/container/install-project.sh /workspace
+        fi
+        line+=("${container[@]}" "--container-env=DATA_DIR,OMP_NUM_THREADS" python)
+    fi
+    line+=(-m train fit --config "$config_arg" "${args[@]}")
+    note "inside an allocation (salloc ${resources[*]}), or from a login node, run:"
+    quote "${envs[@]}" "${line[@]}"
+    exit 0
+fi
+
+# ---- make submit ------------------------------------------------------------------------------
+read -r -a sbatch_extra <<<"$SBATCH_ARGS"
+sbatch_cmd=(sbatch --parsable --export=ALL --chdir="$root" --job-name="$JOB_NAME" --output="$LOG_DIR/%x-%j.log"
+    "${resources[@]}" "${sbatch_extra[@]}" "$script")
+# The knobs of jobs/train.sbatch travel in the environment: --export=ALL (as the seed), also where
+# a site sets SBATCH_EXPORT=NONE.
+job_env=(CONFIG="$config_arg" ARGS="$ARGS" IMAGE="$IMAGE" PROJECT_DIR="$root" DATA_DIR="$DATA_DIR"
+    GPUS_PER_TASK="$GPUS_PER_TASK" SRUN_ARGS="$SRUN_ARGS" CONTAINER_MOUNTS="$CONTAINER_MOUNTS"
+    INSTALL_PROJECT="$INSTALL_PROJECT" BARE_PYTHON="$BARE_PYTHON")
+
+if [[ -n $DRY_RUN ]]; then
+    echo "# DRY_RUN=1: nothing submitted. The sbatch command:"
+    quote env "${job_env[@]}" "${sbatch_cmd[@]}"
+    echo "# The script it submits, ${script#"$root"/}:"
+    cat "$script"
+    exit 0
+fi
+
+command -v sbatch >/dev/null 2>&1 || die "sbatch is not on PATH: run this on a SLURM login node (or use DRY_RUN=1 to see the command); nothing was submitted."
+mkdir -p "$LOG_DIR" # SLURM does not create the output folder: without it the log is lost
+if ! reply=$(env "${job_env[@]}" "${sbatch_cmd[@]}"); then
+    printf '%s: error: sbatch refused the job (its message is above); the command was:\n%s\n' \
+        "$prog" "$(quote "${sbatch_cmd[@]}")" >&2
+    exit 1
+fi
+job_id=${reply%%;*}
+[[ $job_id =~ ^[0-9]+$ ]] || {
+    printf '%s: error: sbatch printed %q, not a job id\n' "$prog" "$reply" >&2
+    exit 1
+}
+log=$LOG_DIR/$JOB_NAME-$job_id.log
+echo "Submitted job $job_id ($NODES nodes, $GPUS tasks, $per_node per node, config $CONFIG, image $IMAGE)"
+echo "log:    $log"
+echo "follow: tail -f $(quote "$log")"
+echo "status: squeue -j $job_id    cancel: scancel $job_id"

@@ -1,0 +1,16 @@
+# `make image`: the training image (NVIDIA's PyG container + this project), built with enroot or docker.
+# The base tag has one source, the `ARG PYG_TAG=` line of container/Dockerfile.
+# IMAGE is also the default image of `make submit` (jobs): keep its definition as it is.
+PYG_TAG_DEFAULT := $(shell sed -n 's/^ARG PYG_TAG=//p' $(CURDIR)/container/Dockerfile)
+PYG_TAG ?= $(PYG_TAG_DEFAULT)
+IMAGE_DIR ?= images
+IMAGE ?= $(IMAGE_DIR)/pyg-train-$(PYG_TAG).sqsh
+BUILDER ?= auto
+DRY_RUN ?=
+SQSH ?=
+
+.PHONY: image
+
+image: ## Build IMAGE (.sqsh) with BUILDER=auto|docker|enroot on nvcr.io/nvidia/pyg:PYG_TAG; DRY_RUN=1 prints the commands
+	@BUILDER='$(BUILDER)' PYG_TAG='$(PYG_TAG)' IMAGE_DIR='$(IMAGE_DIR)' IMAGE='$(IMAGE)' DRY_RUN='$(DRY_RUN)' SQSH='$(SQSH)' \
+		bash container/image.sh

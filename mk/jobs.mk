@@ -1,0 +1,32 @@
+# `make submit` / `make srun`: the multi-node job (jobs/train.sbatch), checked by jobs/submit.sh.
+# GPUS is the number of GPUs in total, one task (rank) each, GPUS/NODES per node.
+# IMAGE and DRY_RUN come from mk/image.mk (IMAGE: the .sqsh `make image` writes; empty or
+# undefined means none); IMAGE=none runs on the host's Python (bare mode).
+NODES ?= 1
+GPUS ?= 1
+GPUS_PER_TASK ?= 1
+CPUS_PER_TASK ?= 8
+MEM ?=
+TIME ?=
+PARTITION ?=
+ACCOUNT ?=
+QOS ?=
+SBATCH_ARGS ?=
+SRUN_ARGS ?=
+DATA_DIR ?=
+LOG_DIR ?= logs
+JOB_NAME ?= pyg-train
+
+# Every knob reaches the script as an environment variable, single-quoted for the shell.
+jobs_quote = '$(subst ','\'',$(1))'
+JOBS_ENV = $(foreach v,NODES GPUS CONFIG ARGS IMAGE GPUS_PER_TASK CPUS_PER_TASK MEM TIME PARTITION \
+	ACCOUNT QOS SBATCH_ARGS SRUN_ARGS DATA_DIR LOG_DIR JOB_NAME CONTAINER_MOUNTS INSTALL_PROJECT BARE_PYTHON \
+	DRY_RUN,$(v)=$(call jobs_quote,$($(v))))
+
+.PHONY: submit srun
+
+submit: ## Submit the training job: NODES=2 GPUS=4 [CONFIG= IMAGE= TIME= PARTITION= ...]; DRY_RUN=1 prints it
+	@$(JOBS_ENV) bash jobs/submit.sh submit
+
+srun: ## Print the direct srun line (pyxis flags) for NODES/GPUS, to paste in an interactive allocation
+	@$(JOBS_ENV) bash jobs/submit.sh srun

@@ -1,0 +1,92 @@
+"""Start N real local processes with the variables srun sets, as a stand-in for nothing:
+each process is a real `python -m train ...` that rendezvous over real torch.distributed (gloo).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+FINAL_LINE = re.compile(r"^rank (\d+) final (\{.*\})$", re.M)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def srun_env(rank: int, world_size: int, nodes: int, job_id: str, port: int) -> dict[str, str]:
+    """What srun exports to task `rank` of a job with `world_size` tasks spread evenly over `nodes`."""
+    per_node = world_size // nodes
+    return {
+        "SLURM_JOB_ID": job_id,
+        "SLURM_NTASKS": str(world_size),
+        "SLURM_PROCID": str(rank),
+        "SLURM_LOCALID": str(rank % per_node),
+        "SLURM_NODEID": str(rank // per_node),
+        "SLURM_JOB_NUM_NODES": str(nodes),
+        "SLURM_NTASKS_PER_NODE": str(per_node),
+        "SLURM_JOB_NODELIST": f"node[1-{nodes}]" if nodes > 1 else "node1",
+        "MASTER_ADDR": "127.0.0.1",  # every "node" is this machine
+        "MASTER_PORT": str(port),
+    }
+
+
+@dataclass
+class JobResult:
+    returncodes: list[int]
+    outputs: list[str]
+
+    def final(self) -> dict[int, dict]:
+        """Each rank's `rank R final {...}` line."""
+        found = {}
+        for out in self.outputs:
+            for match in FINAL_LINE.finditer(out):
+                found[int(match.group(1))] = json.loads(match.group(2))
+        return found
+
+
+def run_local_job(args: list[str], world_size: int, nodes: int = 1, job_id: str = "4242",
+                  timeout: float = 240, extra_env: dict[str, str] | None = None) -> JobResult:
+    port = free_port()
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "MASTER_", "WORLD_SIZE", "RANK",
+                                                                       "LOCAL_RANK", "LOCAL_WORLD_SIZE"))}
+    base.update(PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", PYTHONFAULTHANDLER="1", **(extra_env or {}))
+    procs = [
+        subprocess.Popen([sys.executable, "-m", "train", *args], cwd=ROOT, text=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         env={**base, **srun_env(rank, world_size, nodes, job_id, port)})
+        for rank in range(world_size)
+    ]
+    return collect(procs, timeout)
+
+
+def collect(procs: list[subprocess.Popen], timeout: float) -> JobResult:
+    """Wait for every process; past `timeout`, kill the rest so a hang shows up as output, not a stuck test."""
+    deadline = time.monotonic() + timeout
+    outputs, codes = [], []
+    for proc in procs:
+        try:
+            out, _ = proc.communicate(timeout=max(deadline - time.monotonic(), 0.1))
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGABRT)  # PYTHONFAULTHANDLER=1: print every thread's stack first
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+            proc.kill()
+            out, _ = proc.communicate()
+            out += f"\n[killed after {timeout} s: hang]"
+        outputs.append(out)
+        codes.append(proc.returncode)
+    return JobResult(codes, outputs)

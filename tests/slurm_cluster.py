@@ -1,0 +1,935 @@
+"""A real, throw-away SLURM cluster on this machine, for the test-suite.
+
+Debian's slurm-wlm 22.05 + munge; one slurmctld in the root network namespace
+(on a private bridge) and N slurmd "nodes" n1..nN, each in its own network
+namespace with its own hostname and its own /etc/hosts (bind-mounted), so a
+task on n2 reaches n1 by the name ``scontrol show hostnames`` prints.
+
+    with SlurmCluster(nodes=2, cpus_per_node=2, workdir=tmp) as c:
+        job = c.sbatch(["-N2", "--wrap", "srun hostname"])
+        assert c.wait_job(job) == "COMPLETED"
+
+Everything lives under ``workdir``: slurm.conf, munge key/socket, spool and
+state dirs, logs, the hosts file.  Names (namespaces, bridge, veths), the
+10.77.X.0/24 subnet and the ports are chosen per instance, so two instances (or
+a SLURM of the machine itself) do not disturb each other.  /etc/slurm is never
+read or written: clients get ``SLURM_CONF`` through :attr:`SlurmCluster.env`.
+
+Stdlib only.  Needs root.  Run as a script with ``--reap -- CMD...`` it is the
+small child-subreaper that every daemon runs under (see ``_reaper_main``), so
+that slurmstepd and slurmscriptd are reaped at once, not by a slow PID 1.
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import fcntl
+import os
+import random
+import re
+import secrets
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+__all__ = [
+    "SlurmCluster",
+    "SlurmClusterError",
+    "SlurmClusterUnavailable",
+    "TERMINAL_STATES",
+    "ensure_slurm_installed",
+    "skip_or_fail_unavailable",
+    "unavailable_reason",
+]
+
+# Job states after which a job will not run again by itself.  A requeued job
+# passes through REQUEUED/PENDING and runs again, so those are not terminal.
+TERMINAL_STATES = frozenset({
+    "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL",
+    "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL", "DEADLINE",
+})
+
+SLURM_CLIENTS = ("sbatch", "srun", "salloc", "scontrol", "sinfo", "squeue",
+                 "scancel", "sattach", "sbcast", "sstat", "sprio", "sdiag",
+                 "strigger")
+_SLURM_ENV_PREFIXES = ("SLURM_", "SBATCH_", "SRUN_", "SALLOC_", "SQUEUE_",
+                       "SINFO_", "SCONTROL_", "SACCT_")
+_LOCK_FILE = "/run/lock/slurm-test-cluster.lock"
+_HERE = Path(__file__).resolve()
+
+
+class SlurmClusterError(RuntimeError):
+    """The cluster failed to start, to run a command, or to stop cleanly."""
+
+
+class SlurmClusterUnavailable(SlurmClusterError):
+    """This machine cannot host the cluster (not root, no namespaces, no packages)."""
+
+
+# --------------------------------------------------------------------------- setup checks
+
+_SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def _which(name: str) -> str | None:
+    """shutil.which, also looking in the sbin dirs a CI PATH may lack."""
+    return shutil.which(name) or shutil.which(name, path=_SYSTEM_PATH)
+
+
+def _exe(name: str) -> str:
+    path = _which(name)
+    if path is None:
+        raise SlurmClusterUnavailable(f"command not found: {name}")
+    return path
+
+
+def _system_env() -> dict[str, str]:
+    """os.environ with the sbin/bin dirs on PATH (for apt and the daemons)."""
+    env = dict(os.environ)
+    parts = env.get("PATH", "").split(":")
+    env["PATH"] = ":".join([p for p in parts if p] +
+                           [d for d in _SYSTEM_PATH.split(":") if d not in parts])
+    return env
+
+
+def _which_all(*names: str) -> list[str]:
+    """The names among ``names`` that are not installed."""
+    return [n for n in names if _which(n) is None]
+
+
+def ensure_slurm_installed() -> None:
+    """Install Debian's slurm-wlm and munge when slurmctld is missing (apt, as root)."""
+    if not _which_all("slurmctld", "slurmd", "srun", "munged", "mungekey"):
+        return
+    if os.geteuid() != 0:
+        raise SlurmClusterUnavailable(
+            "slurm-wlm/munge are not installed and installing them needs root")
+    if _which("apt-get") is None:
+        raise SlurmClusterUnavailable(
+            "slurm-wlm/munge are not installed and there is no apt-get to install them")
+    env = dict(_system_env(), DEBIAN_FRONTEND="noninteractive")
+    with _machine_lock():  # two sessions installing at once would fight over dpkg's lock
+        if not _which_all("slurmctld", "slurmd", "srun", "munged", "mungekey"):
+            return
+        apt = _exe("apt-get")
+        for cmd in ([apt, "update"],
+                    [apt, "install", "-y", "--no-install-recommends",
+                     "slurm-wlm", "munge"]):
+            p = subprocess.run(cmd, env=env, stdin=subprocess.DEVNULL,
+                               capture_output=True, text=True, timeout=900)
+            if p.returncode != 0:
+                raise SlurmClusterUnavailable(
+                    f"`{' '.join(cmd)}` failed (rc={p.returncode}): "
+                    f"{(p.stderr or p.stdout).strip()[-800:]}")
+    missing = _which_all("slurmctld", "slurmd", "srun", "munged", "mungekey")
+    if missing:
+        raise SlurmClusterUnavailable(f"still missing after apt-get install: {missing}")
+
+
+def unavailable_reason(install: bool = True) -> str | None:
+    """Why this machine cannot run a SlurmCluster, or None when it can.
+
+    With ``install`` it installs the packages when they are missing (root only).
+    """
+    if sys.platform != "linux":
+        return "the SLURM test cluster needs Linux"
+    if os.geteuid() != 0:
+        return "the SLURM test cluster needs root (network namespaces, slurmd as root)"
+    missing = _which_all("ip", "nsenter", "unshare", "mount", "sh")
+    if missing:
+        return f"the SLURM test cluster needs these commands: {', '.join(missing)}"
+    p = subprocess.run([_exe("unshare"), "--net", "--uts", "--mount", "true"],
+                       capture_output=True, text=True)
+    if p.returncode != 0:
+        return f"cannot create namespaces (unshare --net --uts --mount): {p.stderr.strip()}"
+    if install:
+        try:
+            ensure_slurm_installed()
+        except SlurmClusterUnavailable as e:
+            return str(e)
+    else:
+        missing = _which_all("slurmctld", "slurmd", "srun", "munged", "mungekey")
+        if missing:
+            return f"SLURM/munge not installed: {', '.join(missing)}"
+    return None
+
+
+def skip_or_fail_unavailable(reason: str) -> None:
+    """For tests: pytest.skip(reason), or pytest.fail when SLURM_CLUSTER_REQUIRED=1 (CI)."""
+    import pytest  # only here: the harness itself is stdlib-only
+    if os.environ.get("SLURM_CLUSTER_REQUIRED", "") not in ("", "0"):
+        pytest.fail(f"SLURM test cluster required but unavailable: {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+@contextlib.contextmanager
+def _machine_lock():
+    """A machine-wide lock (flock) for choosing subnets and installing packages."""
+    path = Path(_LOCK_FILE)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        fd = os.open(f"/tmp/slurm-test-cluster-{os.geteuid()}.lock",
+                     os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the flock
+
+
+# --------------------------------------------------------------------------- /proc helpers
+
+def _proc_state(pid: int) -> str | None:
+    """The one-letter state of a process ('Z' zombie), None when gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat[stat.rfind(")") + 2:].split(" ", 1)[0]
+
+
+def _alive(pid: int) -> bool:
+    s = _proc_state(pid)
+    return s is not None and s not in ("Z", "X")
+
+
+def _all_pids() -> list[int]:
+    return [int(d) for d in os.listdir("/proc") if d.isdigit()]
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(
+            errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def _pids_in_netns(inodes: set[int]) -> list[int]:
+    """Live (non-zombie) processes whose network namespace is one of ``inodes``."""
+    if not inodes:
+        return []
+    me = os.getpid()
+    out = []
+    for pid in _all_pids():
+        if pid == me:
+            continue
+        try:
+            ino = os.stat(f"/proc/{pid}/ns/net").st_ino
+        except OSError:
+            continue
+        if ino in inodes and _alive(pid):
+            out.append(pid)
+    return out
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _ppid(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat[stat.rfind(")") + 2:].split(" ", 2)[1])
+
+
+def _descendants(root: int, direct: bool = False) -> list[int]:
+    """PIDs below ``root`` in the process tree (only its children with ``direct``)."""
+    children: dict[int, list[int]] = {}
+    for pid in _all_pids():
+        pp = _ppid(pid)
+        if pp is not None:
+            children.setdefault(pp, []).append(pid)
+    if direct:
+        return sorted(children.get(root, []))
+    out, todo = [], list(children.get(root, []))
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(children.get(pid, []))
+    return out
+
+
+def _kill(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, sig)
+
+
+def _free_port(used: set[int]) -> int:
+    """A TCP port free on all addresses, outside the ephemeral range."""
+    for _ in range(500):
+        port = random.randint(20000, 30999)
+        if port in used:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("0.0.0.0", port))
+            except OSError:
+                continue
+        return port
+    raise SlurmClusterError("no free TCP port found in 20000-30999")
+
+
+def _tail(path: Path, n: int = 25) -> str:
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError as e:
+        return f"  <{e.strerror}>"
+    return "\n".join("  " + ln for ln in lines[-n:]) or "  <empty>"
+
+
+_KV_SPLIT = re.compile(r"\s+(?=[A-Za-z][A-Za-z0-9_/:]*=)")
+
+
+def parse_scontrol_oneliner(line: str) -> dict[str, str]:
+    """Parse one line of ``scontrol show ... -o`` (``Key=Value Key=Value ...``)."""
+    out: dict[str, str] = {}
+    for field in _KV_SPLIT.split(line.strip()):
+        key, sep, value = field.partition("=")
+        if sep:
+            out[key] = value
+    return out
+
+
+# --------------------------------------------------------------------------- the cluster
+
+class SlurmCluster:
+    """A SLURM cluster of ``nodes`` network-namespace nodes n1..nN, started by ``start()``
+    or ``with``; ``stop()`` (also from ``__exit__`` and atexit) removes every trace."""
+
+    controller_host = "ctl"
+    partition = "debug"
+
+    def __init__(self, nodes: int = 2, cpus_per_node: int = 2,
+                 workdir: str | os.PathLike | None = None,
+                 *, real_memory_mb: int = 1000, start_timeout: float = 30.0,
+                 extra_conf: list[str] | tuple[str, ...] = (), install: bool = True,
+                 debug: str = "info", cred_expire: int = 10, stop_grace: float = 3.0):
+        if not 1 <= nodes <= 200:
+            raise ValueError("nodes must be within 1..200")
+        if cpus_per_node < 1:
+            raise ValueError("cpus_per_node must be >= 1")
+        self.nodes = nodes
+        self.cpus_per_node = cpus_per_node
+        self.real_memory_mb = real_memory_mb
+        self.start_timeout = start_timeout
+        self.extra_conf = list(extra_conf)
+        self.install = install
+        self.debug = debug
+        self.cred_expire = cred_expire
+        self.stop_grace = stop_grace
+        self.workdir = Path(workdir) if workdir is not None else None
+        # where the UNIX sockets live (munge socket, slurmd spool with the step
+        # sockets): the workdir, or a short /tmp dir when the workdir's path is too
+        # long for sun_path (108 bytes).
+        self.rundir: Path | None = None
+        self.tag = secrets.token_hex(3)
+        self.node_names: list[str] = [f"n{i}" for i in range(1, nodes + 1)]
+        self.netns: dict[str, str] = {n: f"slt{self.tag}-{n}" for n in self.node_names}
+        self.bridge = f"sltb{self.tag}"
+        self.veths: dict[str, str] = {
+            n: f"sltv{self.tag}{i}" for i, n in enumerate(self.node_names, 1)}
+        self.subnet: str | None = None          # "10.77.X.0/24"
+        self.addresses: dict[str, str] = {}      # host name -> IPv4 (ctl, n1, ...)
+        self.ctld_port: int | None = None
+        self.slurmd_port: int | None = None
+        self.env: dict[str, str] = {}
+        self.timings: dict[str, float] = {}
+        # what has been created, for cleanup (filled as it is created)
+        self._procs: list[tuple[str, subprocess.Popen]] = []
+        self._logs_open: list = []
+        self._ns_created: list[str] = []
+        self._ns_inodes: set[int] = set()
+        self._links_created: list[str] = []
+        self._tmp_rundir: Path | None = None
+        self._started = False
+        self._stopping = False
+        self._stopped = False
+        self._stop_errors: list[str] = []
+
+    # ----------------------------------------------------------------- paths
+    @property
+    def conf_path(self) -> Path:
+        return self.workdir / "etc" / "slurm.conf"
+
+    @property
+    def hosts_path(self) -> Path:
+        return self.workdir / "etc" / "hosts"
+
+    @property
+    def log_dir(self) -> Path:
+        return self.workdir / "log"
+
+    @property
+    def munge_socket(self) -> Path:
+        return self.rundir / "munge" / "munge.socket"
+
+    @property
+    def spool_dir(self) -> Path:
+        return self.rundir / "spool"
+
+    def log_paths(self) -> dict[str, Path]:
+        d = self.log_dir
+        out = {"munged": d / "munged.stdout", "slurmctld": d / "slurmctld.log"}
+        out.update({f"slurmd-{n}": d / f"slurmd-{n}.log" for n in self.node_names})
+        return out
+
+    # ----------------------------------------------------------------- context manager
+    def __enter__(self) -> "SlurmCluster":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return (f"SlurmCluster(tag={self.tag}, nodes={self.node_names}, subnet={self.subnet}, "
+                f"ctld_port={self.ctld_port}, workdir={self.workdir})")
+
+    # ----------------------------------------------------------------- start
+    def start(self) -> "SlurmCluster":
+        if self._started:
+            raise SlurmClusterError("a SlurmCluster can be started once")
+        reason = unavailable_reason(install=self.install)
+        if reason:
+            raise SlurmClusterUnavailable(reason)
+        self._started = True
+        import atexit  # cleanup is registered before anything is created
+        atexit.register(self.stop)
+        t0 = time.monotonic()
+        try:
+            self._make_dirs()
+            # Held until slurmctld listens: another instance starting at the same
+            # time can take neither this subnet nor these ports.
+            with _machine_lock():
+                self._setup_network()
+                self.timings["network_s"] = time.monotonic() - t0
+                self._write_files()
+                self._start_munged()
+                self._start_slurmctld()
+            self._start_slurmds()
+            self.wait_nodes_idle(self.start_timeout - (time.monotonic() - t0))
+        except BaseException:
+            self.stop()
+            raise
+        self.timings["start_s"] = time.monotonic() - t0
+        return self
+
+    def _make_dirs(self) -> None:
+        if self.workdir is None:
+            import tempfile
+            self.workdir = Path(tempfile.mkdtemp(prefix=f"slurm-cluster-{self.tag}-"))
+        self.workdir = self.workdir.resolve()
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        if len(str(self.workdir)) <= 60:
+            self.rundir = self.workdir / "run"
+            self.rundir.mkdir(exist_ok=True)
+        else:
+            import tempfile
+            self.rundir = Path(tempfile.mkdtemp(prefix=f"slt{self.tag}-", dir="/tmp"))
+            self._tmp_rundir = self.rundir
+        self.rundir.chmod(0o755)
+        for sub in ("etc", "log", "state", "bin", "jobs"):
+            (self.workdir / sub).mkdir(exist_ok=True)
+        for n in self.node_names:
+            (self.spool_dir / n).mkdir(parents=True, exist_ok=True)
+        munge = self.workdir / "munge"
+        # key dir 700; the socket's dir must be 755 ("execute permissions for all")
+        for d, mode in ((munge, 0o755), (munge / "etc", 0o700), (munge / "lib", 0o700),
+                        (self.munge_socket.parent, 0o755)):
+            d.mkdir(exist_ok=True)
+            d.chmod(mode)
+        # The client commands this cluster's env resolves first: Debian's, not
+        # whatever else is on PATH (the rest of PATH is left as it is).
+        bindir = self.workdir / "bin"
+        for name in SLURM_CLIENTS:
+            exe = shutil.which(name, path=_SYSTEM_PATH) or shutil.which(name)
+            if exe and not (bindir / name).exists():
+                (bindir / name).symlink_to(exe)
+
+    # ----------------------------------------------------------------- network
+    def _ip(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        p = subprocess.run([_exe("ip"), *args], capture_output=True, text=True)
+        if check and p.returncode != 0:
+            raise SlurmClusterError(f"`ip {' '.join(args)}` failed: {p.stderr.strip()}")
+        return p
+
+    def _used_third_octets(self) -> set[int]:
+        used = set()
+        text = self._ip("-o", "-4", "addr", "show").stdout + self._ip("-4", "route", "show").stdout
+        for m in re.finditer(r"\b10\.77\.(\d+)\.\d+", text):
+            used.add(int(m.group(1)))
+        if re.search(r"\b10\.0\.0\.0/8|\b10\.77\.0\.0/16", text):
+            used.update(range(256))  # an overlapping wider route: do not guess
+        return used
+
+    def _setup_network(self) -> None:
+        """Bridge (controller address) in the root namespace, one netns per node joined
+        by a veth pair (eth0 inside), lo up.  Called under the machine lock."""
+        used = self._used_third_octets()
+        free = [x for x in range(1, 255) if x not in used]
+        if not free:
+            raise SlurmClusterUnavailable("no free 10.77.X.0/24 subnet (all used or overlapping)")
+        x = random.choice(free)
+        self.subnet = f"10.77.{x}.0/24"
+        self.addresses = {self.controller_host: f"10.77.{x}.1"}
+        self.addresses.update({n: f"10.77.{x}.{10 + i}" for i, n in enumerate(self.node_names, 1)})
+        self._ip("link", "add", self.bridge, "type", "bridge")
+        self._links_created.append(self.bridge)
+        self._ip("addr", "add", f"{self.addresses[self.controller_host]}/24", "dev", self.bridge)
+        self._ip("link", "set", self.bridge, "up")
+        for n in self.node_names:
+            ns = self.netns[n]
+            p = self._ip("netns", "add", ns, check=False)
+            if p.returncode != 0:
+                err = p.stderr.strip()
+                if "ermission" in err or "not permitted" in err:
+                    raise SlurmClusterUnavailable(f"cannot create network namespaces: {err}")
+                raise SlurmClusterError(f"`ip netns add {ns}` failed: {err}")
+            self._ns_created.append(ns)
+            self._ns_inodes.add(os.stat(f"/run/netns/{ns}").st_ino)
+            veth = self.veths[n]
+            self._ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
+            self._links_created.append(veth)
+            self._ip("link", "set", veth, "master", self.bridge)
+            self._ip("link", "set", veth, "up")
+            self._ip("-n", ns, "link", "set", "lo", "up")
+            self._ip("-n", ns, "addr", "add", f"{self.addresses[n]}/24", "dev", "eth0")
+            self._ip("-n", ns, "link", "set", "eth0", "up")
+
+    # ----------------------------------------------------------------- files
+    def _write_files(self) -> None:
+        hosts = ["127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback"]
+        hosts += [f"{ip}\t{name}" for name, ip in self.addresses.items()]
+        self.hosts_path.write_text("\n".join(hosts) + "\n")
+        self.hosts_path.chmod(0o644)
+
+        used: set[int] = set()
+        self.ctld_port = _free_port(used)
+        used.add(self.ctld_port)
+        self.slurmd_port = _free_port(used)
+        w = self.workdir
+        (w / "etc" / "plugstack.conf").write_text("")
+        lines = [
+            f"ClusterName=slt{self.tag}",
+            f"SlurmctldHost={self.controller_host}({self.addresses[self.controller_host]})",
+            f"SlurmctldPort={self.ctld_port}",
+            f"SlurmdPort={self.slurmd_port}",
+            "SlurmUser=root",
+            "SlurmdUser=root",
+            "AuthType=auth/munge",
+            "CredType=cred/munge",
+            # cred_expire is also how long a requeued job waits before it may run again
+            # (default 120 s); the whole cluster is one machine, so credentials are
+            # used within milliseconds.
+            f"AuthInfo=socket={self.munge_socket},cred_expire={self.cred_expire}",
+            f"StateSaveLocation={w / 'state'}",
+            f"SlurmdSpoolDir={self.spool_dir}/%n",
+            f"SlurmctldPidFile={self.rundir / 'slurmctld.pid'}",
+            f"SlurmdPidFile={self.rundir}/slurmd-%n.pid",
+            f"SlurmctldLogFile={self.log_dir / 'slurmctld.log'}",
+            f"SlurmdLogFile={self.log_dir}/slurmd-%n.log",
+            f"SlurmctldDebug={self.debug}",
+            f"SlurmdDebug={self.debug}",
+            f"PlugStackConfig={w / 'etc' / 'plugstack.conf'}",
+            "ProctrackType=proctrack/linuxproc",
+            "TaskPlugin=task/none",
+            "JobAcctGatherType=jobacct_gather/none",
+            "AccountingStorageType=accounting_storage/none",
+            "JobCompType=jobcomp/none",
+            "MpiDefault=none",
+            "SwitchType=switch/none",
+            "SelectType=select/cons_tres",
+            "SelectTypeParameters=CR_Core",
+            "SchedulerType=sched/backfill",
+            # batch jobs are scheduled on slurmctld's next 1 s tick; periodic passes
+            # (which pick up requeued jobs once eligible) every second too
+            "SchedulerParameters=batch_sched_delay=0,sched_interval=1,bf_interval=1",
+            "PreemptType=preempt/none",
+            "JobRequeue=1",
+            "ReturnToService=2",
+            # nodes may be declared with more CPUs/memory than this machine has
+            "SlurmdParameters=config_overrides",
+            "KillWait=2",
+            "MessageTimeout=5",
+            "MinJobAge=600",
+            "InactiveLimit=0",
+            "SlurmdTimeout=60",
+            "SlurmctldTimeout=60",
+            "MailProg=/bin/true",
+            f"TmpFS={w / 'jobs'}",
+        ]
+        lines += self.extra_conf
+        cores = self.cpus_per_node
+        for n in self.node_names:
+            lines.append(
+                f"NodeName={n} NodeAddr={self.addresses[n]} NodeHostname={n} CPUs={cores} "
+                f"Sockets=1 CoresPerSocket={cores} ThreadsPerCore=1 "
+                f"RealMemory={self.real_memory_mb} State=UNKNOWN")
+        lines.append(f"PartitionName={self.partition} Nodes=ALL Default=YES "
+                     "MaxTime=INFINITE State=UP")
+        self.conf_path.write_text("\n".join(lines) + "\n")
+
+        env = {k: v for k, v in os.environ.items() if not k.startswith(_SLURM_ENV_PREFIXES)}
+        env["SLURM_CONF"] = str(self.conf_path)
+        env["PATH"] = f"{w / 'bin'}:{env.get('PATH', '/usr/local/bin:/usr/bin:/bin')}"
+        for extra in ("/usr/sbin", "/sbin", "/usr/bin", "/bin"):
+            if extra not in env["PATH"].split(":"):
+                env["PATH"] += ":" + extra
+        self.env = env
+
+    # ----------------------------------------------------------------- daemons
+    def _spawn(self, name: str, cmd: list[str]) -> subprocess.Popen:
+        """Start ``cmd`` under the reaper (see _reaper_main), as our child, in its own
+        session; its stdout/stderr go to log/NAME.stdout."""
+        out = open(self.log_dir / f"{name}.stdout", "ab")
+        self._logs_open.append(out)
+        p = subprocess.Popen([sys.executable, "-I", str(_HERE), "--reap", "--", *cmd],
+                             stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                             start_new_session=True, close_fds=True, cwd=self.workdir,
+                             env={k: v for k, v in _system_env().items()
+                                  if not k.startswith(_SLURM_ENV_PREFIXES)})
+        self._procs.append((name, p))
+        return p
+
+    def _wait_for(self, what: str, pred, timeout: float, procs=()) -> None:
+        deadline = time.monotonic() + timeout
+        delay = 0.01
+        while True:
+            if pred():
+                return
+            for name, p in procs:
+                if p.poll() is not None:
+                    raise SlurmClusterError(
+                        f"{name} exited with {p.returncode} while waiting for {what}\n"
+                        + self.logs_tail())
+            if time.monotonic() > deadline:
+                raise SlurmClusterError(f"timed out after {timeout:.0f}s waiting for {what}\n"
+                                        + self.logs_tail())
+            time.sleep(delay)
+            delay = min(delay * 1.5, 0.2)
+
+    def _start_munged(self) -> None:
+        m = self.workdir / "munge"
+        key = m / "etc" / "munge.key"
+        p = subprocess.run([_exe("mungekey"), "--create", f"--keyfile={key}"],
+                           capture_output=True, text=True)
+        if p.returncode != 0:
+            raise SlurmClusterError(f"mungekey failed: {p.stderr.strip()}")
+        key.chmod(0o600)
+        proc = self._spawn("munged", [
+            _exe("munged"), "--foreground", "--force",
+            f"--socket={self.munge_socket}", f"--key-file={key}",
+            f"--pid-file={self.rundir / 'munged.pid'}",  # it logs to log/munged.stdout
+            f"--seed-file={m / 'lib' / 'munged.seed'}"])
+        self._wait_for("the munge socket", self.munge_socket.exists, 10, [("munged", proc)])
+
+    def _start_slurmctld(self) -> None:
+        # Own UTS namespace with hostname `ctl`, so slurmctld recognises itself as
+        # SlurmctldHost; it stays in the root network namespace, on the bridge.
+        script = (f"hostname {self.controller_host}"
+                  f" && exec {shlex.quote(_exe('slurmctld'))}"
+                  f" -D -i -f {shlex.quote(str(self.conf_path))}")
+        proc = self._spawn("slurmctld", [_exe("unshare"), "--uts", "sh", "-c", script])
+        addr = (self.addresses[self.controller_host], self.ctld_port)
+
+        def listening() -> bool:
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                s.settimeout(0.5)
+                return s.connect_ex(addr) == 0
+        self._wait_for("slurmctld to listen", listening, 15, [("slurmctld", proc)])
+
+    def _start_slurmds(self) -> None:
+        slurmd = _exe("slurmd")
+        for n in self.node_names:
+            script = (f"hostname {n} && mount --bind {shlex.quote(str(self.hosts_path))} /etc/hosts"
+                      f" && exec {shlex.quote(slurmd)} -D -f {shlex.quote(str(self.conf_path))}"
+                      f" -N {n}")
+            self._spawn(f"slurmd-{n}", [
+                _exe("nsenter"), f"--net=/run/netns/{self.netns[n]}",
+                _exe("unshare"), "--uts", "--mount", "--propagation", "private",
+                "sh", "-c", script])
+
+    def node_states(self) -> dict[str, str]:
+        p = self.run(["sinfo", "-h", "-N", "-o", "%N %t"], timeout=15)
+        states = {}
+        for line in p.stdout.splitlines():
+            parts = line.split()
+            if len(parts) == 2:
+                states[parts[0]] = parts[1]
+        return states
+
+    def wait_nodes_idle(self, timeout: float = 30.0) -> None:
+        last: dict[str, str] = {}
+
+        def all_idle() -> bool:
+            nonlocal last
+            last = self.node_states()
+            return all(last.get(n) == "idle" for n in self.node_names)
+        try:
+            self._wait_for("all nodes idle", all_idle, max(timeout, 1.0), self._procs)
+        except SlurmClusterError as e:
+            raise SlurmClusterError(f"{e}\nlast node states: {last}") from None
+
+    # ----------------------------------------------------------------- client helpers
+    def run(self, cmd: list[str], **kw) -> subprocess.CompletedProcess:
+        """subprocess.run with this cluster's env; text and captured output by default,
+        cwd=workdir, timeout 120 s; pass check=True to raise on failure."""
+        kw.setdefault("env", self.env)
+        kw.setdefault("cwd", self.workdir)
+        kw.setdefault("text", True)
+        kw.setdefault("timeout", 120)
+        kw.setdefault("stdin", subprocess.DEVNULL)
+        if "stdout" not in kw and "stderr" not in kw and "capture_output" not in kw:
+            kw["capture_output"] = True
+        return subprocess.run(cmd, **kw)
+
+    def sbatch(self, args: list[str] | str) -> str:
+        """Submit with ``sbatch --parsable ARGS``; returns the job id (a string, as
+        SLURM prints it and as SLURM_JOB_ID reads)."""
+        if isinstance(args, str):
+            args = shlex.split(args)
+        p = self.run(["sbatch", "--parsable", *args])
+        if p.returncode != 0:
+            raise SlurmClusterError(f"sbatch {args} failed (rc={p.returncode}): {p.stderr.strip()}")
+        return p.stdout.strip().split(";")[0]
+
+    def job_info(self, job_id) -> dict[str, str]:
+        """``scontrol show job -o ID`` as a dict (first line, i.e. the job or array head).
+        Raises LookupError when SLURM does not know the job."""
+        p = self.run(["scontrol", "show", "job", "-o", str(job_id)], timeout=30)
+        line = p.stdout.strip().splitlines()[0] if p.stdout.strip() else ""
+        if p.returncode != 0 or not line.startswith("JobId="):
+            raise LookupError(f"job {job_id}: {(p.stderr or p.stdout).strip()}")
+        return parse_scontrol_oneliner(line)
+
+    def job_state(self, job_id) -> str:
+        return self.job_info(job_id)["JobState"]
+
+    def wait_job(self, job_id, timeout: float = 60.0) -> str:
+        """Poll scontrol until the job is in a terminal state and return it.
+        A requeued job (REQUEUED/PENDING/RUNNING again) is waited for."""
+        deadline = time.monotonic() + timeout
+        delay = 0.05
+        state = "?"
+        while True:
+            state = self.job_state(job_id)
+            if state in TERMINAL_STATES:
+                return state
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"job {job_id} still {state} after {timeout}s")
+            time.sleep(delay)
+            delay = min(delay * 1.3, 0.25)
+
+    def requeue(self, job_id, timeout: float = 30.0) -> None:
+        """``scontrol requeue ID``, then make it eligible at once: SLURM holds a requeued
+        job back for AuthInfo cred_expire seconds (BeginTime), which this resets with
+        ``scontrol update JobId=ID StartTime=now`` once the job is PENDING again."""
+        p = self.run(["scontrol", "requeue", str(job_id)])
+        if p.returncode != 0:
+            raise SlurmClusterError(f"scontrol requeue {job_id} failed: {p.stderr.strip()}")
+        deadline = time.monotonic() + timeout
+        while True:
+            info = self.job_info(job_id)
+            if info["JobState"] == "PENDING":
+                break
+            if info["JobState"] in TERMINAL_STATES or time.monotonic() > deadline:
+                raise SlurmClusterError(f"job {job_id} is {info['JobState']} after requeue")
+            time.sleep(0.05)
+        p = self.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"])
+        if p.returncode != 0 and self.job_state(job_id) == "PENDING":
+            raise SlurmClusterError(f"cannot reset StartTime of job {job_id}: {p.stderr.strip()}")
+
+    def logs_tail(self, n: int = 20) -> str:
+        return "\n".join(f"--- {name} ({path}):\n{_tail(path, n)}"
+                         for name, path in self.log_paths().items())
+
+    # ----------------------------------------------------------------- stop
+    def stop(self) -> None:
+        """Stop all daemons (SIGTERM, SIGKILL after a grace period), kill whatever
+        still runs in the node namespaces, remove namespaces/links. Idempotent."""
+        if self._stopped or not self._started or self._stopping:
+            return
+        self._stopping = True  # interrupted halfway, atexit runs it again
+        try:
+            self._stop()
+        finally:
+            self._stopping = False
+        self._stopped = True
+        if self._stop_errors:
+            raise SlurmClusterError("unclean stop: " + "; ".join(self._stop_errors))
+
+    def _stop(self) -> None:
+        t0 = time.monotonic()
+        errors: list[str] = []
+        nodes = [(nm, p) for nm, p in self._procs if nm.startswith("slurmd-")]
+        others = [(nm, p) for nm, p in self._procs if not nm.startswith("slurmd-")]
+        ctld = [(nm, p) for nm, p in others if nm == "slurmctld"]
+        others = [(nm, p) for nm, p in others if nm != "slurmctld"]
+        # 1. slurmctld first (stopped after its nodes, it spends seconds on RPCs to
+        #    dead slurmds before it exits)
+        for name, p in ctld:
+            self._stop_proc(name, p, errors, grace=self.stop_grace)
+        # 2. slurmd (SIGTERM through its reaper) and every process in the node
+        #    namespaces (job tasks, slurmstepd); SIGKILL what is left after the
+        #    grace period, or as soon as only SLURM's own processes are left
+        #    (slurmstepd, and srun inside jobs waits for the dead controller).
+        for _, p in nodes:
+            if p.poll() is None:
+                _kill(p.pid, signal.SIGTERM)  # the reaper forwards it to slurmd
+        for pid in _pids_in_netns(self._ns_inodes):
+            _kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + self.stop_grace
+        while time.monotonic() < deadline:
+            left = _pids_in_netns(self._ns_inodes)
+            if all(_comm(pid) in ("slurmstepd", "srun", "salloc", "sattach") for pid in left):
+                break
+            time.sleep(0.05)
+        for _ in range(100):
+            left = _pids_in_netns(self._ns_inodes)
+            if not left:
+                break
+            for pid in left:
+                _kill(pid, signal.SIGKILL)
+            time.sleep(0.05)
+        for name, p in nodes:
+            self._stop_proc(name, p, errors, grace=2.0)
+        # 3. munged
+        for name, p in reversed(others):
+            self._stop_proc(name, p, errors, grace=self.stop_grace)
+        for f in self._logs_open:
+            with contextlib.suppress(OSError):
+                f.close()
+        left = _pids_in_netns(self._ns_inodes)
+        if left:
+            errors.append(f"processes left in node namespaces: {left}")
+        # 4. network: veths (both ends), bridge, namespaces
+        for link in reversed(self._links_created):
+            p = self._ip("link", "del", link, check=False)
+            if p.returncode != 0 and "Cannot find device" not in p.stderr:
+                errors.append(f"ip link del {link}: {p.stderr.strip()}")
+        for ns in self._ns_created:
+            p = self._ip("netns", "del", ns, check=False)
+            if p.returncode != 0 and "No such file" not in p.stderr:
+                errors.append(f"ip netns del {ns}: {p.stderr.strip()}")
+        if self._tmp_rundir is not None:
+            shutil.rmtree(self._tmp_rundir, ignore_errors=True)
+        self.timings["stop_s"] = time.monotonic() - t0
+        self._stop_errors = errors
+
+    @staticmethod
+    def _stop_proc(name: str, p: subprocess.Popen, errors: list[str], grace: float) -> None:
+        """Stop one reaper-wrapped daemon: SIGTERM (forwarded to the daemon), then
+        SIGKILL the reaper's descendants; the reaper exits once it has reaped them."""
+        if p.poll() is None:
+            _kill(p.pid, signal.SIGTERM)
+            try:
+                p.wait(grace)
+                return
+            except subprocess.TimeoutExpired:
+                pass
+        for _ in range(3):
+            for pid in _descendants(p.pid):
+                _kill(pid, signal.SIGKILL)
+            try:
+                p.wait(2)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        if p.poll() is None:
+            _kill(p.pid, signal.SIGKILL)
+            try:
+                p.wait(5)
+            except subprocess.TimeoutExpired:
+                errors.append(f"{name} (pid {p.pid}) did not die")
+
+    def daemon_pids(self) -> dict[str, int]:
+        """The PIDs of the daemons themselves (munged, slurmctld, slurmd-n1, ...),
+        each the child of its reaper (``self._procs`` holds the reapers)."""
+        out = {}
+        for name, p in self._procs:
+            kids = [pid for pid in _descendants(p.pid, direct=True) if _alive(pid)]
+            if kids:
+                out[name] = kids[0]
+        return out
+
+    def leftovers(self) -> list[str]:
+        """What of this cluster still exists (processes, namespaces, links, the /tmp
+        socket dir); [] after a clean stop."""
+        out = []
+        for name, p in self._procs:
+            if _alive(p.pid):
+                out.append(f"daemon {name} pid {p.pid} alive")
+        markers = [str(d) for d in (self.workdir, self._tmp_rundir) if d is not None]
+        me = os.getpid()
+        for pid in _all_pids():
+            if pid == me or not _alive(pid):
+                continue
+            cmd = _cmdline(pid)
+            if any(m in cmd for m in markers):
+                out.append(f"process {pid} uses this cluster: {cmd[:200]}")
+        if self._tmp_rundir is not None and self._tmp_rundir.exists():
+            out.append(f"directory {self._tmp_rundir} exists")
+        out += [f"process {pid} in a node namespace: {_cmdline(pid)[:200]}"
+                for pid in _pids_in_netns(self._ns_inodes)]
+        ns_list = self._ip("netns", "list", check=False).stdout
+        out += [f"netns {ns} exists" for ns in self.netns.values()
+                if re.search(rf"^{re.escape(ns)}\b", ns_list, re.M)]
+        links = self._ip("-o", "link", "show", check=False).stdout
+        out += [f"link {ln} exists" for ln in [self.bridge, *self.veths.values()]
+                if re.search(rf"^\d+: {re.escape(ln)}[@:]", links, re.M)]
+        return out
+
+
+# --------------------------------------------------------------------------- reaper
+
+def _reaper_main(argv: list[str]) -> int:
+    """``python slurm_cluster.py --reap -- CMD...``: run CMD as a child, become a child
+    subreaper (so slurmstepd, which slurmd double-forks, is reparented here and not to a
+    slow PID 1), forward SIGTERM/SIGINT/SIGHUP to CMD, reap every descendant, and exit
+    with CMD's status once no descendant is left."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    PR_SET_CHILD_SUBREAPER = 36
+    libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    child = None
+
+    def forward(sig, _frame):
+        if child:  # None before the fork, 0 in the child
+            _kill(child, sig)
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, forward)  # before fork: no window where a SIGTERM kills us
+    child = os.fork()
+    if child == 0:
+        try:
+            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+                signal.signal(sig, signal.SIG_DFL)
+            os.execvp(argv[0], argv)
+        finally:
+            os._exit(127)
+    status = 0
+    while True:
+        try:
+            pid, st = os.waitpid(-1, 0)
+        except ChildProcessError:
+            break
+        if pid == child:
+            status = os.waitstatus_to_exitcode(st)
+    return status if status >= 0 else 128 - status
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 2 and sys.argv[1] == "--reap" and sys.argv[2] == "--":
+        sys.exit(_reaper_main(sys.argv[3:]))
+    sys.exit("usage: slurm_cluster.py --reap -- CMD [ARGS...]")

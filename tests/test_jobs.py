@@ -1,0 +1,277 @@
+"""`make submit` / `make srun` without a cluster: the sbatch command, DRY_RUN, and the checks.
+
+Every `make` runs as a user types it, in the project, with a recording stand-in `sbatch` first
+on PATH: a check that fails must leave the stand-in uncalled (nothing submitted). The real
+cluster runs are in tests/test_jobs_slurm.py.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = [ROOT / "jobs" / "submit.sh", ROOT / "jobs" / "train.sbatch"]
+SHELLCHECK = ROOT / ".venv" / "bin" / "shellcheck"
+# Knobs a developer's shell may have set; the tests start from none of them.
+KNOBS = ("NODES", "GPUS", "CONFIG", "ARGS", "IMAGE", "GPUS_PER_TASK", "CPUS_PER_TASK", "MEM", "TIME",
+         "PARTITION", "ACCOUNT", "QOS", "SBATCH_ARGS", "SRUN_ARGS", "DATA_DIR", "LOG_DIR", "JOB_NAME",
+         "CONTAINER_MOUNTS", "INSTALL_PROJECT", "BARE_PYTHON", "DRY_RUN", "DOCTOR", "DOCTOR_TIMEOUT",
+         "MAKEFLAGS", "MAKELEVEL")
+
+# A stand-in for sbatch: records its arguments and the job's knobs, answers like `sbatch --parsable`.
+STANDIN_SBATCH = """#!/bin/sh
+# stand-in sbatch for tests/test_jobs.py: records the call instead of submitting anything
+{
+    printf 'ARGV'; for a in "$@"; do printf ' %s' "$a"; done; printf '\\n'
+    printf 'ENV CONFIG=%s\\nENV ARGS=%s\\nENV IMAGE=%s\\nENV GPUS_PER_TASK=%s\\nENV PROJECT_DIR=%s\\n' \\
+        "$CONFIG" "$ARGS" "$IMAGE" "$GPUS_PER_TASK" "$PROJECT_DIR"
+} >>"$STANDIN_RECORD"
+echo 4242
+"""
+
+
+@pytest.fixture
+def standin(tmp_path):
+    """(env, record): PATH starts with the stand-in sbatch; `record` lists its calls."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    sbatch = bindir / "sbatch"
+    sbatch.write_text(STANDIN_SBATCH)
+    sbatch.chmod(0o755)
+    record = tmp_path / "sbatch-calls.txt"
+    env = {k: v for k, v in os.environ.items() if k not in KNOBS and not k.startswith("SLURM_")}
+    env["PATH"] = f"{bindir}:{env['PATH']}"
+    env["STANDIN_RECORD"] = str(record)
+    return env, record
+
+
+def make(env, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["make", "--no-print-directory", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+def sbatch_words(stdout: str) -> list[str]:
+    """The printed sbatch command (after `env K=V ...`), split as the shell would."""
+    line = next(ln for ln in stdout.splitlines() if re.match(r"^env .* sbatch ", ln))
+    words = shlex.split(line)
+    return words[words.index("sbatch"):]
+
+
+def job_env(stdout: str) -> dict[str, str]:
+    line = next(ln for ln in stdout.splitlines() if re.match(r"^env .* sbatch ", ln))
+    words = shlex.split(line)
+    return dict(w.split("=", 1) for w in words[1:words.index("sbatch")])
+
+
+def test_dry_run_prints_two_node_sbatch_command_and_pyxis_script(standin):
+    env, record = standin
+    p = make(env, "submit", "NODES=2", "GPUS=4", "DRY_RUN=1")
+    assert p.returncode == 0, p.stderr
+    words = sbatch_words(p.stdout)
+    for option in ("--nodes=2", "--ntasks=4", "--ntasks-per-node=2", "--gpus-per-task=1", "--gpu-bind=none",
+                   f"--chdir={ROOT}", "--job-name=pyg-train", f"--output={ROOT}/logs/%x-%j.log", "--export=ALL"):
+        assert option in words, (option, words)
+    assert words[-1] == str(ROOT / "jobs" / "train.sbatch")
+    # the default image is the .sqsh `make image` writes, absolute so pyxis reads it as a path
+    image = job_env(p.stdout)["IMAGE"]
+    assert image.startswith(str(ROOT) + "/") and image.endswith(".sqsh")
+    # the script follows, and its container srun line carries the pyxis flags
+    script = p.stdout.split("# The script it submits, jobs/train.sbatch:\n", 1)[1]
+    assert script == (ROOT / "jobs" / "train.sbatch").read_text()
+    srun_block = script[script.index('srun "${srun_opts[@]}" "${container[@]}"'):]
+    container_flags = script[script.index("container=("):script.index(")", script.index("container=("))]
+    assert "--container-image=" in container_flags and "--container-mounts=" in container_flags
+    assert "--container-env=MASTER_ADDR,MASTER_PORT" in srun_block
+    assert "python -m train fit --config" in srun_block
+    assert not record.exists(), "DRY_RUN called sbatch"
+
+
+def test_cpu_only_drops_gpu_options_and_passes_knobs(standin):
+    env, record = standin
+    p = make(env, "submit", "NODES=3", "GPUS=6", "GPUS_PER_TASK=0", "CPUS_PER_TASK=2", "IMAGE=none",
+             "CONFIG=tiny", "TIME=00:10:00", "PARTITION=debug", "ACCOUNT=proj1", "QOS=high",
+             "ARGS=trainer.epochs=1 optim.lr=0.02", "SBATCH_ARGS=--exclusive --mem=0", "DRY_RUN=1")
+    assert p.returncode == 0, p.stderr
+    words = sbatch_words(p.stdout)
+    assert not [w for w in words if w.startswith(("--gpus", "--gpu-bind"))], words
+    for option in ("--nodes=3", "--ntasks=6", "--ntasks-per-node=2", "--cpus-per-task=2", "--time=00:10:00",
+                   "--partition=debug", "--account=proj1", "--qos=high", "--exclusive", "--mem=0"):
+        assert option in words, (option, words)
+    knobs = job_env(p.stdout)
+    assert knobs["ARGS"] == "trainer.epochs=1 optim.lr=0.02"  # one word through make and the shell
+    assert (knobs["CONFIG"], knobs["IMAGE"], knobs["GPUS_PER_TASK"]) == ("tiny", "none", "0")
+    assert not record.exists()
+
+
+def test_submit_prints_job_id_log_path_and_follow_command(standin, tmp_path):
+    env, record = standin
+    logs = tmp_path / "joblogs"
+    p = make(env, "submit", "NODES=2", "GPUS=4", "IMAGE=none", "GPUS_PER_TASK=0", "CONFIG=tiny",
+             "ARGS=trainer.epochs=1", f"LOG_DIR={logs}")
+    assert p.returncode == 0, p.stderr
+    log = logs / "pyg-train-4242.log"
+    assert "Submitted job 4242" in p.stdout
+    assert f"log:    {log}" in p.stdout
+    assert f"tail -f {log}" in p.stdout
+    assert logs.is_dir(), "the log folder must exist before the job starts"
+    calls = record.read_text().splitlines()
+    argv = [ln for ln in calls if ln.startswith("ARGV")]
+    assert len(argv) == 1
+    assert f"--output={logs}/%x-%j.log" in argv[0] and "--ntasks=4" in argv[0]
+    assert "ENV CONFIG=tiny" in calls and "ENV ARGS=trainer.epochs=1" in calls
+    assert f"ENV PROJECT_DIR={ROOT}" in calls and "ENV IMAGE=none" in calls
+
+
+@pytest.mark.parametrize("args, named", [
+    (["NODES=2", "GPUS=3"], ["GPUS=3", "NODES=2", "multiple"]),
+    (["NODES=0", "GPUS=4"], ["NODES='0'", "positive"]),
+    (["NODES=two", "GPUS=4"], ["NODES='two'", "positive"]),
+    (["NODES=1", "GPUS=-1"], ["GPUS='-1'", "positive"]),
+    (["GPUS_PER_TASK=2"], ["GPUS_PER_TASK='2'", "1", "0"]),
+    (["CPUS_PER_TASK=0"], ["CPUS_PER_TASK='0'"]),
+    (["CONFIG=nosuchconfig"], ["CONFIG='nosuchconfig'", "synthetic", "tiny"]),
+    (["IMAGE=/nonexistent/pyg.sqsh"], ["IMAGE='/nonexistent/pyg.sqsh'", "make image", "IMAGE=none"]),
+    (["IMAGE=images/missing.sqsh"], ["IMAGE='images/missing.sqsh'", "make image"]),
+    (["CONFIG=tiny", "ARGS=trainer.epochz=3"], ["trainer.epochz", "epochs"]),
+    (["IMAGE=nvcr.io#nvidia/pyg:25.05-py3", "DATA_DIR=/nonexistent/data"], ["DATA_DIR='/nonexistent/data'"]),
+    (["JOB_NAME=my job"], ["JOB_NAME='my job'"]),
+])
+def test_bad_request_names_the_value_and_submits_nothing(standin, args, named):
+    env, record = standin
+    p = make(env, "submit", *(["NODES=2", "GPUS=4", "IMAGE=none", "CONFIG=tiny"] + args))
+    assert p.returncode != 0
+    assert "error:" in p.stderr and "nothing was submitted" in p.stderr
+    for text in named:
+        assert text in p.stderr, (text, p.stderr)
+    assert "Traceback" not in p.stderr
+    assert not record.exists(), "a failed check still called sbatch"
+
+
+def test_every_problem_is_reported_at_once(standin):
+    env, record = standin
+    p = make(env, "submit", "NODES=0", "GPUS=x", "GPUS_PER_TASK=3", "CONFIG=nosuchconfig", "IMAGE=/nonexistent.sqsh")
+    assert p.returncode != 0
+    errors = [ln for ln in p.stderr.splitlines() if ln.startswith("make submit: error: ")]
+    assert [e.split("=", 1)[0].rsplit(" ", 1)[1] for e in errors] == ["NODES", "GPUS", "GPUS_PER_TASK", "IMAGE", "CONFIG"]
+    assert not record.exists()
+
+
+def test_srun_line_container_mode(standin):
+    env, record = standin
+    p = make(env, "srun", "NODES=2", "GPUS=4", "IMAGE=nvcr.io#nvidia/pyg:25.05-py3", "CONFIG=tiny")
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.strip().splitlines()
+    assert len(lines) == 2  # install into a named container, then train in it
+    install, train = (shlex.split(ln) for ln in lines)
+    assert install[0] == "srun" and "--ntasks-per-node=1" in install and "--container-name=pyg-train" in install
+    assert install[-2:] == ["/workspace/container/install-project.sh", "/workspace"]
+    assert train[0] == "OMP_NUM_THREADS=8" and train[1] == "DATA_DIR=/data" and train[2] == "srun"
+    for option in ("--nodes=2", "--ntasks=4", "--ntasks-per-node=2", "--gpus-per-task=1", "--gpu-bind=none",
+                   "--container-image=nvcr.io#nvidia/pyg:25.05-py3", f"--container-mounts={ROOT}:/workspace,{ROOT}/data:/data",
+                   "--container-workdir=/workspace", "--no-container-mount-home", "--container-name=pyg-train",
+                   "--kill-on-bad-exit=1"):
+        assert option in train, (option, train)
+    assert train[-6:] == ["python", "-m", "train", "fit", "--config", "tiny"]
+    assert not record.exists()
+
+
+def test_srun_line_bare_mode_has_no_pyxis_flags(standin):
+    env, _ = standin
+    p = make(env, "srun", "NODES=2", "GPUS=4", "IMAGE=none", "GPUS_PER_TASK=0", "CPUS_PER_TASK=1",
+             "CONFIG=tiny", "ARGS=trainer.epochs=1")
+    assert p.returncode == 0, p.stderr
+    (line,) = p.stdout.strip().splitlines()
+    words = shlex.split(line)
+    assert not [w for w in words if w.startswith(("--container", "--gpu"))], words
+    assert f"--chdir={ROOT}" in words and "--ntasks-per-node=2" in words
+    assert words[-6:] == ["-m", "train", "fit", "--config", "tiny", "trainer.epochs=1"]
+
+
+def test_srun_checks_like_submit(standin):
+    env, _ = standin
+    p = make(env, "srun", "NODES=2", "GPUS=3")
+    assert p.returncode != 0 and "GPUS=3 is not a multiple of NODES=2" in p.stderr
+    assert p.stdout == ""
+
+
+# Stand-ins for the job script's own calls, where pyxis cannot run (no pyxis on the test cluster):
+# srun records its argv (one word per line, a blank line after each call) and exits with
+# STANDIN_SRUN_RC; scontrol expands the node list of this test.
+STANDIN_SRUN = """#!/bin/sh
+# stand-in srun for tests/test_jobs.py: records the call instead of starting tasks
+{ for a in "$@"; do printf '%s\\n' "$a"; done; echo; } >>"$STANDIN_RECORD"
+exit "${STANDIN_SRUN_RC:-0}"
+"""
+STANDIN_SCONTROL = """#!/bin/sh
+# stand-in scontrol for tests/test_jobs.py: `scontrol show hostnames` of a two-node job
+printf 'gpu07\\ngpu08\\n'
+"""
+
+
+def run_job_script(tmp_path, knobs: dict[str, str], srun_rc: int = 0):
+    """jobs/train.sbatch run by bash as slurmd would (job env, working dir = the project),
+    with stand-in srun/scontrol; returns (completed process, list of srun argv lists)."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir(exist_ok=True)
+    for name, text in (("srun", STANDIN_SRUN), ("scontrol", STANDIN_SCONTROL)):
+        (bindir / name).write_text(text)
+        (bindir / name).chmod(0o755)
+    record = tmp_path / "srun-calls.txt"
+    env = {k: v for k, v in os.environ.items() if k not in KNOBS and not k.startswith("SLURM_")}
+    env.update({"PATH": f"{bindir}:{env['PATH']}", "STANDIN_RECORD": str(record), "STANDIN_SRUN_RC": str(srun_rc),
+                "SLURM_JOB_ID": "123456", "SLURM_JOB_NODELIST": "gpu[07-08]", "SLURM_JOB_NUM_NODES": "2",
+                "SLURM_NTASKS": "8", "SLURM_NTASKS_PER_NODE": "4", "SLURM_CPUS_PER_TASK": "6",
+                "PROJECT_DIR": str(ROOT), "OMP_NUM_THREADS": ""}, **knobs)
+    p = subprocess.run(["bash", str(ROOT / "jobs" / "train.sbatch")], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=60)
+    calls = [c.splitlines() for c in record.read_text().split("\n\n") if c.strip()] if record.exists() else []
+    return p, calls
+
+
+def test_job_script_sqsh_image_runs_one_pyxis_step(tmp_path):
+    image = tmp_path / "pyg.sqsh"
+    image.write_bytes(b"")
+    data = tmp_path / "data"
+    p, calls = run_job_script(tmp_path, {"IMAGE": str(image), "CONFIG": "tiny", "DATA_DIR": str(data),
+                                         "ARGS": "trainer.epochs=1 optim.lr=0.02"})
+    assert p.returncode == 0, p.stderr
+    assert "MASTER_ADDR:MASTER_PORT=gpu07:13456" in p.stdout  # 10000 + last four digits of 123456
+    (step,) = calls
+    assert step[:2] == ["--kill-on-bad-exit=1", "--label"]
+    for option in ("--cpus-per-task=6", "--gpus-per-task=1", "--gpu-bind=none", f"--container-image={image}",
+                   f"--container-mounts={ROOT}:/workspace,{data}:/data", "--container-workdir=/workspace",
+                   "--no-container-mount-home", "--container-env=MASTER_ADDR,MASTER_PORT,DATA_DIR,OMP_NUM_THREADS"):
+        assert option in step, (option, step)
+    assert not [w for w in step if w.startswith("--container-name")]
+    assert step[-8:] == ["python", "-m", "train", "fit", "--config", "tiny", "trainer.epochs=1", "optim.lr=0.02"]
+
+
+def test_job_script_registry_image_installs_first_and_propagates_failure(tmp_path):
+    p, calls = run_job_script(tmp_path, {"IMAGE": "nvcr.io#nvidia/pyg:25.05-py3", "GPUS_PER_TASK": "0"}, srun_rc=3)
+    # the install step fails (stand-in srun exits 3): the job stops there with that status
+    assert p.returncode == 3
+    (install,) = calls
+    assert "--ntasks-per-node=1" in install and "--ntasks=2" in install
+    assert "--container-name=pyg-train-123456" in install and "--container-image=nvcr.io#nvidia/pyg:25.05-py3" in install
+    assert install[-3:] == ["sh", "/workspace/container/install-project.sh", "/workspace"]
+
+
+def test_job_script_bare_mode_status_is_the_steps(tmp_path):
+    p, calls = run_job_script(tmp_path, {"IMAGE": "none", "GPUS_PER_TASK": "0", "CONFIG": "tiny"}, srun_rc=7)
+    assert p.returncode == 7 and "training step exited with status 7" in p.stdout
+    (step,) = calls
+    assert not [w for w in step if w.startswith(("--container", "--gpu"))], step
+    assert step[-6:] == [str(ROOT / ".venv" / "bin" / "python"), "-m", "train", "fit", "--config", "tiny"]
+
+
+def test_scripts_are_shellcheck_clean():
+    if not SHELLCHECK.exists():
+        pytest.skip(f"{SHELLCHECK} is missing: run `make setup`")
+    p = subprocess.run([str(SHELLCHECK), "-x", *map(str, SCRIPTS)], capture_output=True, text=True, cwd=ROOT)
+    assert p.returncode == 0, p.stdout + p.stderr

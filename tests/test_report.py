@@ -1,0 +1,148 @@
+"""`python -m train report RUN_DIR`: curves.png and the summary, from what `fit` records."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from train.config import dump_config, load_config
+from train.report import DPI, FIGSIZE, read_metrics, summarize, write_report
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def row(epoch, loss, train, val=None, test=None, seconds=2.0, rate=4000.0, world=2):
+    return {"epoch": epoch, "loss": loss, "train_acc": train, "val_acc": val, "test_acc": test,
+            "epoch_seconds": seconds, "seeds_per_second": rate, "world_size": world}
+
+
+def write_run(run: Path, finished: bool = True, epochs: int = 6) -> Path:
+    """A run as fit leaves it: evaluation every 2nd epoch, one epoch repeated after a resume,
+    and (for a running run) a half-written last line."""
+    run.mkdir(parents=True)
+    rows = [
+        row(0, 1.30, 0.40, seconds=2.5, rate=3600),
+        row(1, 0.90, 0.62, 0.70, 0.69, seconds=2.0, rate=4000),
+        row(2, 0.70, 0.71, seconds=2.0, rate=4000),
+        row(2, 0.68, 0.72, seconds=2.0, rate=4000),  # repeated after a resume: the last one counts
+        row(3, 0.60, 0.76, 0.81, 0.79, seconds=1.5, rate=4400),
+        row(4, 0.55, 0.78, seconds=2.0, rate=4000),
+        row(5, 0.52, 0.80, 0.80, 0.80, seconds=2.0, rate=4000),
+    ][: epochs + 1]
+    text = "".join(json.dumps(r) + "\n" for r in rows)
+    if not finished:
+        text += '{"epoch": 6, "loss": 0.5'  # the writer is mid-line
+    (run / "metrics.jsonl").write_text(text)
+    dump_config(load_config("tiny", ["trainer.epochs=6"]), run / "config.yaml")
+    if finished:
+        (run / "summary.json").write_text(json.dumps({"epochs": 6, "world_size": 2}))
+    return run
+
+
+def report(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "train", "report", *map(str, args)], cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_report_draws_a_png_and_prints_the_summary(tmp_path):
+    run = write_run(tmp_path / "run")
+    proc = report(run)
+    assert proc.returncode == 0, proc.stderr
+    with Image.open(run / "curves.png") as image:
+        assert image.format == "PNG"
+        assert image.size == (int(FIGSIZE[0] * DPI), int(FIGSIZE[1] * DPI)) == (1200, 400)
+    out = proc.stdout
+    assert f"{run} (finished): synthetic, sage, world size 2" in out
+    assert "epochs               6 of 6" in out
+    assert "best val accuracy    0.8100 (epoch 3)" in out
+    assert "final test accuracy  0.8000 (epoch 5)" in out
+    assert "final loss           0.5200" in out
+    assert "time per epoch       2.00 s (mean; 12.0 s in all)" in out
+    assert "throughput           4000 seeds/s, 2000 per GPU (rank)" in out
+    assert not list(run.glob(".*.tmp"))  # written atomically
+
+
+def test_report_while_running(tmp_path):
+    run = write_run(tmp_path / "run", finished=False, epochs=4)
+    proc = report(run, "--output", tmp_path / "live.png")
+    assert proc.returncode == 0, proc.stderr
+    assert "(running or stopped)" in proc.stdout and "epochs               4 of 6" in proc.stdout
+    assert (tmp_path / "live.png").stat().st_size > 0 and not (run / "curves.png").exists()
+
+
+def test_summary_is_computed_from_the_rows(tmp_path):
+    rows = read_metrics(write_run(tmp_path / "run", finished=False) / "metrics.jsonl")
+    assert [r["epoch"] for r in rows] == [0, 1, 2, 3, 4, 5] and rows[2]["loss"] == 0.68
+    s = summarize(rows, None, {"trainer": {"epochs": 6}, "data": {"name": "Reddit"}, "model": {"name": "sage"}})
+    assert (s["best_val_acc"], s["best_val_epoch"], s["final_test_acc"], s["epochs_done"]) == (0.81, 3, 0.80, 6)
+    assert s["seeds_per_second_per_rank"] == pytest.approx(2000.0) and not s["finished"]
+
+
+@pytest.mark.parametrize("setup, message", [
+    (lambda p: None, "does not exist"),
+    (lambda p: p.mkdir(), "has no metrics.jsonl"),
+    (lambda p: (p.mkdir(), (p / "metrics.jsonl").write_text("")), "holds no finished epoch yet"),
+])
+def test_bad_run_dir_is_a_message(tmp_path, setup, message):
+    setup(tmp_path / "run")
+    proc = report(tmp_path / "run")
+    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_missing_matplotlib_is_a_message_after_the_summary(tmp_path):
+    """A stand-in for a container without matplotlib: the import is blocked."""
+    run = write_run(tmp_path / "run")
+    code = ("import sys; sys.modules['matplotlib'] = None\n"
+            "from train.__main__ import main; sys.exit(main(['report', sys.argv[1]]))")
+    proc = subprocess.run([sys.executable, "-c", code, str(run)], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60)
+    assert proc.returncode == 2 and "needs matplotlib" in proc.stderr and "pip install matplotlib" in proc.stderr
+    assert "best val accuracy" in proc.stdout and not (run / "curves.png").exists()
+
+
+def test_end_of_run_report_never_raises(tmp_path, capsys):
+    assert write_report(tmp_path / "nothing-here") is None
+    assert "warning: no report for" in capsys.readouterr().err
+
+
+def test_fit_draws_curves_at_the_end(tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "train", "fit", "--config", "tiny", "trainer.epochs=2",
+                           "trainer.max_steps_per_epoch=2",
+                           f"output.dir={out}"], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={k: v for k, v in {**os.environ, "PYTHONPATH": str(ROOT)}.items()
+                               if not k.startswith(("SLURM_", "WORLD_SIZE", "RANK", "MASTER_"))})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    with Image.open(out / "curves.png") as image:
+        assert image.format == "PNG" and image.size == (1200, 400)
+    assert "best val accuracy" in proc.stdout and "epochs               2 of 2" in proc.stdout
+
+
+def make(*args, env=None):
+    clean = {k: v for k, v in os.environ.items() if k not in ("RUN", "LOG_DIR", "MAKEFLAGS", "MAKELEVEL")}
+    return subprocess.run(["make", "--no-print-directory", *args], cwd=ROOT, env={**clean, **(env or {})},
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_make_report_and_logs(tmp_path):
+    run = write_run(tmp_path / "run")
+    p = make("report", f"RUN={run}")
+    assert p.returncode == 0, p.stderr
+    assert "best val accuracy    0.8100 (epoch 3)" in p.stdout and (run / "curves.png").is_file()
+
+    logs = tmp_path / "logs"
+    (logs / "old").mkdir(parents=True)
+    (logs / "pyg-train-1.log").write_text("first job\n")
+    os.utime(logs / "pyg-train-1.log", (1, 1))
+    (logs / "old" / "pyg-train-2.log").write_text("newest job\n")
+    p = make("logs", f"LOG_DIR={logs}")
+    assert p.returncode == 0 and p.stdout == "newest job\n" and "pyg-train-2.log" in p.stderr
+    p = make("logs", f"LOG_DIR={tmp_path / 'none'}")
+    assert p.returncode != 0 and "no log under" in p.stderr

@@ -1,0 +1,308 @@
+"""Exact resume, stop signals and failing ranks, with real local processes (gloo over TCP).
+
+Each rank is a real `python -m train fit` started with the variables srun sets; signals are
+real signals sent to one process. Runs are tiny (seconds) but the epochs are uneven: rank 0
+has 7 batches, rank 1 has 6, so DDP's Join is part of every epoch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.localjob import ROOT, free_port, srun_env
+from train import checkpoint as ck
+from train.preemption import EXIT_FAILED, EXIT_REQUEUE, EXIT_STOPPED, is_peer_failure, stop_outcome
+
+# 2002 nodes -> 1201 training nodes -> shards of 601 and 600 -> 7 and 6 batches of 100
+CONFIG = ["fit", "--config", "tiny", "data.num_nodes=2002", "sampler.batch_size=100", "trainer.epochs=3",
+          "trainer.log_every=1"]
+SLOW = ["trainer.step_delay_seconds=0.5"]  # long enough to interrupt in the middle of an epoch
+
+
+class Job:
+    """N ranks of one local job; each rank's output goes to `logs/rank-R.log`."""
+
+    def __init__(self, args: list[str], world_size: int, logs: Path, job_id: str = "4242",
+                 extra_env: dict[str, str] | None = None):
+        logs.mkdir(parents=True, exist_ok=True)
+        port = free_port()
+        base = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "MASTER_", "WORLD_SIZE", "RANK",
+                                                                           "LOCAL_RANK", "LOCAL_WORLD_SIZE"))}
+        base.update(PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", **(extra_env or {}))
+        self.logs = [logs / f"rank-{r}.log" for r in range(world_size)]
+        self.procs = []
+        for rank, log in enumerate(self.logs):
+            with log.open("w") as out:
+                self.procs.append(subprocess.Popen(
+                    [sys.executable, "-m", "train", *args], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+                    env={**base, **srun_env(rank, world_size, 1, job_id, port)}))
+        self.ended_at: dict[int, float] = {}
+
+    def output(self, rank: int) -> str:
+        return self.logs[rank].read_text(errors="replace")
+
+    def wait_for(self, pattern: str, rank: int = 0, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while not re.search(pattern, self.output(rank), re.M):
+            if time.monotonic() > deadline or any(p.poll() is not None for p in self.procs):
+                self.kill()
+                pytest.fail(f"never saw {pattern!r} on rank {rank}:\n{self.output(rank)}")
+            time.sleep(0.02)
+
+    def signal(self, rank: int, signum: int) -> float:
+        os.kill(self.procs[rank].pid, signum)
+        return time.monotonic()
+
+    def wait(self, timeout: float = 180) -> list[int]:
+        deadline = time.monotonic() + timeout
+        while len(self.ended_at) < len(self.procs) and time.monotonic() < deadline:
+            for rank, proc in enumerate(self.procs):
+                if rank not in self.ended_at and proc.poll() is not None:
+                    self.ended_at[rank] = time.monotonic()
+            time.sleep(0.02)
+        codes = [p.poll() for p in self.procs]
+        self.kill()
+        return codes
+
+    def kill(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+    def outputs(self) -> str:
+        return "\n".join(f"--- rank {r}\n{self.output(r)}" for r in range(len(self.procs)))
+
+
+def run(args: list[str], world_size: int, logs: Path, **kwargs) -> Job:
+    job = Job(args, world_size, logs, **kwargs)
+    codes = job.wait()
+    job.codes = codes
+    return job
+
+
+def metrics(run_dir: Path) -> dict:
+    """summary.json without the timings (wall-clock time is not part of the result)."""
+    summary = json.loads((run_dir / "summary.json").read_text())
+    return {k: v for k, v in summary.items() if not k.endswith("_seconds")}
+
+
+def assert_same_weights(a: Path, b: Path) -> None:
+    left, right = torch.load(a / "model.pt"), torch.load(b / "model.pt")
+    assert left.keys() == right.keys()
+    for name in left:
+        assert torch.equal(left[name], right[name]), f"tensor {name} differs"
+
+
+def history(run_dir: Path) -> list[dict]:
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if k not in ("epoch_seconds", "seeds_per_second")} for r in rows]
+
+
+@pytest.fixture(scope="module")
+def baseline(tmp_path_factory) -> Path:
+    """An uninterrupted 2-rank run of CONFIG."""
+    out = tmp_path_factory.mktemp("baseline")
+    job = run([*CONFIG, f"output.dir={out}"], 2, out / "logs")
+    assert job.codes == [0, 0], job.outputs()
+    return out
+
+
+@pytest.fixture(scope="module")
+def interrupted(tmp_path_factory) -> tuple[Path, Job, dict, Path]:
+    """CONFIG stopped by SIGUSR1 to rank 1 in the middle of epoch 1 (with time-based checkpoints).
+
+    Also returns a copy of the stop checkpoint (the run directory goes on when it is resumed).
+    """
+    out = tmp_path_factory.mktemp("interrupted")
+    job = Job([*CONFIG, *SLOW, f"output.dir={out}", "trainer.checkpoint_every_minutes=0.005",
+               "trainer.keep_checkpoints=2"], 2, out / "logs-1")
+    job.wait_for(r"^epoch 1 step 3/7")
+    job.signal(1, signal.SIGUSR1)
+    job.codes = job.wait()
+    newest = ck.list_checkpoints(out / ck.CHECKPOINT_DIR)[0]
+    kept = Path(shutil.copy(newest, tmp_path_factory.mktemp("stop-checkpoint")))
+    return out, job, ck.load_checkpoint(newest), kept
+
+
+def test_sigusr1_to_one_rank_stops_all_at_the_same_step(interrupted):
+    out, job, stop, _ = interrupted
+    assert job.codes == [EXIT_REQUEUE, 0], job.outputs()  # rank 0 leaves last, with the status
+    assert "rank 1: received SIGUSR1" in job.output(1)
+    steps = [r["step"] for r in stop["ranks"]]
+    assert stop["epoch"] == 1 and steps[0] == steps[1] and 3 <= steps[0] < 6, steps
+    assert stop["reason"] == "stop signal SIGUSR1" and stop["world_size"] == 2
+    assert re.search(rf"stopped in epoch 1 after step {steps[0]}: SIGUSR1.*exit status 3: the batch script "
+                     r"requeues the job \(restart 1 of at most trainer.max_restarts=3\)", job.output(0))
+    assert len(ck.list_checkpoints(out / ck.CHECKPOINT_DIR)) == 2  # trainer.keep_checkpoints
+    assert "time interval" in job.output(0)  # checkpoint_every_minutes saved at step boundaries too
+    assert not (out / "summary.json").exists()
+
+
+def test_resumed_run_equals_uninterrupted_run(baseline, interrupted, tmp_path):
+    out, _, stop, _ = interrupted
+    job = run([*CONFIG, f"output.dir={out}"], 2, tmp_path / "logs")
+    assert job.codes == [0, 0], job.outputs()
+    assert re.search(rf"resuming from \S+{ck.checkpoint_name(1, stop['position_step'])} \(epoch 1 step "
+                     rf"{stop['position_step']}, stop signal SIGUSR1", job.output(0))
+    assert_same_weights(baseline, out)
+    assert metrics(out) == metrics(baseline)
+    assert history(out) == history(baseline)  # metrics.jsonl: one row per epoch, none twice
+
+
+def test_truncated_newest_checkpoint_falls_back_to_the_previous(baseline, tmp_path):
+    run_dir = tmp_path / "run"
+    shutil.copytree(baseline, run_dir, ignore=shutil.ignore_patterns("logs", "model.pt", "summary.json"))
+    newest = ck.list_checkpoints(run_dir / ck.CHECKPOINT_DIR)[0]
+    assert newest.name == ck.checkpoint_name(3, 0)
+    newest.write_bytes(newest.read_bytes()[:4096])
+    job = run([*CONFIG, f"output.dir={run_dir}"], 2, tmp_path / "logs")
+    assert job.codes == [0, 0], job.outputs()
+    assert f"warning: checkpoint {newest} is not usable (truncated" in job.output(0)
+    assert re.search(rf"resuming from \S+{ck.checkpoint_name(2, 0)}", job.output(0))
+    assert_same_weights(baseline, run_dir)  # epoch 2 trained again, to the same weights
+    assert metrics(run_dir) == metrics(baseline)
+
+
+def test_incompatible_checkpoint_is_refused_naming_the_fields(baseline, tmp_path):
+    run_dir = tmp_path / "run"
+    shutil.copytree(baseline, run_dir, ignore=shutil.ignore_patterns("logs"))
+    job = run([*CONFIG, f"output.dir={run_dir}", "model.hidden=64", "data.num_features=8"], 1, tmp_path / "logs")
+    out = job.output(0)
+    assert job.codes == [2], out
+    assert "model.hidden: 32 in the checkpoint, 64 now" in out and "data.num_features: 16 in the checkpoint, 8 now" in out
+    assert "Traceback" not in out
+
+
+def test_other_world_size_resumes_only_at_an_epoch_boundary(baseline, interrupted, tmp_path):
+    mid_epoch = interrupted[3]
+    job = run([*CONFIG, f"output.dir={tmp_path / 'a'}", f"trainer.resume={mid_epoch}"], 1, tmp_path / "logs-a")
+    assert job.codes == [2] and "saved by 2 ranks in the middle of epoch 1; this run has 1" in job.output(0)
+    boundary = baseline / ck.CHECKPOINT_DIR / ck.checkpoint_name(2, 0)
+    job = run([*CONFIG, f"output.dir={tmp_path / 'b'}", f"trainer.resume={boundary}"], 1, tmp_path / "logs-b")
+    assert job.codes == [0], job.output(0)
+    assert "resharding: checkpoint saved by 2 ranks at the start of epoch 2, continuing on 1" in job.output(0)
+    assert json.loads((tmp_path / "b" / "summary.json").read_text())["epochs"] == 3
+
+
+# ---- failing ranks ---------------------------------------------------------------------------
+def test_exception_on_rank_1_ends_rank_0_with_a_message_naming_it(tmp_path):
+    job = run([*CONFIG, f"output.dir={tmp_path}", "trainer.fail_at_step=8", "trainer.fail_rank=1"], 2, tmp_path / "logs")
+    assert job.codes == [EXIT_FAILED, EXIT_FAILED], job.outputs()
+    assert "RuntimeError: injected failure on rank 1 at step 8" in job.output(1)  # its own traceback
+    assert "rank 0: stopping because rank 1 failed: RuntimeError: injected failure on rank 1 at step 8" in job.output(0)
+    assert "Traceback" not in job.output(0)
+    assert ck.find_latest_valid(tmp_path / ck.CHECKPOINT_DIR)[1]["epoch"] == 1
+
+
+def test_kill_9_of_rank_0_ends_the_other_and_a_rerun_completes(baseline, tmp_path):
+    run_dir = tmp_path / "run"
+    job = Job([*CONFIG, *SLOW, f"output.dir={run_dir}"], 2, tmp_path / "logs-1")
+    job.wait_for(r"^epoch 1 step 2/7")
+    killed_at = job.signal(0, signal.SIGKILL)
+    codes = job.wait()
+    assert codes == [-signal.SIGKILL, EXIT_FAILED], job.outputs()
+    assert job.ended_at[1] - killed_at < 20, "rank 1 must notice a dead peer at once (gloo), not at the 180 s timeout"
+    assert "rank 1: stopping because rank 0 is gone: the rendezvous store it hosts no longer answers" in job.output(1)
+    path, intact = ck.find_latest_valid(run_dir / ck.CHECKPOINT_DIR, on_invalid=pytest.fail)
+    assert path.name == ck.checkpoint_name(1, 0)
+    rerun = run([*CONFIG, f"output.dir={run_dir}"], 2, tmp_path / "logs-2")
+    assert rerun.codes == [0, 0], rerun.outputs()
+    assert_same_weights(baseline, run_dir)
+    assert metrics(run_dir) == metrics(baseline)
+
+
+def test_a_hung_rank_ends_the_others_within_the_collective_timeout(tmp_path):
+    """SIGSTOP: the process lives but never answers; the survivor gives up after the timeout."""
+    timeout = 4
+    job = Job([*CONFIG, *SLOW, f"output.dir={tmp_path}", f"dist.collective_timeout_seconds={timeout}"], 2,
+              tmp_path / "logs")
+    job.wait_for(r"^epoch 1 step 2/7")
+    stopped_at = job.signal(1, signal.SIGSTOP)
+    try:
+        job.wait_for(r"rank 0: stopping because", timeout=60)
+        job.procs[0].wait(timeout=30)
+        ended = time.monotonic() - stopped_at
+    finally:
+        job.kill()
+    assert job.procs[0].returncode == EXIT_FAILED, job.output(0)
+    assert timeout <= ended < timeout + 15, ended  # the timeout plus the report grace and exit (on a busy CI)
+    assert "rank 1 stopped answering" in job.output(0) and "Timed out" in job.output(0)
+
+
+# ---- the vote with ranks that already joined ---------------------------------------------------
+JOIN_WORKER = r"""
+import os, signal, sys, types, datetime
+import torch, torch.distributed as dist
+from torch.distributed.algorithms.join import Join
+from train.preemption import StepAgreement, StopSignals
+rank = int(os.environ["RANK"])
+store = dist.TCPStore("127.0.0.1", int(os.environ["MASTER_PORT"]), 2, rank == 0, timeout=datetime.timedelta(seconds=60))
+dist.init_process_group("gloo", store=store, rank=rank, world_size=2, timeout=datetime.timedelta(seconds=60))
+torch.manual_seed(0)
+model = torch.nn.Linear(4, 1)
+ddp = torch.nn.parallel.DistributedDataParallel(model)
+optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
+trainer = types.SimpleNamespace(
+    config=types.SimpleNamespace(trainer=types.SimpleNamespace(
+        checkpoint_every_minutes=0.0, checkpoint_every=0, step_delay_seconds=0.0, epochs=1)),
+    env=types.SimpleNamespace(rank=rank, is_main=rank == 0, world_size=2),
+    device=torch.device("cpu"), optimizer=optimizer, stop_requested=False)
+signals = StopSignals(rank).install()
+agreement = StepAgreement(trainer, signals, types.SimpleNamespace(last_save_time=0.0))
+steps = 0
+with Join([ddp, agreement]):
+    for _ in range(8 if rank == 0 else 2):  # rank 1 runs out after 2 batches and joins
+        ddp(torch.randn(3, 4)).sum().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        steps += 1
+        if agreement.on_step_end(trainer):
+            break
+    if rank == 1:
+        os.kill(os.getpid(), signal.SIGUSR1)  # arrives after rank 1 joined: only its join hook can vote
+state = torch.cat([t.flatten() for s in optimizer.state.values() for t in s.values()] + [p.detach().flatten() for p in model.parameters()])
+gathered = [torch.empty_like(state) for _ in range(2)]
+dist.all_gather(gathered, state)
+print(f"rank {rank} steps {steps} stop {trainer.stop_requested} same_state {torch.equal(*gathered)}", flush=True)
+dist.destroy_process_group()
+"""
+
+
+def test_ranks_that_joined_still_vote_and_share_the_optimizer_state(tmp_path):
+    port = str(free_port())
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MASTER_PORT": port}
+    procs = [subprocess.Popen([sys.executable, "-c", JOIN_WORKER], cwd=ROOT, env={**env, "RANK": str(r)},
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(2)]
+    outs = [p.communicate(timeout=120)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    assert "rank 0 steps 3 stop True same_state True" in outs[0], outs  # stopped at rank 1's signal
+    assert "rank 1 steps 2 stop True same_state True" in outs[1], outs
+
+
+# ---- pure parts --------------------------------------------------------------------------------
+def test_requeue_status_until_max_restarts_then_stopped():
+    assert stop_outcome(0, 3, under_slurm=True)[0] == EXIT_REQUEUE
+    assert stop_outcome(2, 3, under_slurm=True)[0] == EXIT_REQUEUE
+    code, text = stop_outcome(3, 3, under_slurm=True)
+    assert code == EXIT_STOPPED and "trainer.max_restarts=3" in text and "resubmit" in text
+    assert stop_outcome(0, 0, under_slurm=True)[0] == EXIT_STOPPED
+    assert "run the same command again" in stop_outcome(5, 0, under_slurm=False)[1]
+
+
+def test_collective_errors_are_told_apart_from_local_ones():
+    assert is_peer_failure(RuntimeError("[gloo/transport/tcp/pair.cc:553] Connection closed by peer [10.0.0.2]:1234"))
+    assert is_peer_failure(RuntimeError("Timed out waiting 5000ms for recv operation to complete"))
+    assert not is_peer_failure(RuntimeError("injected failure on rank 1 at step 3"))
+    assert not is_peer_failure(ValueError("shapes (3, 4) and (5, 6) do not match"))

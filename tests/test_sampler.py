@@ -1,0 +1,332 @@
+"""TorchNeighborSampler must behave like PyG's NeighborSampler, through real PyG loaders."""
+
+from __future__ import annotations
+
+import itertools
+import pickle
+
+import pytest
+import torch
+import torch_geometric.typing
+from torch_geometric.data import Data
+from torch_geometric.loader import NeighborLoader, NodeLoader
+from torch_geometric.nn import SAGEConv
+from torch_geometric.sampler import NodeSamplerInput
+
+from train.sampler import (
+    TorchNeighborSampler,
+    _floyd_positions,
+    _random_key_positions,
+    _seeded_cpu_rng,
+    build_csc,
+    have_native_sampler,
+    make_node_loader,
+)
+
+NUM_NODES = 600
+HUBS_20 = torch.arange(0, 20)  # in-degree exactly 20
+HUBS_80 = torch.arange(20, 30)  # in-degree exactly 80
+ISOLATED = torch.arange(30, 40)  # in-degree 0
+BATCH_KEYS = {
+    "x", "y", "edge_index", "edge_attr", "n_id", "e_id", "input_id",
+    "batch_size", "num_sampled_nodes", "num_sampled_edges",
+}
+
+
+def _hub_edges(hubs: torch.Tensor, degree: int, gen: torch.Generator) -> torch.Tensor:
+    sources = [torch.randperm(NUM_NODES, generator=gen)[:degree] for _ in hubs]
+    return torch.stack([torch.cat(sources), hubs.repeat_interleave(degree)])
+
+
+@pytest.fixture(scope="module")
+def data() -> Data:
+    """Random graph plus hubs of known degree, edge columns shuffled so CSC order != input order."""
+    gen = torch.Generator().manual_seed(0)
+    random_edges = torch.stack([
+        torch.randint(0, NUM_NODES, (4000,), generator=gen),
+        torch.randint(40, NUM_NODES, (4000,), generator=gen),  # hubs keep their exact degree
+    ])
+    edge_index = torch.cat(
+        [random_edges, _hub_edges(HUBS_20, 20, gen), _hub_edges(HUBS_80, 80, gen)], dim=1
+    )
+    edge_index = edge_index[:, torch.randperm(edge_index.size(1), generator=gen)]
+    return Data(
+        x=torch.randn(NUM_NODES, 16, generator=gen),
+        y=torch.randint(0, 4, (NUM_NODES,), generator=gen),
+        edge_index=edge_index,
+        edge_attr=torch.randn(edge_index.size(1), 3, generator=gen),
+    )
+
+
+def in_degree(data: Data) -> torch.Tensor:
+    return torch.bincount(data.edge_index[1], minlength=data.num_nodes)
+
+
+def check_batch(batch: Data, data: Data, seeds: torch.Tensor, fanouts: list[int]) -> None:
+    """Everything NeighborLoader guarantees for a directed, non-disjoint sample."""
+    batch = batch.to("cpu")
+    assert set(batch.keys()) == BATCH_KEYS
+    assert batch.batch_size == seeds.numel() == batch.input_id.numel()
+    assert torch.equal(batch.n_id[: batch.batch_size], seeds)
+    assert torch.equal(batch.x, data.x[batch.n_id]) and torch.equal(batch.y, data.y[batch.n_id])
+
+    num_nodes, num_edges = batch.num_sampled_nodes, batch.num_sampled_edges
+    assert isinstance(num_nodes, list) and isinstance(num_edges, list)
+    assert len(num_nodes) == len(fanouts) + 1 and len(num_edges) == len(fanouts)
+    assert num_nodes[0] == seeds.numel()
+    assert sum(num_nodes) == batch.n_id.numel() == batch.num_nodes
+    assert sum(num_edges) == batch.edge_index.size(1) == batch.e_id.numel()
+
+    # Every sampled edge is that very edge of the original graph, at most once per
+    # target slot (a seed given twice samples twice, as in pyg-lib).
+    assert batch.edge_index.dtype == batch.e_id.dtype == torch.long
+    assert torch.equal(data.edge_index[:, batch.e_id], batch.n_id[batch.edge_index])
+    assert torch.equal(batch.edge_attr, data.edge_attr[batch.e_id])
+    slot_and_edge = torch.stack([batch.edge_index[1], batch.e_id])
+    assert slot_and_edge.unique(dim=1).size(1) == batch.e_id.numel()
+
+    degree = in_degree(data)
+    node_bounds = [0, *itertools.accumulate(num_nodes)]
+    edge_bounds = [0, *itertools.accumulate(num_edges)]
+    for hop, fanout in enumerate(fanouts):
+        source, target = batch.edge_index[:, edge_bounds[hop] : edge_bounds[hop + 1]]
+        frontier = torch.arange(node_bounds[hop], node_bounds[hop + 1])
+        # Hop h only adds in-edges of the nodes first reached at hop h-1 ...
+        assert bool(((target >= node_bounds[hop]) & (target < node_bounds[hop + 1])).all())
+        expected = degree[batch.n_id[frontier]]
+        if fanout >= 0:
+            expected = expected.clamp(max=fanout)
+        counts = torch.bincount(target - node_bounds[hop], minlength=frontier.numel())
+        # ... exactly min(fanout, degree) of them per node.
+        assert torch.equal(counts, expected)
+        # New nodes get ids in order of first appearance as a source in this hop.
+        seen = set(batch.n_id[: node_bounds[hop + 1]].tolist())
+        first_seen = []
+        for node in batch.n_id[source].tolist():
+            if node not in seen:
+                seen.add(node)
+                first_seen.append(node)
+        assert batch.n_id[node_bounds[hop + 1] : node_bounds[hop + 2]].tolist() == first_seen
+        assert bool((source < node_bounds[hop + 2]).all())
+
+
+def sample(sampler: TorchNeighborSampler, seeds: torch.Tensor):
+    return sampler.sample_from_nodes(NodeSamplerInput(input_id=None, node=seeds))
+
+
+def same_sample(a, b) -> bool:
+    return all(torch.equal(getattr(a, key), getattr(b, key)) for key in ("node", "row", "col", "edge"))
+
+
+def test_loader_batches_match_neighbor_loader_contract(data):
+    some_nodes = torch.randperm(NUM_NODES, generator=torch.Generator().manual_seed(1))[:150]
+    input_nodes = torch.cat([HUBS_80, ISOLATED, some_nodes, HUBS_20])  # repeats some seeds
+    loader = make_node_loader(data, input_nodes, [5, 3], batch_size=64, seed=0, force_torch_sampler=True)
+    seen_seeds, offset = [], 0
+    for batch in loader:
+        seeds = batch.n_id[: batch.batch_size]
+        check_batch(batch, data, seeds, [5, 3])
+        assert torch.equal(batch.input_id, torch.arange(offset, offset + seeds.numel()))
+        seen_seeds.append(seeds)
+        offset += seeds.numel()
+    assert torch.equal(torch.cat(seen_seeds), input_nodes)  # given order, last batch kept
+
+
+def test_three_hops_and_large_fanout_path(data):
+    seeds = torch.cat([HUBS_80, HUBS_20[:5], torch.tensor([100, 200, 300])])
+    sampler = TorchNeighborSampler(data, [70, 2, 1], seed=7)
+    out = sample(sampler, seeds)
+    loader = NodeLoader(data, node_sampler=sampler, input_nodes=seeds, batch_size=seeds.numel())
+    check_batch(next(iter(loader)), data, seeds, [70, 2, 1])
+    others = int(in_degree(data)[[100, 200, 300]].clamp(max=70).sum())
+    assert out.num_sampled_edges[0] == 10 * 70 + 5 * 20 + others  # 80 -> 70 via random keys
+
+
+def test_full_neighbourhood_with_minus_one(data):
+    seeds = torch.cat([HUBS_20[:3], HUBS_80[:2], torch.tensor([50, 51])])
+    loader = make_node_loader(data, seeds, [-1, -1], batch_size=seeds.numel(), force_torch_sampler=True)
+    batch = next(iter(loader))
+    check_batch(batch, data, seeds, [-1, -1])
+    hop1 = batch.e_id[: batch.num_sampled_edges[0]]
+    expected = torch.nonzero(torch.isin(data.edge_index[1], seeds)).view(-1)
+    assert torch.equal(hop1.sort().values, expected)
+
+
+def test_fanout_zero_isolated_and_repeated_seeds(data):
+    sampler = TorchNeighborSampler(data, [0, 4], seed=1)
+    out = sample(sampler, torch.tensor([5, 6]))
+    assert out.num_sampled_nodes == [2, 0, 0] and out.num_sampled_edges == [0, 0] and out.edge.numel() == 0
+
+    out = sample(TorchNeighborSampler(data, [3, 3], seed=1), ISOLATED)
+    assert out.num_sampled_nodes == [ISOLATED.numel(), 0, 0] and out.num_sampled_edges == [0, 0]
+
+    seeds = torch.tensor([60, 61, 60, 62, 61])
+    loader = make_node_loader(data, seeds, [3, 2], batch_size=5, seed=1, force_torch_sampler=True)
+    check_batch(next(iter(loader)), data, seeds, [3, 2])
+
+
+def test_uniform_over_neighbours_degree_20_fanout_5(data):
+    """Marginal and pairwise frequencies of Floyd picks through the public sampler."""
+    sampler = TorchNeighborSampler(data, [5], seed=1234)
+    colptr = sampler.colptr
+    picked = []
+    for epoch in range(200):  # 200 epochs x 20 hubs = 4000 draws
+        sampler.set_epoch(epoch)
+        out = sample(sampler, HUBS_20)
+        position = out.edge - colptr[out.node[out.col]]
+        picked.append(position.view(-1, 5))
+    picked = torch.cat(picked)
+    hits = torch.zeros(len(picked), 20).scatter_(1, picked, 1.0)
+    assert bool((hits.sum(1) == 5).all())
+    draws = hits.size(0)
+    marginal = hits.sum(0)
+    chi2 = ((marginal - draws / 4) ** 2 / (draws / 4)).sum()
+    assert chi2 < 43.8, chi2  # chi-square(19) 0.999 quantile
+    # Every pair equally likely too, which e.g. "a random window of 5" would fail.
+    pairs = hits.t() @ hits
+    upper = pairs[torch.triu_indices(20, 20, 1).unbind()]
+    expected = draws * (5 * 4) / (20 * 19)
+    chi2 = ((upper - expected) ** 2 / expected).sum()
+    assert chi2 < 254.8, chi2  # chi-square(189) 0.999 quantile
+
+
+@pytest.mark.parametrize("pick", [_floyd_positions, _random_key_positions])
+def test_position_pickers_are_uniform_and_distinct(pick):
+    gen = torch.Generator().manual_seed(99)
+    degree = torch.tensor([9, 12] * 5000)
+    picks = pick(degree, 8, gen)
+    assert picks.shape == (10000, 8)
+    assert bool((picks >= 0).all()) and bool((picks < degree.unsqueeze(1)).all())
+    assert bool((picks.sort(1).values.diff(dim=1) > 0).all())  # distinct within a node
+    for value in (9, 12):
+        rows = picks[degree == value]
+        freq = torch.bincount(rows.view(-1), minlength=value).double()
+        expected = rows.size(0) * 8 / value
+        chi2 = ((freq - expected) ** 2 / expected).sum()
+        assert chi2 < 30.0, (value, chi2)  # chi-square(11) 0.999 quantile is 31.3
+
+
+def test_same_seed_epoch_batch_is_identical_and_epoch_changes_it(data):
+    seeds = torch.cat([HUBS_20[:8], torch.tensor([77, 88, 99])])
+    first = sample(TorchNeighborSampler(data, [5, 3], seed=11), seeds)
+    again = TorchNeighborSampler(data, [5, 3], seed=11)
+    sample(again, HUBS_20[:1])  # a reused sampler must leave no trace of earlier batches
+    assert same_sample(first, sample(again, seeds))
+    again.set_epoch(1)
+    assert not torch.equal(first.edge, sample(again, seeds).edge)
+    assert not torch.equal(first.edge, sample(TorchNeighborSampler(data, [5, 3], seed=12), seeds).edge)
+    # Survives pickling, as for workers started with 'spawn'.
+    again.set_epoch(0)
+    assert same_sample(first, sample(pickle.loads(pickle.dumps(again)), seeds))
+
+
+def test_unseeded_sampler_follows_global_rng(data):
+    sampler = TorchNeighborSampler(data, [5, 3])
+    torch.manual_seed(3)
+    first = sample(sampler, HUBS_20)
+    torch.manual_seed(3)
+    assert same_sample(first, sample(sampler, HUBS_20))
+
+
+def test_batch_order_and_workers_do_not_change_samples(data):
+    blocks = list(torch.randperm(NUM_NODES, generator=torch.Generator().manual_seed(5))[:90].split(30))
+
+    def batches(order, num_workers=0):
+        nodes = torch.cat([blocks[i] for i in order])
+        loader = make_node_loader(data, nodes, [4, 2], batch_size=30, seed=21, epoch=2,
+                                  num_workers=num_workers, force_torch_sampler=True)
+        return {int(b.n_id[0]): b for b in loader}
+
+    forward, backward = batches([0, 1, 2]), batches([2, 1, 0])
+    in_workers = batches([1, 2, 0], num_workers=2)
+    for key, batch in forward.items():
+        for other in (backward[key], in_workers[key]):
+            assert torch.equal(batch.n_id, other.n_id) and torch.equal(batch.e_id, other.e_id)
+            assert torch.equal(batch.edge_index, other.edge_index)
+
+
+def test_precomputed_csc_is_used_without_copy(data):
+    csc = build_csc(data.edge_index, data.num_nodes)
+    for tensor in csc:
+        tensor.share_memory_()
+    sampler = TorchNeighborSampler(data, [5, 3], seed=4, csc=csc)
+    held = (sampler.colptr, sampler.row, sampler.edge_permutation)
+    assert all(a.data_ptr() == b.data_ptr() for a, b in zip(held, csc))
+    assert same_sample(sample(sampler, HUBS_20), sample(TorchNeighborSampler(data, [5, 3], seed=4), HUBS_20))
+    seeds = torch.arange(100, 140)
+    check_batch(next(iter(make_node_loader(data, seeds, [5, 3], 40, seed=4, csc=csc))), data, seeds, [5, 3])
+
+
+def test_make_node_loader_feeds_two_layer_sage(data):
+    torch.manual_seed(0)
+    convs = torch.nn.ModuleList([SAGEConv(16, 32), SAGEConv(32, 4)])
+    loader = make_node_loader(data, torch.arange(200, 330), [10, 5], batch_size=50, seed=0)
+    sizes = []
+    for batch in loader:
+        h = convs[0](batch.x, batch.edge_index).relu()
+        logits = convs[1](h, batch.edge_index)[: batch.batch_size]
+        loss = torch.nn.functional.cross_entropy(logits, batch.y[: batch.batch_size])
+        loss.backward()
+        assert torch.isfinite(loss)
+        sizes.append(batch.batch_size)
+    assert sizes == [50, 50, 30]
+
+
+def test_have_native_sampler_matches_pyg():
+    assert have_native_sampler() == bool(
+        torch_geometric.typing.WITH_PYG_LIB or torch_geometric.typing.WITH_TORCH_SPARSE
+    )
+
+
+def test_loader_route_without_native_sampler(data, monkeypatch):
+    monkeypatch.setattr(torch_geometric.typing, "WITH_PYG_LIB", False)
+    monkeypatch.setattr(torch_geometric.typing, "WITH_TORCH_SPARSE", False)
+    loader = make_node_loader(data, torch.arange(10), [2], batch_size=5, seed=0)
+    assert type(loader) is NodeLoader and isinstance(loader.node_sampler, TorchNeighborSampler)
+
+
+def test_loader_route_with_native_sampler(data, monkeypatch):
+    """Only construction is checked here: sampling itself would need the real extension."""
+    monkeypatch.setattr(torch_geometric.typing, "WITH_PYG_LIB", True)
+    assert have_native_sampler()
+    assert isinstance(make_node_loader(data, torch.arange(10), [2], batch_size=5), NeighborLoader)
+    seeded = make_node_loader(data, torch.arange(10), [2], batch_size=5, seed=3, epoch=1)
+    assert isinstance(seeded, NeighborLoader) and seeded.node_sampler.epoch == 1
+    csc = build_csc(data.edge_index, data.num_nodes)
+    for loader in (
+        make_node_loader(data, torch.arange(10), [2], batch_size=5, force_torch_sampler=True),
+        make_node_loader(data, torch.arange(10), [2], batch_size=5, csc=csc),
+    ):
+        assert type(loader) is NodeLoader and isinstance(loader.node_sampler, TorchNeighborSampler)
+
+
+def test_seeded_cpu_rng_is_reproducible_and_restores_global_state():
+    torch.manual_seed(8)
+    expected_next = torch.rand(3)
+    torch.manual_seed(8)
+    with _seeded_cpu_rng(123):
+        inside = torch.rand(4)
+    with _seeded_cpu_rng(123):
+        assert torch.equal(inside, torch.rand(4))
+    assert torch.equal(torch.rand(3), expected_next)
+
+
+def test_rejects_bad_fanout(data):
+    with pytest.raises(ValueError, match="num_neighbors"):
+        TorchNeighborSampler(data, [5, -2])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_sampling_keeps_the_contract(data):
+    seeds = torch.cat([HUBS_20[:6], HUBS_80[:3], ISOLATED[:2], torch.tensor([400, 401, 402])])
+    sampler = TorchNeighborSampler(data, [5, 70, 3], seed=5, device="cuda")
+    assert sampler.colptr.is_cuda and sampler.row.is_cuda and sampler.edge_permutation.is_cuda
+    out = sample(sampler, seeds)
+    assert out.node.is_cuda and out.row.is_cuda and out.col.is_cuda and out.edge.is_cuda
+    assert same_sample(out, sample(TorchNeighborSampler(data, [5, 70, 3], seed=5, device="cuda"), seeds))
+    sampler.set_epoch(1)
+    assert not torch.equal(out.edge, sample(sampler, seeds).edge)
+    loader = make_node_loader(data, seeds, [5, 70, 3], batch_size=seeds.numel(), seed=5, device="cuda")
+    assert isinstance(loader.node_sampler, TorchNeighborSampler)
+    check_batch(next(iter(loader)), data, seeds, [5, 70, 3])

@@ -1,0 +1,341 @@
+"""data.share=node: one read-only copy of the graph per node, identical training, nothing left in /dev/shm.
+
+Real processes with srun's variables; the rank-side checks run in this very module
+(`python -m tests.test_sharing worker ...`).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.localjob import ROOT, free_port, run_local_job, srun_env
+from train.config import DataConfig, SamplerConfig, load_config
+from train.errors import UserError
+from train.sharing import (
+    GPU_GRAPH_FRACTION,
+    PREFIX,
+    SHM,
+    Segment,
+    attach_csc,
+    choose_dir,
+    gpu_placement,
+    graph_csc,
+    graph_from_tensors,
+    graph_tensors,
+    map_tensors,
+    plan_sampling,
+    remove_stale,
+    segment_name,
+    write_tensors,
+)
+
+TINY = ["fit", "--config", "tiny"]
+JOB_IDS = ("77001", "77002", "77003", "77004", "77005")  # this module's jobs, to find what they leave
+RESULT = "SHARING_RESULT "
+
+
+def _ours() -> list[Path]:
+    return sorted(p for p in SHM.glob(f"{PREFIX}*") if any(f"-j{job}-" in p.name for job in JOB_IDS))
+
+
+def _stale() -> list[Path]:
+    """Entries of the project that no live process holds (a leak), as opposed to a concurrent run's."""
+    out = []
+    for entry in SHM.glob(f"{PREFIX}*"):
+        lock = entry if entry.suffix == ".lock" else entry.with_name(entry.name + ".lock")
+        try:
+            fd = os.open(lock, os.O_RDWR)
+        except FileNotFoundError:
+            out.append(entry)
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            out.append(entry)
+        except BlockingIOError:
+            pass
+        finally:
+            os.close(fd)
+    return out
+
+
+@pytest.fixture(scope="module", autouse=True)
+def no_shm_leak():
+    """After this module, /dev/shm holds nothing of its jobs, and no unowned entry of the project at all."""
+    yield
+    assert _ours() == [], _ours()
+    assert _stale() == [], _stale()
+
+
+def _digest(tensor: torch.Tensor) -> str:
+    flat = tensor.detach().contiguous().reshape(-1)
+    return hashlib.sha256(flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b"").hexdigest()
+
+
+# ---- files, mapping, read-only ---------------------------------------------------------------------
+
+def test_written_tensors_map_back_bit_identical_and_refuse_writes(tmp_path):
+    tensors = {
+        "f32": torch.randn(100, 7),
+        "i64": torch.randint(-(2**40), 2**40, (333,)),
+        "bf16": torch.randn(10, 3).to(torch.bfloat16),
+        "flag": torch.rand(17) > 0.5,
+        "empty": torch.empty(0, 5),
+    }
+    write_tensors(tmp_path, tensors, {"job": "test"})
+    before = {p.name: p.read_bytes() for p in tmp_path.glob("*.bin")}
+    mapped = map_tensors(tmp_path)
+    assert set(mapped) == set(tensors)
+    for name, tensor in tensors.items():
+        assert mapped[name].dtype == tensor.dtype and mapped[name].shape == tensor.shape
+        assert _digest(mapped[name]) == _digest(tensor), name
+    with pytest.raises(RuntimeError, match="[Ii]nplace update to inference tensor"):
+        mapped["f32"].add_(1.0)
+    with pytest.raises(RuntimeError, match="[Ii]nplace update to inference tensor"):
+        mapped["i64"][3] = 0
+    with torch.inference_mode():  # the one place a write is not refused: it stays in this process
+        mapped["f32"].zero_()
+    assert {p.name: p.read_bytes() for p in tmp_path.glob("*.bin")} == before
+    assert _digest(map_tensors(tmp_path)["f32"]) == _digest(tensors["f32"])
+
+
+def test_node_layout_samples_like_the_per_process_csc(tmp_path):
+    """Sorted edge_index + colptr, no perm: the same CSC and so the same samples as build_csc."""
+    from torch_geometric.data import Data
+    from torch_geometric.sampler import NodeSamplerInput
+
+    from train.data import synthetic_graph
+    from train.sampler import TorchNeighborSampler, build_csc
+
+    config = DataConfig(num_nodes=500, avg_degree=9)
+    original = synthetic_graph(config)
+    colptr, row, _perm = build_csc(original.edge_index, original.num_nodes)
+    tensors, size = graph_tensors(synthetic_graph(config))
+    write_tensors(tmp_path, tensors, {})
+    assert size == sum(p.stat().st_size for p in tmp_path.glob("*.bin"))
+    shared = graph_from_tensors(map_tensors(tmp_path))
+    assert torch.equal(graph_csc(shared)[0], colptr) and torch.equal(graph_csc(shared)[1], row)
+    assert graph_csc(shared)[2] is None
+    for key in ("x", "y", "train_idx", "val_idx", "test_idx"):
+        assert torch.equal(shared[key], original[key]), key
+    as_set = lambda ei: set(map(tuple, ei.t().tolist()))  # noqa: E731
+    assert as_set(shared.edge_index) == as_set(original.edge_index)
+    seeds = NodeSamplerInput(input_id=None, node=torch.arange(0, 500, 7))
+    structure = Data(num_nodes=500)
+    a = TorchNeighborSampler(structure, [4, 3], seed=5, csc=graph_csc(shared)).sample_from_nodes(seeds)
+    b = TorchNeighborSampler(structure, [4, 3], seed=5, csc=(colptr, row, _perm)).sample_from_nodes(seeds)
+    assert torch.equal(a.node, b.node) and torch.equal(a.row, b.row) and torch.equal(a.col, b.col)
+
+
+def test_small_shm_falls_back_to_disk_or_says_what_is_needed():
+    shm, tmp = Path("/dev/shm"), Path("/tmp")
+    free = {shm: 64 << 20, tmp: 100 << 30}
+    chosen, note = choose_dir(1 << 30, [shm, tmp], free=free.__getitem__)
+    assert chosen == tmp and "--shm-size" in note and "1.00 GiB" in note
+    assert choose_dir(1 << 20, [shm, tmp], free={shm: 1 << 30, tmp: 0}.__getitem__) == (shm, "")
+    with pytest.raises(UserError, match=r"needs 200\.06 GiB .* /dev/shm has 0\.06 GiB.*--shm-size=201g"):
+        choose_dir(200 << 30, [shm, tmp], free=free.__getitem__)
+
+
+def test_share_dir_must_exist():
+    from train.sharing import candidate_dirs
+
+    with pytest.raises(UserError, match="data.share_dir='/no/such/dir' is not a directory"):
+        candidate_dirs("/no/such/dir")
+
+
+def test_only_segments_without_a_live_owner_are_removed(tmp_path):
+    uid = os.getuid()
+    live = Segment.create(tmp_path, segment_name("live", 1, 0, uid), {"pid": os.getpid()})
+    # Another process creates a segment and dies by SIGKILL while holding it.
+    code = ("import os, sys, pathlib; from train.sharing import Segment, segment_name; "
+            f"s = Segment.create(pathlib.Path({str(tmp_path)!r}), segment_name('dead', 2, 0, {uid}), {{}}); "
+            "(s.path / 'x.bin').write_bytes(b'1' * 4096); print('ready', flush=True); os.kill(os.getpid(), 9)")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == -signal.SIGKILL and "ready" in proc.stdout, proc.stderr
+    dead = tmp_path / segment_name("dead", 2, 0, uid)
+    assert dead.is_dir() and dead.with_name(dead.name + ".lock").exists()
+    orphan = tmp_path / segment_name("orphan", 3, 0, uid)  # a directory whose lock is gone
+    orphan.mkdir()
+    assert sorted(remove_stale([tmp_path], uid)) == sorted([dead, orphan])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.path.name, live.lock_path.name])
+    live.remove()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_sampling_placement():
+    assert gpu_placement(10, 20, free=100) == (True, True)
+    assert gpu_placement(10, 60, free=100) == (True, False)
+    assert gpu_placement(70, 1, free=100) == (False, False)
+    from train.data import synthetic_graph
+    from train.sampler import build_csc
+
+    data = synthetic_graph(DataConfig(num_nodes=100, avg_degree=4))
+    attach_csc(data, build_csc(data.edge_index, data.num_nodes))
+    with pytest.raises(UserError, match="sampler.device='cuda' needs training on a GPU"):
+        plan_sampling(data, SamplerConfig(device="cuda"), torch.device("cpu"))
+    plan = plan_sampling(data, SamplerConfig(), torch.device("cpu"))
+    assert plan.device.type == "cpu" and plan.host_features is None and plan.csc is graph_csc(data)
+    assert set(plan.data.keys()) == {"x", "y", "edge_index"}  # split indices never travel with batches
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (sampler.device=cuda)")
+def test_gpu_sampling_gives_the_cpu_batches():
+    """Structure on the GPU, features on the GPU or gathered pinned on the host: the same batch as on the CPU."""
+    from train.data import synthetic_graph
+    from train.sampler import build_csc, make_node_loader
+
+    data = synthetic_graph(DataConfig(num_nodes=3000, avg_degree=10))
+    attach_csc(data, build_csc(data.edge_index, data.num_nodes))
+    device = torch.device("cuda", 0)
+    seeds = data.train_idx[:300]
+    cpu = SamplerConfig(num_neighbors=[5, 3], batch_size=100)
+    cuda = SamplerConfig(num_neighbors=[5, 3], batch_size=100, device="cuda")
+    structure = sum(t.nbytes for t in graph_csc(data) if t is not None) + data.num_nodes * 8
+    room_for_structure_only = int(structure / GPU_GRAPH_FRACTION) + 1
+    plans = {"cpu": plan_sampling(data, cpu, device),
+             "gpu": plan_sampling(data, cuda, device),
+             "pinned": plan_sampling(data, cuda, device, free_gpu_bytes=room_for_structure_only)}
+    assert plans["gpu"].host_features is None and plans["pinned"].host_features is not None
+    batches = {}
+    for name, plan in plans.items():
+        loader = make_node_loader(plan.data, seeds, [5, 3], 100, seed=3, csc=plan.csc, device=plan.device,
+                                  num_workers=plan.num_workers, pin_memory=plan.pin_memory)
+        batches[name] = [plan.complete(b, device).to(device) for b in loader]
+    for a, b, c in zip(batches["cpu"], batches["gpu"], batches["pinned"]):
+        for key in ("n_id", "edge_index", "x", "y"):
+            assert torch.equal(a[key].cpu(), b[key].cpu()) and torch.equal(a[key].cpu(), c[key].cpu()), key
+
+
+# ---- real ranks ------------------------------------------------------------------------------------
+
+def _worker(argv: list[str]) -> None:
+    """One rank: take the graph the way training does and report what it sees."""
+    import torch.distributed as dist
+
+    from train.distenv import resolve
+    from train.distributed import process_group
+    from train.fit import obtain_graph
+    from train.sharing import shared_graphs
+
+    config = load_config("tiny", argv)
+    env = resolve(os.environ)
+    with process_group(env, config.dist), shared_graphs():
+        data = obtain_graph(config, env)
+        colptr, row, perm = graph_csc(data)
+        keys = ("x", "y", "edge_index", "train_idx", "val_idx", "test_idx")
+        seen = {key: _digest(data[key]) for key in keys}
+        seen["colptr"], seen["row"] = _digest(colptr), _digest(row)
+        maps = [line.split(None, 5)[-1].strip() for line in open("/proc/self/maps") if PREFIX in line]
+        write_error = None
+        dist.barrier()
+        if env.local_rank == 1:
+            try:
+                data.x[0, 0] = 123.0
+            except RuntimeError as exc:
+                write_error = str(exc).splitlines()[0]
+        dist.barrier()
+        rows: list = [None] * env.world_size
+        dist.all_gather_object(rows, {"rank": env.rank, "digests": seen, "x_after": _digest(data.x),
+                                      "perm": perm is not None, "maps": maps, "write_error": write_error,
+                                      "shm_during": sorted(p.name for p in SHM.glob(f"{PREFIX}*j77001*"))})
+        if env.rank == 0:
+            print(RESULT + json.dumps(rows), flush=True)
+
+
+def test_ranks_of_a_node_map_one_identical_read_only_copy():
+    from train.data import load_graph
+    from train.sampler import build_csc
+
+    config = load_config("tiny")
+    procs = _start_job(["-m", "tests.test_sharing", "worker"], "77001", free_port())
+    outputs = [p.communicate(timeout=240)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], "\n".join(outputs)
+    rows = json.loads(next(line for line in outputs[0].splitlines() if line.startswith(RESULT))[len(RESULT):])
+    expected = load_graph(config.data)
+    colptr, row, _ = build_csc(expected.edge_index, expected.num_nodes)
+    col = torch.repeat_interleave(torch.arange(expected.num_nodes), torch.diff(colptr))
+    want = {key: _digest(expected[key]) for key in ("x", "y", "train_idx", "val_idx", "test_idx")}
+    want.update(edge_index=_digest(torch.stack([row, col])), colptr=_digest(colptr), row=_digest(row))
+    for r in rows:
+        assert r["digests"] == want, r["rank"]  # bit-identical on every rank, and to a plain load
+        assert not r["perm"]
+        assert r["maps"] and all(PREFIX in m and m.endswith("(deleted)") for m in r["maps"]), r["maps"]
+    writer, other = rows[1], rows[0]
+    assert writer["write_error"] and "inference tensor" in writer["write_error"]
+    assert other["x_after"] == want["x"]  # the other rank never saw the attempted write
+    assert all(r["shm_during"] == [] for r in rows)  # unlinked once both ranks had mapped it
+
+
+def test_node_and_process_sharing_train_identically(tmp_path):
+    runs = {}
+    for share in ("node", "process"):
+        result = run_local_job([*TINY, f"data.share={share}", f"output.dir={tmp_path / share}"], 2, job_id="77002")
+        assert result.returncodes == [0, 0], "\n".join(result.outputs)
+        rows = [json.loads(line) for line in (tmp_path / share / "metrics.jsonl").read_text().splitlines()]
+        runs[share] = ([{k: v for k, v in r.items() if k not in ("epoch_seconds", "seeds_per_second")} for r in rows],
+                       result.final())
+    assert runs["node"][0] and runs["node"] == runs["process"]
+
+
+def test_leader_failure_reaches_every_rank_as_a_clear_error(tmp_path):
+    result = run_local_job([*TINY, "data.share_dir=/no/such/dir", f"output.dir={tmp_path}"], 2, job_id="77003")
+    assert result.returncodes == [2, 2], "\n".join(result.outputs)
+    assert "error: data.share_dir='/no/such/dir' is not a directory" in result.outputs[0]
+    assert "error: local rank 0 of node 0 could not share the graph: data.share_dir=" in result.outputs[1]
+    assert not any("Traceback" in out for out in result.outputs), result.outputs
+
+
+def _start_job(args: list[str], job_id: str, port: int) -> list[subprocess.Popen]:
+    """Two ranks of one node running `python ARGS...`, with srun's variables, a fixed job id and port."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "MASTER_", "WORLD_SIZE", "RANK",
+                                                                       "LOCAL_RANK", "LOCAL_WORLD_SIZE"))}
+    base.update(PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    return [subprocess.Popen([sys.executable, *args], cwd=ROOT, text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             env={**base, **srun_env(rank, 2, 1, job_id, port)}) for rank in range(2)]
+
+
+def test_kill_9_of_the_whole_job_leaves_nothing_after_the_restart(tmp_path):
+    job, port = "77004", free_port()
+    segment = SHM / segment_name(job, port, 0, os.getuid())
+    procs = _start_job(["-m", "train", *TINY, "data.share_keep=true", "trainer.epochs=100", "trainer.step_delay_seconds=0.2",
+                        f"output.dir={tmp_path / 'first'}"], job, port)
+    try:
+        deadline = time.monotonic() + 120
+        while not (segment / "manifest.json").exists():
+            assert time.monotonic() < deadline and all(p.poll() is None for p in procs), \
+                [p.communicate()[0] for p in procs if p.poll() is not None]
+            time.sleep(0.1)
+        time.sleep(1.0)  # both ranks are training on the mapped segment
+    finally:
+        for proc in procs:
+            proc.send_signal(signal.SIGKILL)
+        for proc in procs:
+            proc.communicate()
+    assert [p.returncode for p in procs] == [-signal.SIGKILL] * 2
+    assert segment.is_dir() and segment.with_name(segment.name + ".lock").exists()  # what kill -9 leaves
+    assert segment in _stale()
+    # The same job starts again on the node (same job id, same port): the stale segment goes first.
+    procs = _start_job(["-m", "train", *TINY, "trainer.epochs=1", "trainer.resume=never", f"output.dir={tmp_path / 'second'}"],
+                       job, port)
+    outputs = [p.communicate(timeout=240)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    assert not segment.exists() and not segment.with_name(segment.name + ".lock").exists()
+    assert _ours() == []
+
+
+if __name__ == "__main__":  # pragma: no cover - only for the real ranks started above
+    _worker(sys.argv[2:] if sys.argv[1:2] == ["worker"] else sys.argv[1:])

@@ -1,0 +1,213 @@
+"""The SLURM test-cluster harness itself, against real daemons (no mocks)."""
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.slurm_cluster import (SlurmCluster, SlurmClusterError, skip_or_fail_unavailable,
+                                 unavailable_reason)
+
+# The session fixture `slurm_cluster` comes from tests/conftest_slurm.py: through
+# tests/conftest.py when that loads it (as a plugin or by import), else from here.
+if "tests.conftest_slurm" not in sys.modules:
+    pytest_plugins = ["tests.conftest_slurm"]
+pytestmark = pytest.mark.slurm
+
+
+@pytest.fixture
+def capable():
+    """For tests that start their own SlurmCluster: skip (or fail) where none can run."""
+    reason = unavailable_reason(install=True)
+    if reason:
+        skip_or_fail_unavailable(reason)
+
+
+def _log(msg: str) -> None:
+    print(f"[slurm-cluster] {msg}", flush=True)
+
+
+def test_nodes_idle(slurm_cluster):
+    c = slurm_cluster
+    _log(f"{c!r} started in {c.timings['start_s']:.2f}s (network {c.timings['network_s']:.2f}s)")
+    assert c.node_names == ["n1", "n2"]
+    assert c.node_states() == {"n1": "idle", "n2": "idle"}
+    p = c.run(["scontrol", "show", "node", "n2", "-o"], check=True)
+    assert "CPUTot=2" in p.stdout and "State=IDLE" in p.stdout
+    assert c.env["SLURM_CONF"] == str(c.conf_path)
+    assert c.conf_path.is_file() and str(c.conf_path).startswith(str(c.workdir))
+
+
+def test_srun_spreads_tasks_over_both_nodes(slurm_cluster):
+    t0 = time.monotonic()
+    p = slurm_cluster.run(["srun", "-N2", "-n4", "--ntasks-per-node=2", "--cpus-per-task=1",
+                           "hostname"], timeout=60)
+    _log(f"srun -N2 -n4 hostname: {time.monotonic() - t0:.2f}s")
+    assert p.returncode == 0, p.stderr
+    assert sorted(p.stdout.split()) == ["n1", "n1", "n2", "n2"]
+
+
+def test_node_names_resolve_and_tcp_between_nodes(slurm_cluster):
+    c = slurm_cluster
+    p = c.run(["srun", "-N1", "-w", "n2", "getent", "hosts", "n1"], timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split()[:2] == [c.addresses["n1"], "n1"]
+
+    # rank 0 (first node, n1) listens; rank 1 (n2) connects to "n1" by name.
+    port = random.randint(40000, 45000)
+    code = textwrap.dedent(f"""
+        import os, socket, time
+        rank = int(os.environ["SLURM_PROCID"]); host = socket.gethostname()
+        if rank == 0:
+            srv = socket.create_server(("0.0.0.0", {port}))
+            srv.settimeout(30)
+            conn, peer = srv.accept()
+            print("rank0", host, "got", conn.recv(100).decode(), "from", peer[0], flush=True)
+        else:
+            deadline = time.time() + 30
+            while True:
+                try:
+                    s = socket.create_connection(("n1", {port}), timeout=2)
+                    break
+                except OSError:
+                    if time.time() > deadline:
+                        raise
+                    time.sleep(0.05)
+            s.sendall(("hello-from-" + host).encode()); s.close()
+            print("rank1", host, "sent", flush=True)
+    """)
+    t0 = time.monotonic()
+    p = c.run(["srun", "-N2", "-n2", "--ntasks-per-node=1", sys.executable, "-c", code], timeout=60)
+    _log(f"TCP n2 -> n1 over srun: {time.monotonic() - t0:.2f}s")
+    assert p.returncode == 0, p.stdout + p.stderr
+    lines = sorted(p.stdout.splitlines())
+    assert lines[0] == f"rank0 n1 got hello-from-n2 from {c.addresses['n2']}"
+    assert lines[1] == "rank1 n2 sent"
+
+
+def test_batch_jobs_complete_and_fail(slurm_cluster):
+    c = slurm_cluster
+    out = c.workdir / "jobs"
+    t0 = time.monotonic()
+    ok = c.sbatch(["-N1", "-o", f"{out}/%j.out", "--wrap", "echo ok-$SLURM_JOB_ID"])
+    assert c.wait_job(ok, timeout=30) == "COMPLETED"
+    dt_ok = time.monotonic() - t0
+    t0 = time.monotonic()
+    bad = c.sbatch(["-N1", "-o", f"{out}/%j.out", "--wrap", "echo about-to-fail; exit 3"])
+    assert c.wait_job(bad, timeout=30) == "FAILED"
+    dt_bad = time.monotonic() - t0
+    _log(f"sbatch --wrap submit->COMPLETED {dt_ok:.2f}s, submit->FAILED {dt_bad:.2f}s")
+    assert (out / f"{ok}.out").read_text().strip() == f"ok-{ok}"
+    info = c.job_info(bad)
+    assert info["JobState"] == "FAILED" and info["ExitCode"] == "3:0"
+    assert info["JobId"] == bad
+    assert dt_ok < 10 and dt_bad < 10  # ~1 s each once the scheduler runs
+    assert c.job_state(ok) == "COMPLETED"  # still visible (MinJobAge)
+
+
+def test_first_hostname_in_two_node_batch_job(slurm_cluster):
+    c = slurm_cluster
+    out = c.workdir / "jobs" / "first-host-%j.out"
+    t0 = time.monotonic()
+    job = c.sbatch(["-N2", "--ntasks-per-node=1", "-o", str(out), "--wrap",
+                    'scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1; hostname'])
+    assert c.wait_job(job, timeout=30) == "COMPLETED"
+    _log(f"2-node batch job turnaround {time.monotonic() - t0:.2f}s")
+    text = Path(str(out).replace("%j", job)).read_text().split()
+    assert text == ["n1", "n1"]  # first host of the allocation, and the batch host
+    assert c.job_info(job)["NodeList"] == "n[1-2]"
+
+
+def test_wait_job_rides_through_requeue(slurm_cluster):
+    c = slurm_cluster
+    out = c.workdir / "jobs" / "requeue-%j.out"
+    job = c.sbatch(["-N1", "--requeue", "-o", str(out), "--open-mode=append", "--wrap",
+                    'echo "run $SLURM_RESTART_COUNT"; sleep 1'])
+    deadline = time.monotonic() + 30
+    while c.job_state(job) != "RUNNING":
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    t0 = time.monotonic()
+    c.requeue(job)
+    assert c.wait_job(job, timeout=30) == "COMPLETED"
+    _log(f"requeue -> COMPLETED {time.monotonic() - t0:.2f}s")
+    assert c.job_info(job)["Restarts"] == "1"
+    assert "run 1" in Path(str(out).replace("%j", job)).read_text()
+
+
+def _pids_named_in(names: set[str], ns_inodes: set[int]) -> list[int]:
+    pids = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            comm = Path(f"/proc/{d}/comm").read_text().strip()
+            ino = os.stat(f"/proc/{d}/ns/net").st_ino
+        except OSError:
+            continue
+        if comm in names and ino in ns_inodes:
+            pids.append(int(d))
+    return pids
+
+
+def test_second_instance_and_clean_teardown(slurm_cluster, capable, tmp_path):
+    """A short-lived second cluster next to the session one; a job is still running
+    when it stops; afterwards nothing of it is left."""
+    first = slurm_cluster
+    t0 = time.monotonic()
+    # a workdir too long for UNIX socket paths: sockets go to a short /tmp dir
+    with SlurmCluster(nodes=2, cpus_per_node=2, workdir=tmp_path / ("long" * 10) / "c2") as c:
+        assert c.rundir != c.workdir / "run" and len(str(c.munge_socket)) < 100
+        _log(f"second cluster {c!r} started in {time.monotonic() - t0:.2f}s")
+        assert c.subnet != first.subnet and c.ctld_port != first.ctld_port
+        assert set(c.netns.values()).isdisjoint(first.netns.values())
+        p = c.run(["srun", "-N2", "hostname"], timeout=60)
+        assert sorted(p.stdout.split()) == ["n1", "n2"], p.stderr
+        job = c.sbatch(["-N2", "--wrap", "srun sleep 300"])
+        deadline = time.monotonic() + 30
+        while len(_pids_named_in({"slurmstepd"}, c._ns_inodes)) < 3:  # batch + 2 step
+            assert time.monotonic() < deadline, c.job_info(job)
+            time.sleep(0.1)
+        stepds = _pids_named_in({"slurmstepd", "sleep", "srun"}, c._ns_inodes)
+        daemons = [p.pid for _, p in c._procs]
+        daemons += _pids_named_in({"slurmd"}, c._ns_inodes)
+        ns_names, links = list(c.netns.values()), [c.bridge, *c.veths.values()]
+        rundir = c.rundir
+    _log(f"second cluster stopped in {c.timings['stop_s']:.2f}s (with a running job)")
+
+    for pid in stepds + daemons:
+        assert not os.path.exists(f"/proc/{pid}"), f"pid {pid} still exists"
+    for pid in map(int, filter(str.isdigit, os.listdir("/proc"))):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        assert str(c.workdir) not in cmd, f"pid {pid} still uses the stopped cluster: {cmd}"
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    linkl = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    for ns in ns_names:
+        assert ns not in netns
+    for ln in links:
+        assert f" {ln}:" not in linkl and f" {ln}@" not in linkl
+    assert not rundir.exists()
+    assert c.leftovers() == []
+    # the session cluster did not notice
+    assert first.node_states() == {"n1": "idle", "n2": "idle"}
+
+
+def test_failed_start_cleans_up(capable, tmp_path):
+    """slurmctld refuses this config: start() raises with the log tails and leaves nothing."""
+    c = SlurmCluster(nodes=2, workdir=tmp_path / "bad",
+                     extra_conf=["SelectType=select/nonexistent"])
+    t0 = time.monotonic()
+    with pytest.raises(SlurmClusterError) as exc:
+        c.start()
+    _log(f"failed start detected in {time.monotonic() - t0:.2f}s")
+    assert "slurmctld" in str(exc.value)
+    assert c.leftovers() == []

@@ -1,0 +1,477 @@
+"""Checkpoints that survive crashes: atomic, checksummed, the last K kept, the newest valid found.
+
+A checkpoint is one file `RUN_DIR/checkpoints/ckpt-eEEEEE-sSSSSSSS.pt` (epoch, then the
+furthest step any rank reached in it, so names sort in training order):
+
+    PYGCKPT1 sha256=<64 hex> bytes=<payload length>\\n<payload: torch.save of a dict>
+
+Rank 0 writes it to a temporary file in the same folder, flushes and fsyncs it, renames it
+over the final name and fsyncs the folder, so a crash at any moment leaves either the old
+set of checkpoints or the new one, never a half-written file under a final name. A file
+that is truncated or corrupted anyway (a full disk, a bad copy) fails the length or checksum
+test and is skipped with a warning that names it; the one before it is used.
+
+`load_checkpoint(path)` reads one back (weights_only: no code runs while loading).
+The payload: model and optimizer state, epoch, every rank's step, epoch statistics and RNG
+states (torch, CUDA, numpy, python), the seeds of the per-epoch shuffle and of the sampler,
+the metrics history, the config, the world size and a fingerprint of the graph.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import re
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from train.errors import UserError
+
+MAGIC = b"PYGCKPT1"
+FORMAT_VERSION = 1
+CHECKPOINT_DIR = "checkpoints"
+NAME_RE = re.compile(r"^ckpt-e(\d{6})-s(\d{8})\.pt$")
+CORRUPT_SUFFIX = ".corrupt"
+TMP_PREFIX = ".tmp-"
+
+# Config keys that change what the model is or what it is trained on: a checkpoint made with
+# other values cannot be continued (shapes differ, or the remaining steps would see other
+# batches). Everything else (epochs, logging, checkpointing, timeouts, lr...) may change.
+INCOMPATIBLE_SECTIONS = ("model",)
+INCOMPATIBLE_KEYS = (
+    "data.name", "data.num_nodes", "data.num_classes", "data.num_features", "data.avg_degree",
+    "data.homophily", "data.feature_signal", "data.train_fraction", "data.val_fraction", "data.seed",
+    "sampler.num_neighbors", "sampler.batch_size", "trainer.seed",
+)
+
+
+class CorruptCheckpoint(Exception):
+    """A checkpoint file that is not a complete, intact checkpoint (the message says why)."""
+
+
+# ---- bytes on disk ------------------------------------------------------------------------------
+def encode(payload: dict) -> bytes:
+    """The file's bytes: header with checksum and length, then `torch.save(payload)`."""
+    import torch
+
+    buffer = io.BytesIO()
+    torch.save(payload, buffer)
+    body = buffer.getvalue()
+    header = MAGIC + f" sha256={hashlib.sha256(body).hexdigest()} bytes={len(body)}\n".encode()
+    return header + body
+
+
+def decode(data: bytes) -> dict:
+    """Check the header, length and checksum of a checkpoint file's bytes; load the payload."""
+    import torch
+
+    newline = data.find(b"\n", 0, 256)
+    if not data.startswith(MAGIC) or newline < 0:
+        raise CorruptCheckpoint("not a checkpoint of this project (no PYGCKPT1 header)")
+    match = re.fullmatch(rb"PYGCKPT1 sha256=([0-9a-f]{64}) bytes=(\d+)", data[:newline])
+    if match is None:
+        raise CorruptCheckpoint("damaged header")
+    body = data[newline + 1 :]
+    expected = int(match.group(2))
+    if len(body) != expected:
+        raise CorruptCheckpoint(f"truncated: {len(body)} of {expected} payload bytes")
+    if hashlib.sha256(body).hexdigest() != match.group(1).decode():
+        raise CorruptCheckpoint("checksum mismatch: the file was changed after it was written")
+    try:
+        payload = torch.load(io.BytesIO(body), map_location="cpu", weights_only=True)
+    except Exception as exc:  # intact bytes that torch cannot read: a foreign or future format
+        raise CorruptCheckpoint(f"unreadable payload ({type(exc).__name__}: {exc})") from None
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT_VERSION:
+        raise CorruptCheckpoint(f"unknown payload format {payload.get('format') if isinstance(payload, dict) else '?'}")
+    return payload
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a rename in `path` durable (POSIX: the directory entry is data of the directory)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write `data` to `path` so that readers see the old file or the whole new one, nothing else."""
+    path = Path(path)
+    tmp = path.with_name(f"{TMP_PREFIX}{path.name}.{os.getpid()}")
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write(path, text.encode())
+
+
+# ---- the checkpoint folder ----------------------------------------------------------------------
+def checkpoint_name(epoch: int, step: int) -> str:
+    return f"ckpt-e{epoch:06d}-s{step:08d}.pt"
+
+
+def list_checkpoints(directory: Path) -> list[Path]:
+    """Checkpoint files in `directory`, newest (furthest in training) first."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    found = []
+    for path in directory.iterdir():
+        match = NAME_RE.match(path.name)
+        if match:
+            found.append(((int(match.group(1)), int(match.group(2))), path))
+    return [path for _, path in sorted(found, reverse=True)]
+
+
+def prune(directory: Path, keep: int) -> list[Path]:
+    """Delete all but the `keep` newest checkpoints; returns what was deleted."""
+    removed = list_checkpoints(directory)[keep:]
+    for path in removed:
+        path.unlink(missing_ok=True)
+    return removed
+
+
+def remove_stale_temporaries(directory: Path) -> None:
+    """Temporary files of writers that crashed (only called when no writer runs)."""
+    if Path(directory).is_dir():
+        for path in Path(directory).glob(f"{TMP_PREFIX}*"):
+            path.unlink(missing_ok=True)
+
+
+def save_checkpoint(directory: Path, payload: dict, keep: int) -> Path:
+    """Write `payload` atomically under its name, then keep only the `keep` newest (rank 0 only)."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / checkpoint_name(payload["epoch"], payload["position_step"])
+    atomic_write(path, encode(payload))
+    prune(directory, keep)
+    return path
+
+
+def load_checkpoint(path: Path) -> dict:
+    """The payload of one checkpoint file; `CorruptCheckpoint` when it is not intact."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise CorruptCheckpoint(f"cannot be read ({exc.strerror})") from None
+    return decode(data)
+
+
+def warn(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr, flush=True)
+
+
+def find_latest_valid(directory: Path, on_invalid: Callable[[str], None] = warn,
+                      quarantine: bool = True) -> tuple[Path, dict] | None:
+    """The newest intact checkpoint in `directory` and its payload, or None.
+
+    Each newer file that fails its checks is reported through `on_invalid` (naming it and
+    saying why) and, with `quarantine`, renamed to `*.corrupt` so it is neither chosen nor
+    counted again, but kept for inspection.
+    """
+    for path in list_checkpoints(directory):
+        try:
+            return path, load_checkpoint(path)
+        except CorruptCheckpoint as exc:
+            note = f"checkpoint {path} is not usable ({exc}); skipping it"
+            if quarantine:
+                target = path.with_name(path.name + CORRUPT_SUFFIX)
+                os.replace(path, target)
+                note += f" (renamed to {target.name})"
+            on_invalid(note + ", trying the previous one.")
+    return None
+
+
+# ---- compatibility ------------------------------------------------------------------------------
+def _flatten(config: dict) -> dict[str, Any]:
+    return {f"{section}.{key}": value for section, values in config.items() for key, value in values.items()}
+
+
+def is_incompatible_key(key: str) -> bool:
+    return key.split(".", 1)[0] in INCOMPATIBLE_SECTIONS or key in INCOMPATIBLE_KEYS
+
+
+def config_differences(saved: dict, current: dict) -> tuple[list[tuple], list[tuple]]:
+    """(incompatible, allowed) differences between two `Config.to_dict()`s, as (key, saved, now)."""
+    old, new = _flatten(saved), _flatten(current)
+    incompatible, allowed = [], []
+    for key in sorted(set(old) | set(new)):
+        if old.get(key) != new.get(key):
+            (incompatible if is_incompatible_key(key) else allowed).append((key, old.get(key), new.get(key)))
+    return incompatible, allowed
+
+
+def _listing(differences: list[tuple]) -> str:
+    return "; ".join(f"{key}: {before!r} in the checkpoint, {after!r} now" for key, before, after in differences)
+
+
+def check_resumable(payload: dict, path: Path, config: dict, fingerprint: dict, world_size: int) -> list[str]:
+    """Raise `UserError` if the checkpoint cannot continue this run; else return notes to print.
+
+    Refused: other model or data or sampling (the config keys above, or the graph itself),
+    and another world size in the middle of an epoch (each rank's position in its shard
+    depends on the world size). Another world size at an epoch boundary is resharded: the
+    model and optimizer are the same on every rank, the next epoch is split anew.
+    """
+    incompatible, allowed = config_differences(payload["config"], config)
+    graph = [(f"graph {key}", payload["data"].get(key), value) for key, value in fingerprint.items()
+             if payload["data"].get(key) != value]
+    if incompatible or graph:
+        raise UserError(
+            f"checkpoint {path} was made with another model or data and cannot be resumed: "
+            f"{_listing(incompatible + graph)}. Use the same values, start afresh with "
+            "trainer.resume=never (or another output.dir), or pass another checkpoint as trainer.resume=PATH."
+        )
+    notes = []
+    if allowed:
+        notes.append(f"resuming with changed settings (allowed): {_listing(allowed)}")
+    saved_world = payload["world_size"]
+    if saved_world != world_size:
+        if any(rank["step"] for rank in payload["ranks"]):
+            raise UserError(
+                f"checkpoint {path} was saved by {saved_world} ranks in the middle of epoch {payload['epoch']}; "
+                f"this run has {world_size}. A checkpoint inside an epoch can only continue on the same number "
+                f"of ranks (each rank's place in its shard depends on it): run on {saved_world} ranks, or pass a "
+                "checkpoint saved at an epoch boundary (step 0 in its name) as trainer.resume=PATH."
+            )
+        notes.append(
+            f"resharding: checkpoint saved by {saved_world} ranks at the start of epoch {payload['epoch']}, "
+            f"continuing on {world_size} (model and optimizer are replicated; epochs are split anew, so the "
+            f"result is not bit-identical to a {saved_world}-rank run)"
+        )
+    return notes
+
+
+def describe(path: Path, payload: dict) -> str:
+    steps = sorted({rank["step"] for rank in payload["ranks"]})
+    where = f"epoch {payload['epoch']} step {steps[0]}" if len(steps) == 1 else \
+        f"epoch {payload['epoch']} steps {steps[0]}-{steps[-1]}"
+    saved = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(payload.get("saved_at", 0)))
+    return f"{path} ({where}, {payload.get('reason', '?')}, saved {saved})"
+
+
+# ---- a Trainer's state --------------------------------------------------------------------------
+def rng_state() -> dict:
+    """Every RNG of this process that the run draws from (numpy's as a tensor: weights_only)."""
+    import random
+
+    import numpy as np
+    import torch
+
+    kind, key, pos, has_gauss, gauss = np.random.get_state()
+    state = {
+        "torch": torch.get_rng_state(),
+        "python": random.getstate(),
+        "numpy": {"kind": kind, "key": torch.from_numpy(key.astype(np.int64)), "pos": int(pos),
+                  "has_gauss": int(has_gauss), "gauss": float(gauss)},
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    import random
+
+    import numpy as np
+    import torch
+
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    n = state["numpy"]
+    np.random.set_state((n["kind"], n["key"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["gauss"]))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def graph_fingerprint(data) -> dict:
+    """What identifies the graph a model was trained on, beyond the config."""
+    return {
+        "num_nodes": int(data.num_nodes), "num_edges": int(data.edge_index.size(1)),
+        "num_features": int(data.num_features), "num_classes": int(data.y.max()) + 1,
+        "num_train": int(data.train_idx.numel()), "num_val": int(data.val_idx.numel()),
+        "num_test": int(data.test_idx.numel()),
+    }
+
+
+def _rank_state(trainer) -> dict:
+    import dataclasses
+
+    return {"step": trainer.state.step, "stats": dataclasses.asdict(trainer.state.stats), "rng": rng_state()}
+
+
+def restore(trainer, payload: dict) -> None:
+    """Put a checkpoint's state into `trainer` (every rank; model and optimizer are replicated)."""
+    from train.fit import EpochStats
+
+    trainer.model.load_state_dict(payload["model"])
+    trainer.optimizer.load_state_dict(payload["optimizer"])
+    trainer.state.epoch = payload["epoch"]
+    trainer.state.history = list(payload["history"])
+    if payload["world_size"] == trainer.env.world_size:
+        mine = payload["ranks"][trainer.env.rank]
+        trainer.state.step = mine["step"]
+        trainer.state.stats = EpochStats(**mine["stats"])
+        set_rng_state(mine["rng"])
+    else:  # resharded at an epoch boundary (check_resumable refused anything else)
+        trainer.state.step, trainer.state.stats = 0, EpochStats()
+
+
+class Checkpointer:
+    """Saving and resuming for one run directory; every method is collective (all ranks call it)."""
+
+    def __init__(self, trainer, out_dir: Path, environ=os.environ):
+        self.trainer = trainer
+        self.directory = Path(out_dir) / CHECKPOINT_DIR
+        self.keep = trainer.config.trainer.keep_checkpoints
+        self.environ = environ
+        self.fingerprint = graph_fingerprint(trainer.data)
+        self.last_save_time = time.monotonic()
+        self.last_position: tuple | None = None
+        self.last_path: Path | None = None
+
+    def _say(self, message: str) -> None:
+        if self.trainer.env.is_main:
+            print(message, flush=True)
+
+    # -- save
+    def save(self, reason: str) -> Path | None:
+        """Rank 0 writes the run's state; returns its path (None if nothing changed since the last)."""
+        import torch.distributed as dist
+        from train.shards import derive_seed
+
+        trainer, env = self.trainer, self.trainer.env
+        ranks: list = [None] * env.world_size
+        dist.all_gather_object(ranks, _rank_state(trainer))
+        position = (trainer.state.epoch, tuple(r["step"] for r in ranks))
+        if position == self.last_position:
+            return self.last_path
+        outcome = [None]
+        if env.is_main:
+            cfg = trainer.config
+            payload = {
+                "format": FORMAT_VERSION,
+                "epoch": trainer.state.epoch,
+                "position_step": max(position[1]),
+                "ranks": ranks,
+                "model": trainer.model.state_dict(),
+                "optimizer": trainer.optimizer.state_dict(),
+                "history": trainer.state.history,
+                "seeds": {"shuffle": cfg.trainer.seed, "sampler": derive_seed(cfg.trainer.seed, 1)},
+                "config": cfg.to_dict(),
+                "world_size": env.world_size,
+                "data": self.fingerprint,
+                "reason": reason,
+                "saved_at": time.time(),
+                "job_id": env.job_id,
+                "restart_count": int(self.environ.get("SLURM_RESTART_COUNT") or 0),
+            }
+            try:
+                outcome[0] = str(save_checkpoint(self.directory, payload, self.keep))
+            except OSError as exc:
+                outcome[0] = OSError(f"could not write a checkpoint into {self.directory}: {exc}")
+        dist.broadcast_object_list(outcome, src=0)  # nobody moves on (or exits) before it is on disk
+        if isinstance(outcome[0], Exception):
+            raise outcome[0]
+        self.last_position, self.last_path = position, Path(outcome[0])
+        self.last_save_time = time.monotonic()
+        steps = sorted(set(position[1]))
+        self._say(f"checkpoint {self.last_path} (epoch {position[0]} step {'-'.join(map(str, steps))}, {reason})")
+        return self.last_path
+
+    # -- resume
+    def _find(self) -> dict:
+        """Rank 0: which checkpoint to resume from under trainer.resume, as a message for all."""
+        trainer, env = self.trainer, self.trainer.env
+        mode = trainer.config.trainer.resume
+        if mode == "never":
+            if list_checkpoints(self.directory):
+                aside = self.directory.with_name(f"{CHECKPOINT_DIR}.replaced-{time.strftime('%Y%m%d-%H%M%S')}")
+                os.replace(self.directory, aside)
+                return {"note": f"trainer.resume=never: starting afresh; the earlier checkpoints are kept in {aside}"}
+            return {}
+        if mode == "auto":
+            remove_stale_temporaries(self.directory)
+            found = find_latest_valid(self.directory)
+            if found is None:
+                if int(self.environ.get("SLURM_RESTART_COUNT") or 0) > 0:
+                    warn(f"job restart {self.environ['SLURM_RESTART_COUNT']} but no usable checkpoint in "
+                         f"{self.directory}: training starts from the beginning")
+                return {}
+            path, payload = found
+        else:
+            path = Path(mode)
+            if not path.is_file():
+                raise UserError(f"trainer.resume={mode!r} is not a file; expected auto, never, or the path of a "
+                                f"checkpoint file (e.g. {self.directory}/ckpt-e000002-s00000000.pt).")
+            try:
+                payload = load_checkpoint(path)
+            except CorruptCheckpoint as exc:
+                raise UserError(f"trainer.resume={mode!r}: the checkpoint is not usable ({exc}).") from None
+        notes = check_resumable(payload, path, trainer.config.to_dict(), self.fingerprint, env.world_size)
+        return {"payload": payload, "path": str(path), "notes": notes}
+
+    def resume(self) -> bool:
+        """Continue from a checkpoint as trainer.resume says; True if the run resumed."""
+        import torch.distributed as dist
+
+        trainer, env = self.trainer, self.trainer.env
+        message: list = [None]
+        if env.is_main:
+            try:
+                message[0] = self._find()
+            except UserError as exc:
+                message[0] = {"error": str(exc)}
+        dist.broadcast_object_list(message, src=0)
+        found = message[0]
+        if "error" in found:
+            raise UserError(found["error"])
+        if "note" in found:
+            self._say(found["note"])
+        if "payload" not in found:
+            return False
+        payload = found["payload"]
+        restore(trainer, payload)
+        for note in found["notes"]:
+            self._say(note)
+        restarts = self.environ.get("SLURM_RESTART_COUNT")
+        self._say(f"resuming from {describe(Path(found['path']), payload)}"
+                  + (f"; job {env.job_id} restart {restarts}" if restarts else ""))
+        if payload["world_size"] == env.world_size and Path(found["path"]).parent == self.directory:
+            # saving the same position again would only rewrite this file
+            self.last_position = (payload["epoch"], tuple(r["step"] for r in payload["ranks"]))
+            self.last_path = Path(found["path"])
+        return True
+
+
+def settle_gradient_buckets(trainer) -> None:
+    """One forward and backward pass on a one-node dummy input before the first real step.
+
+    DDP lays its gradient buckets out anew after the first backward pass (in the order the
+    gradients became ready). With 3 or more ranks the all-reduce sums each gradient in an
+    order that depends on that layout, so a resumed run, whose first step would still use
+    the initial layout, would end some ULPs away from an uninterrupted run. Settling the
+    layout on every run, fresh or resumed, gives every real step the same layout. Collective
+    (every rank calls it once); no optimizer step, the gradients are dropped.
+    """
+    import torch
+
+    x = torch.zeros(1, trainer.data.num_features, device=trainer.device)
+    edge_index = torch.empty(2, 0, dtype=torch.long, device=trainer.device)
+    trainer.ddp.train()
+    trainer.ddp(x, edge_index).sum().backward()
+    trainer.optimizer.zero_grad(set_to_none=True)

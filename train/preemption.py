@@ -1,0 +1,343 @@
+"""Stopping cleanly when the end is near, and ending fast when a rank dies.
+
+Preemption and time limits. SLURM warns a job before its end with a signal (`--signal`),
+scancel and preemption send SIGTERM. A handler only records the signal; at the next step
+boundary all ranks all-reduce (MAX) that flag, so they stop after the same step even though
+the signal reached one process first. Rank 0 then writes a checkpoint and the process exits
+with `EXIT_REQUEUE`, the agreed status that tells jobs/train.sbatch "checkpointed, requeue me".
+Ranks that already ran out of batches (DDP `Join`, uneven shards) take part through a join
+hook, so the vote never hangs.
+
+Which status: trainer.max_restarts is read here, not in the batch script. While
+SLURM_RESTART_COUNT < trainer.max_restarts the training step ends with EXIT_REQUEUE (3);
+after that with EXIT_STOPPED (4): checkpointed, but not to be requeued. The batch script only
+compares the step's status with 3. Ranks other than 0 leave first with status 0 and rank 0
+last with the status, so srun --kill-on-bad-exit never kills a rank that is still on its way
+out (which would turn the step's status into 137).
+
+Failures. A rank that raises posts its error in the rendezvous store before it exits; a rank
+whose collective fails because a peer is gone (gloo: at once; any backend: after
+dist.collective_timeout_seconds) reads the store and says which rank failed, or which ranks
+went silent (killed, out of memory, node lost), then exits with EXIT_FAILED.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import re
+import signal
+import socket
+import sys
+import time
+from collections.abc import Mapping
+
+# torch is imported inside the functions: `python -m train fit` installs the signal handlers
+# before it loads torch and PyG, so a warning during those seconds is kept, not fatal.
+
+EXIT_FAILED = 1  # this rank or another one failed; the checkpoint on disk is the last good state
+EXIT_REQUEUE = 3  # checkpointed after a stop signal: requeue the job (jobs/train.sbatch does)
+EXIT_STOPPED = 4  # checkpointed after a stop signal, but trainer.max_restarts is used up: do not requeue
+
+STOP_SIGNALS: dict[int, str] = {
+    signal.SIGUSR1: "SLURM's warning before the time limit or a preemption (sbatch --signal)",
+    signal.SIGUSR2: "SLURM's warning before the time limit or a preemption (sbatch --signal)",
+    signal.SIGTERM: "SIGTERM (scancel, a preemption, or the end of the time limit)",
+}
+FAILURE_GRACE_SECONDS = 3.0  # how long a survivor waits for the others' reports before it exits
+_PEER_ERROR = re.compile(
+    r"gloo|nccl|connection (closed|reset)|broken pipe|timed out|timeout|processgroup|"
+    r"DistBackendError|DistNetworkError|DistStoreError", re.IGNORECASE)
+
+
+def signal_name(signum: int) -> str:
+    return signal.Signals(signum).name
+
+
+# ---- signals ------------------------------------------------------------------------------------
+class StopSignals:
+    """Handlers for SIGUSR1, SIGUSR2 and SIGTERM that only record the first one received.
+
+    One per process (`shared()`), installed as the first thing `python -m train fit` does,
+    so a warning during start-up is kept for the first step boundary instead of killing the
+    task (the default action of SIGUSR1). `restore()` puts the previous handlers back.
+    """
+
+    _shared: "StopSignals | None" = None
+
+    def __init__(self, rank: int | str = "?"):
+        self.rank = rank
+        self.received = 0
+        self._previous: dict[int, object] = {}
+
+    @classmethod
+    def shared(cls) -> "StopSignals":
+        if cls._shared is None:
+            cls._shared = cls()
+        return cls._shared
+
+    def _handle(self, signum, _frame) -> None:
+        if not self.received:
+            self.received = signum
+            # os.write: print() is not safe inside a handler that can interrupt a print
+            os.write(2, f"rank {self.rank}: received {signal_name(signum)}; stopping after the current step\n".encode())
+
+    def install(self) -> "StopSignals":
+        """Install the handlers (again: a no-op)."""
+        if not self._previous:
+            for signum in STOP_SIGNALS:
+                self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def restore(self) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous.clear()
+
+
+def restart_count(environ: Mapping[str, str] = os.environ) -> int:
+    """How often SLURM has requeued this job (0 on the first run and outside SLURM)."""
+    try:
+        return int(environ.get("SLURM_RESTART_COUNT") or 0)
+    except ValueError:
+        return 0
+
+
+def stop_outcome(restarts: int, max_restarts: int, under_slurm: bool) -> tuple[int, str]:
+    """The exit status after a checkpointed stop, and what happens next, in words."""
+    if not under_slurm:
+        return EXIT_REQUEUE, "run the same command again (same output.dir) to resume from it"
+    if restarts < max_restarts:
+        return EXIT_REQUEUE, (f"exit status {EXIT_REQUEUE}: the batch script requeues the job "
+                              f"(restart {restarts + 1} of at most trainer.max_restarts={max_restarts}) "
+                              "and it resumes from this checkpoint")
+    return EXIT_STOPPED, (f"exit status {EXIT_STOPPED}: not requeued, the job was already restarted {restarts} "
+                          f"times (trainer.max_restarts={max_restarts}); resubmit with the same output.dir "
+                          "(or trainer.resume=PATH) to continue from this checkpoint")
+
+
+def leave_in_order(exit_code: int, rank: int, world_size: int, timeout: float = 30.0) -> int:
+    """Let ranks > 0 exit with 0 first, then return `exit_code` for rank 0 to exit with.
+
+    srun --kill-on-bad-exit SIGKILLs the step's other tasks as soon as one exits non-zero; a
+    task killed that way would make the step's status 137 instead of `exit_code`. A process
+    that is already inside exit() keeps its status, so the others announce themselves in the
+    rendezvous store and `os._exit(0)`; rank 0 waits for all announcements, then returns.
+    """
+    store = _default_store()
+    if world_size == 1 or store is None:
+        return exit_code
+    if rank != 0:
+        try:
+            store.add("stopped/leaving", 1)
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(0)
+    deadline = time.monotonic() + timeout
+    while store.add("stopped/leaving", 0) < world_size - 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.2)  # from store.add to _exit() is microseconds; this is ample
+    return exit_code
+
+
+# ---- the per-step vote --------------------------------------------------------------------------
+class StepAgreement:
+    """One all-reduce (MAX) per step of [stop signal, checkpoint due, some rank joined].
+
+    Rank 0 alone decides whether the time-based checkpoint is due (one clock, one decision).
+    Inside an uneven epoch (a rank has joined) the time-based checkpoint waits for the epoch
+    end, so every checkpoint is taken while all ranks hold the same model and optimizer.
+
+    A torch `Joinable` by duck typing (join_hook, join_device, join_process_group; `Join`
+    sets `_join_config`), so that this module needs no torch at import time.
+    """
+
+    def __init__(self, trainer, signals: StopSignals, checkpointer):
+        self.trainer, self.signals, self.checkpointer = trainer, signals, checkpointer
+        cfg = trainer.config.trainer
+        self.every_seconds = cfg.checkpoint_every_minutes * 60.0
+        self.every_epochs = cfg.checkpoint_every
+        self.step_delay = cfg.step_delay_seconds
+        self.stop_signal = 0
+
+    def vote(self, joined: bool) -> tuple[int, bool, bool]:
+        import torch
+        import torch.distributed as dist
+
+        due = (self.trainer.env.is_main and self.every_seconds > 0
+               and time.monotonic() - self.checkpointer.last_save_time >= self.every_seconds)
+        flags = torch.tensor([self.signals.received, int(due), int(joined)], dtype=torch.int64,
+                             device=self.trainer.device)
+        dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+        signum, any_due, any_joined = (int(v) for v in flags.tolist())
+        if signum:
+            self.stop_signal = signum
+            self.trainer.stop_requested = True
+        return signum, bool(any_due), bool(any_joined)
+
+    def on_step_end(self, trainer) -> bool:
+        """Trainer's per-step hook on ranks that still have batches; True: leave the epoch now."""
+        if self.step_delay > 0:
+            time.sleep(self.step_delay)  # testing aid: a short run that lasts long enough to interrupt
+        signum, due, joined = self.vote(joined=False)
+        if signum:
+            return True
+        if due and not joined:
+            self.checkpointer.save("time interval (trainer.checkpoint_every_minutes)")
+        return False
+
+    def on_epoch_end(self, trainer) -> None:
+        """After an epoch (all ranks, outside Join): the scheduled checkpoint, or one that is due."""
+        signum, due, _ = self.vote(joined=False)
+        done = trainer.state.epoch  # already advanced to the next epoch
+        scheduled = done == trainer.config.trainer.epochs or (
+            self.every_epochs > 0 and done % self.every_epochs == 0)
+        if scheduled or due or signum:
+            reason = "end of epoch" if scheduled else ("time interval" if due else "stop signal")
+            self.checkpointer.save(f"{reason} {done - 1}")
+
+    # Joinable: ranks without batches left keep voting, and get the optimizer back in step.
+    def join_hook(self, **kwargs) -> "_AgreementJoinHook":
+        return _AgreementJoinHook(self)
+
+    @property
+    def join_device(self):
+        return self.trainer.device
+
+    @property
+    def join_process_group(self):
+        import torch.distributed as dist
+
+        return dist.group.WORLD
+
+    def sync_optimizer(self, is_last_joiner: bool) -> None:
+        """After an uneven epoch, copy the optimizer state of a rank that ran every step.
+
+        A rank that joined early skipped its last optimizer steps (DDP only shadows the
+        gradient all-reduce); DDP copies the model back, this copies the optimizer state,
+        so every rank, rank 0's checkpoint included, holds the same state again.
+        """
+        import torch
+        import torch.distributed as dist
+
+        rank = self.trainer.env.rank
+        flags = torch.tensor([0 if is_last_joiner else 1, rank if is_last_joiner else -1],
+                             dtype=torch.int64, device=self.trainer.device)
+        dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+        uneven, source = (int(v) for v in flags.tolist())
+        if not uneven:
+            return
+        optimizer = self.trainer.optimizer
+        box = [optimizer.state_dict() if rank == source else None]
+        dist.broadcast_object_list(box, src=source, device=self.trainer.device)
+        if rank != source:
+            optimizer.load_state_dict(box[0])
+
+
+class _AgreementJoinHook:
+    """StepAgreement's torch `JoinHook` (duck-typed): what a rank without batches does each step."""
+
+    def __init__(self, agreement: StepAgreement):
+        self.agreement = agreement
+
+    def main_hook(self) -> None:
+        self.agreement.vote(joined=True)  # matches on_step_end's vote of the ranks still training
+
+    def post_hook(self, is_last_joiner: bool) -> None:
+        self.agreement.sync_optimizer(is_last_joiner)
+
+
+# ---- failures -----------------------------------------------------------------------------------
+def _default_store():
+    """The default process group's store (the TCPStore of the rendezvous), or None."""
+    import torch.distributed as dist
+
+    try:
+        return dist.distributed_c10d._get_default_store()
+    except (RuntimeError, ValueError, AttributeError):
+        return None
+
+
+def is_peer_failure(exc: BaseException) -> bool:
+    """True when `exc` says a collective failed (a peer is gone or timed out), not a local error."""
+    import torch.distributed as dist
+
+    dist_error = getattr(dist, "DistError", None)
+    if dist_error is not None and isinstance(exc, dist_error):
+        return True
+    return bool(_PEER_ERROR.search(f"{type(exc).__name__}: {exc}"))
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:400]
+
+
+def _store_alive(host: str, port: int, timeout: float = 1.0) -> bool:
+    """Whether the rendezvous store (in rank 0's process) still accepts connections.
+
+    Asked before using the store: a request to a dead store prints a C++ stack trace.
+    """
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def report_failure(exc: BaseException, env, grace: float = FAILURE_GRACE_SECONDS) -> str | None:
+    """Post this rank's failure in the store; for a survivor, return who failed, in words.
+
+    Returns None on the rank where the error happened (it shows its own traceback).
+    """
+    rank, world_size = env.rank, env.world_size
+    store = _default_store()
+    if store is not None and rank != 0 and not _store_alive(env.master_addr, env.master_port):
+        store = None
+    peer = is_peer_failure(exc)
+    report = json.dumps({"kind": "peer" if peer else "error", "error": _first_line(exc)})
+    if store is not None:
+        try:
+            store.set_timeout(datetime.timedelta(seconds=grace))
+            store.set(f"failure/{rank}", report)
+        except Exception:  # the store lives in rank 0's process: it may be gone
+            pass
+    if not peer:
+        # On rank 0 the report dies with this process (the store lives here); the others then
+        # name rank 0 as gone. Staying would not help: while DDP holds the process group, its
+        # connections stay open until the process exits, so the others would just wait.
+        return None
+    reports: dict[int, dict] = {}
+    unreachable = store is None
+    deadline = time.monotonic() + grace
+    others = [r for r in range(world_size) if r != rank]
+    while not unreachable:
+        for other in others:
+            if other in reports:
+                continue
+            try:
+                if store.check([f"failure/{other}"]):
+                    reports[other] = json.loads(store.get(f"failure/{other}"))
+            except Exception:
+                unreachable = True
+                break
+        origins = [r for r, rep in reports.items() if rep["kind"] == "error"]
+        if origins or len(reports) == len(others) or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    origins = {r: rep for r, rep in reports.items() if rep["kind"] == "error"}
+    silent = [r for r in others if r not in reports]
+    if origins:
+        cause = "; ".join(f"rank {r} failed: {rep['error']}" for r, rep in sorted(origins.items()))
+    elif unreachable and rank != 0:
+        cause = ("rank 0 is gone: the rendezvous store it hosts no longer answers "
+                 "(killed, out of memory, its node lost, or it failed)")
+    elif silent:
+        names = ("rank " if len(silent) == 1 else "ranks ") + ", ".join(str(r) for r in silent)
+        cause = (f"{names} stopped answering without reporting an error "
+                 "(killed, out of memory, or its node was lost)")
+    else:
+        cause = "every other rank reports a communication error too; none reported a cause"
+    return f"rank {rank}: stopping because {cause}. This rank's error: {_first_line(exc)}"

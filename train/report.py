@@ -1,0 +1,203 @@
+"""`python -m train report RUN_DIR`: curves.png and a short summary for a run, finished or still running.
+
+Reads what `fit` writes into the run directory: metrics.jsonl (one row per epoch, rank 0),
+summary.json (only once the run has finished) and config.yaml. The summary is computed from
+the metrics rows, so it works mid-run; matplotlib is imported only to draw, so the summary
+still prints where it is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import sys
+from pathlib import Path
+
+import yaml
+
+from train.errors import UserError
+
+CURVES = "curves.png"
+FIGSIZE = (12.0, 4.0)  # inches; with DPI the PNG is 1200 x 400 pixels
+DPI = 100
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (runs/<id>) holding metrics.jsonl")
+    parser.add_argument("--output", default=None, metavar="PATH", help=f"where to draw the curves (default RUN_DIR/{CURVES})")
+    parser.add_argument("--no-plot", action="store_true", help="print the summary only")
+
+
+# ---- reading (tolerant: the run may be writing right now) --------------------------------------
+def read_metrics(path: Path) -> list[dict]:
+    """One row per epoch, in epoch order. A half-written last line is skipped; when a resumed run
+    repeated an epoch, its last row wins."""
+    by_epoch: dict[int, dict] = {}
+    for line in path.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(row, dict) and isinstance(row.get("epoch"), int):
+            by_epoch[row["epoch"]] = row
+    return [by_epoch[e] for e in sorted(by_epoch)]
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        value = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _read_yaml(path: Path) -> dict | None:
+    try:
+        value = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _number(value) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) else None
+
+
+# ---- the summary: a pure function of what was read ---------------------------------------------
+def summarize(rows: list[dict], summary: dict | None = None, config: dict | None = None) -> dict:
+    """Best val accuracy and its epoch, final test accuracy, time per epoch, throughput per rank."""
+    config = config or {}
+    evaluated = [r for r in rows if _number(r.get("val_acc")) is not None]
+    best = max(evaluated, key=lambda r: r["val_acc"]) if evaluated else None
+    last_eval = evaluated[-1] if evaluated else None
+    seconds = [s for s in (_number(r.get("epoch_seconds")) for r in rows) if s is not None]
+    rates = [r for r in rows if _number(r.get("seeds_per_second")) is not None]
+    per_rank = [r["seeds_per_second"] / max(int(r.get("world_size") or 1), 1) for r in rates]
+    world = rows[-1].get("world_size") if rows else (summary or {}).get("world_size")
+    planned = (config.get("trainer") or {}).get("epochs")
+    return {
+        "finished": summary is not None,
+        "epochs_done": len(rows),
+        "epochs_planned": planned,
+        "dataset": (config.get("data") or {}).get("name") or (summary or {}).get("dataset"),
+        "model": (config.get("model") or {}).get("name") or (summary or {}).get("model"),
+        "world_size": world,
+        "best_val_acc": best["val_acc"] if best else None,
+        "best_val_epoch": best["epoch"] if best else None,
+        "final_test_acc": last_eval.get("test_acc") if last_eval else None,
+        "final_test_epoch": last_eval["epoch"] if last_eval else None,
+        "final_loss": rows[-1].get("loss") if rows else None,
+        "mean_epoch_seconds": statistics.fmean(seconds) if seconds else None,
+        "total_seconds": sum(seconds) if seconds else None,
+        "seeds_per_second": statistics.fmean(r["seeds_per_second"] for r in rates) if rates else None,
+        "seeds_per_second_per_rank": statistics.fmean(per_rank) if per_rank else None,
+    }
+
+
+def format_summary(s: dict, run_dir: str) -> str:
+    def acc(value, epoch):
+        return "-" if value is None else f"{value:.4f} (epoch {epoch})"
+
+    status = "finished" if s["finished"] else "running or stopped"
+    planned = f" of {s['epochs_planned']}" if s["epochs_planned"] else ""
+    rows = [
+        ("run", f"{run_dir} ({status}): {s['dataset'] or '?'}, {s['model'] or '?'}, world size {s['world_size'] or '?'}"),
+        ("epochs", f"{s['epochs_done']}{planned}"),
+        ("best val accuracy", acc(s["best_val_acc"], s["best_val_epoch"])),
+        ("final test accuracy", acc(s["final_test_acc"], s["final_test_epoch"])),
+        ("final loss", "-" if s["final_loss"] is None else f"{s['final_loss']:.4f}"),
+        ("time per epoch", "-" if s["mean_epoch_seconds"] is None
+         else f"{s['mean_epoch_seconds']:.2f} s (mean; {s['total_seconds']:.1f} s in all)"),
+        ("throughput", "-" if s["seeds_per_second"] is None
+         else f"{s['seeds_per_second']:.0f} seeds/s, {s['seeds_per_second_per_rank']:.0f} per GPU (rank)"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+
+# ---- drawing ------------------------------------------------------------------------------------
+def plot_curves(rows: list[dict], path: Path, title: str) -> Path:
+    """Loss, train/val/test accuracy and seeds per second per epoch, as one PNG of FIGSIZE*DPI pixels.
+    Written to a temporary file and renamed, so a viewer never sees half a picture."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")  # no display on a cluster
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise UserError(f"drawing {path} needs matplotlib, which is not installed: "
+                        "pip install matplotlib (or pip install '.[report]').") from None
+
+    def series(key):
+        points = [(r["epoch"], _number(r.get(key))) for r in rows]
+        return [e for e, v in points if v is not None], [v for _, v in points if v is not None]
+
+    fig, (ax_loss, ax_acc, ax_rate) = plt.subplots(1, 3, figsize=FIGSIZE, dpi=DPI)
+    try:
+        ax_loss.plot(*series("loss"), marker="o", color="tab:red")
+        ax_loss.set(title="training loss", xlabel="epoch", ylabel="cross-entropy")
+        for key, label in (("train_acc", "train"), ("val_acc", "val"), ("test_acc", "test")):
+            epochs, values = series(key)
+            if values:
+                ax_acc.plot(epochs, values, marker="o", label=label)
+        ax_acc.set(title="accuracy", xlabel="epoch", ylabel="accuracy")
+        ax_acc.legend(loc="lower right")
+        ax_rate.plot(*series("seeds_per_second"), marker="o", color="tab:purple")
+        ax_rate.set(title="throughput (all ranks)", xlabel="epoch", ylabel="seeds / s")
+        for ax in (ax_loss, ax_acc, ax_rate):
+            ax.grid(alpha=0.3)
+            ax.xaxis.get_major_locator().set_params(integer=True)
+        fig.suptitle(title)
+        fig.tight_layout()
+        tmp = path.with_name(f".{path.name}.tmp")
+        fig.savefig(tmp, format="png", dpi=DPI)
+        os.replace(tmp, path)
+    finally:
+        plt.close(fig)
+    return path
+
+
+# ---- entry points -------------------------------------------------------------------------------
+def load_run(run_dir: Path) -> tuple[list[dict], dict | None, dict | None]:
+    if not run_dir.is_dir():
+        parent = run_dir.parent if run_dir.parent.is_dir() else Path("runs")
+        known = sorted((p for p in parent.glob("*") if (p / "metrics.jsonl").is_file()), key=lambda p: p.stat().st_mtime)
+        hint = f" Runs under {parent}: {', '.join(p.name for p in known[-5:])}." if known else ""
+        raise UserError(f"run directory {str(run_dir)!r} does not exist.{hint}")
+    metrics = run_dir / "metrics.jsonl"
+    if not metrics.is_file():
+        raise UserError(f"{str(run_dir)!r} has no metrics.jsonl: is it a run directory (runs/<id>), and has its "
+                        "first epoch finished?")
+    rows = read_metrics(metrics)
+    if not rows:
+        raise UserError(f"{str(metrics)!r} holds no finished epoch yet; try again after the first epoch.")
+    return rows, _read_json(run_dir / "summary.json"), _read_yaml(run_dir / "config.yaml")
+
+
+def report(run_dir: Path, output: Path | None = None, plot: bool = True) -> Path | None:
+    """Print the summary and draw the curves; returns the PNG's path (None without plot)."""
+    rows, summary, config = load_run(run_dir)
+    s = summarize(rows, summary, config)
+    print(format_summary(s, str(run_dir)), flush=True)
+    if not plot:
+        return None
+    title = f"{run_dir.name}: {s['dataset'] or '?'} / {s['model'] or '?'}, world size {s['world_size'] or '?'}"
+    path = plot_curves(rows, output or run_dir / CURVES, title)
+    print(f"{'curves':<19}  {path}", flush=True)
+    return path
+
+
+def write_report(run_dir: Path) -> Path | None:
+    """The end-of-run report from `fit`: a failure to draw warns and never fails the run."""
+    try:
+        return report(Path(run_dir))
+    except Exception as exc:  # noqa: BLE001 - the run's results are written already; this is a bonus
+        print(f"warning: no report for {run_dir}: {exc}", file=sys.stderr, flush=True)
+        return None
+
+
+def main(args) -> int:
+    report(Path(args.run_dir), Path(args.output) if args.output else None, plot=not args.no_plot)
+    return 0

@@ -1,0 +1,541 @@
+"""One copy of the graph per node, mapped by every rank of that node; and where batches are sampled.
+
+Under SLURM every task is its own process, so loading the graph in each (the seed's way,
+`data.share=process`) holds one copy per GPU: 4-8 copies of ~57 GB of features for
+ogbn-papers100M. With `data.share=node` (the default) only the node's local rank 0 loads
+the graph and builds the sampler's CSC; it writes each tensor as a raw file into a
+per-job directory (``/dev/shm/pyg-train-j<job>-p<port>-n<node>-u<uid>/``, or node-local
+disk when /dev/shm is too small) and every rank of the node maps the files with
+``torch.from_file``: the page cache holds the one copy, each rank only page tables.
+
+Read-only: the files are mapped private (copy-on-write) as inference tensors, so an
+in-place write raises ``RuntimeError`` and can never reach the pages other ranks see.
+
+No leaks, also after ``kill -9``: once every local rank has mapped the files, local rank
+0 unlinks them (a mapping outlives its file; the memory is freed when the last rank
+exits). Until then the writer holds an ``flock`` on ``<segment>.lock``; the kernel drops
+it when the writer dies, and every start removes the segments nobody holds. atexit and
+`shared_graphs()` (run_fit's ``with``) cover a normal or failing exit in between.
+`data.share_keep=true` keeps the files until exit, e.g. to look at them.
+
+The structure is stored once: ``edge_index`` sorted by target (CSC order), so the CSC's
+``row`` is ``edge_index[0]`` and no permutation is needed (``perm`` is None). The graph is
+the same; only the column order of ``edge_index`` differs from `data.share=process`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import fcntl
+import json
+import math
+import os
+import re
+import shutil
+import socket
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+from torch_geometric.data import Data
+
+from train.config import DataConfig, SamplerConfig
+from train.data import load_graph
+from train.distenv import DistEnv
+from train.errors import UserError
+from train.sampler import build_csc
+
+PREFIX = "pyg-train-"
+SHM = Path("/dev/shm")
+MANIFEST = "manifest.json"
+FORMAT = 1
+SPLITS = ("train_idx", "val_idx", "test_idx")
+# Room kept free on the file system beyond the graph itself.
+HEADROOM_BYTES = 64 << 20
+# Fraction of the free GPU memory the graph may take with sampler.device=cuda
+# (the rest is for the model, activations and the sampler's per-batch tensors).
+GPU_GRAPH_FRACTION = 0.6
+
+CSC = tuple[Tensor, Tensor, "Tensor | None"]
+
+
+# ---- the CSC travels beside the Data, not inside it ---------------------------------------------
+
+def attach_csc(data: Data, csc: CSC) -> Data:
+    """Keep the sampler's ``(colptr, row, perm)`` on `data` as a plain Python attribute.
+
+    Outside Data's store on purpose: PyG copies the store into every batch, and
+    ``batch.to()`` / ``pin_memory()`` would then move or pin the whole CSC each step.
+    """
+    object.__setattr__(data, "csc", csc)
+    return data
+
+
+def graph_csc(data: Data) -> CSC | None:
+    return data.__dict__.get("csc")
+
+
+def private_graph(config: DataConfig, load: Callable[[DataConfig], Data] = load_graph) -> Data:
+    """`data.share=process`: this process loads its own graph and builds its own CSC (the seed's way)."""
+    data = load(config)
+    return attach_csc(data, build_csc(data.edge_index, data.num_nodes))
+
+
+# ---- names, places, stale segments ---------------------------------------------------------------
+
+def segment_name(job_id: str | None, master_port: int, node_rank: int, uid: int) -> str:
+    """Unique per job, rendezvous port and node; the same again when the same job restarts."""
+    job = re.sub(r"[^A-Za-z0-9_.]", "_", job_id) if job_id else "local"
+    return f"{PREFIX}j{job}-p{master_port}-n{node_rank}-u{uid}"
+
+
+def candidate_dirs(share_dir: str, environ: Mapping[str, str] = os.environ) -> list[Path]:
+    """`data.share_dir` alone when set; else /dev/shm, then node-local disk ($SLURM_TMPDIR, $TMPDIR, /tmp)."""
+    if share_dir:
+        if not Path(share_dir).is_dir():
+            raise UserError(f"data.share_dir={share_dir!r} is not a directory on this node; give an existing "
+                            "node-local directory (e.g. /dev/shm, $SLURM_TMPDIR, /tmp), or '' to choose one.")
+        return [Path(share_dir)]
+    found: list[Path] = []
+    for path in (str(SHM), environ.get("SLURM_TMPDIR", ""), environ.get("TMPDIR", ""), "/tmp"):
+        if path and Path(path).is_dir() and Path(path) not in found:
+            found.append(Path(path))
+    return found
+
+
+def free_bytes(path: Path) -> int:
+    stats = os.statvfs(path)
+    return stats.f_bavail * stats.f_frsize
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.2f} GiB"
+
+
+def choose_dir(required: int, candidates: list[Path], free: Callable[[Path], int] = free_bytes) -> tuple[Path, str]:
+    """The first candidate with room for `required` bytes, and a note when it is not the first."""
+    if not candidates:
+        raise UserError("data.share=node found no directory to share the graph in (/dev/shm, $SLURM_TMPDIR, "
+                        "$TMPDIR, /tmp); set data.share_dir to a node-local directory, or use data.share=process.")
+    room = {path: free(path) for path in candidates}
+    for path in candidates:
+        if room[path] >= required + HEADROOM_BYTES:
+            note = ""
+            if path != candidates[0]:
+                note = (f"data.share=node: {candidates[0]} has {_gib(room[candidates[0]])} free but the graph needs "
+                        f"{_gib(required)}; sharing it from {path} (node-local disk) instead. To keep it in memory, "
+                        f"give the job a larger {candidates[0]} (docker/podman --shm-size={-(-required // 2**30) + 1}g; "
+                        "enroot/pyxis mount the host's /dev/shm).")
+            return path, note
+    listing = ", ".join(f"{p} has {_gib(n)}" for p, n in room.items())
+    raise UserError(
+        f"data.share=node needs {_gib(required + HEADROOM_BYTES)} of node-local space for one copy of the graph, "
+        f"but {listing} free. Give the job a larger /dev/shm (docker/podman --shm-size={-(-required // 2**30) + 1}g; "
+        "enroot/pyxis use the host's), point data.share_dir at a node-local directory with room, or use "
+        "data.share=process (one copy per rank, in RAM)."
+    )
+
+
+def _try_lock(path: Path) -> int | None:
+    """An fd holding an exclusive flock on the file at `path` (still at that path), or None if someone holds it."""
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except FileNotFoundError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if os.stat(path).st_ino == os.fstat(fd).st_ino:
+            return fd
+    except (BlockingIOError, FileNotFoundError):
+        pass
+    os.close(fd)
+    return None
+
+
+def remove_stale(bases: list[Path], uid: int | None = None) -> list[Path]:
+    """Remove this user's segments that no live process holds (left by kill -9, OOM, node failure)."""
+    uid = os.getuid() if uid is None else uid
+    removed: list[Path] = []
+    for base in bases:
+        for lock in sorted(base.glob(f"{PREFIX}*-u{uid}.lock")):
+            fd = _try_lock(lock)
+            if fd is None:
+                continue  # a live writer holds it
+            try:
+                segment = lock.with_suffix("")
+                shutil.rmtree(segment, ignore_errors=True)
+                lock.unlink(missing_ok=True)
+                removed.append(segment)
+            finally:
+                os.close(fd)
+        for segment in sorted(base.glob(f"{PREFIX}*-u{uid}")):
+            # A writer creates the lock before the directory and removes it after: no lock, no owner.
+            if segment.is_dir() and not segment.with_name(segment.name + ".lock").exists():
+                shutil.rmtree(segment, ignore_errors=True)
+                removed.append(segment)
+    return removed
+
+
+# ---- one segment: a directory of raw tensor files, owned through its lock -------------------------
+
+class Segment:
+    """``<base>/<name>/`` (tensor files + manifest) and ``<base>/<name>.lock``, held by its writer."""
+
+    def __init__(self, base: Path, name: str):
+        self.path = base / name
+        self.lock_path = base / f"{name}.lock"
+        self._fd: int | None = None
+
+    @classmethod
+    def create(cls, base: Path, name: str, owner: dict, attempts: int = 50) -> "Segment":
+        """Lock the name, clear what a dead run of the same job left under it, make the directory."""
+        segment = cls(base, name)
+        for _ in range(attempts):
+            fd = os.open(segment.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:  # a live run, or another start removing stale segments right now
+                os.close(fd)
+                time.sleep(0.1)
+                continue
+            try:
+                same = os.stat(segment.lock_path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if not same:  # removed by a cleaner between open and flock: take the new file
+                os.close(fd)
+                continue
+            segment._fd = fd
+            os.ftruncate(fd, 0)
+            os.write(fd, json.dumps(owner).encode())
+            shutil.rmtree(segment.path, ignore_errors=True)  # the same job's, from a run that died
+            segment.path.mkdir(mode=0o700)
+            _OWNED.append(segment)
+            return segment
+        holder = segment.lock_path.read_text(errors="replace") if segment.lock_path.exists() else "?"
+        raise UserError(
+            f"{segment.lock_path} is held by a live process ({holder}): another run with the same job id, "
+            "MASTER_PORT and node rank is using this node. Stop it, or give this run another MASTER_PORT."
+        )
+
+    def remove(self) -> None:
+        """Delete the files (ranks that mapped them keep their mappings) and release the lock. Idempotent."""
+        if self._fd is None:
+            return
+        shutil.rmtree(self.path, ignore_errors=True)
+        with contextlib.suppress(FileNotFoundError):
+            self.lock_path.unlink()
+        os.close(self._fd)
+        self._fd = None
+        with contextlib.suppress(ValueError):
+            _OWNED.remove(self)
+
+
+_OWNED: list[Segment] = []
+
+
+def release_all() -> None:
+    """Remove every segment this process still owns (atexit, and on leaving `shared_graphs()`)."""
+    for segment in list(_OWNED):
+        segment.remove()
+
+
+atexit.register(release_all)
+
+
+@contextlib.contextmanager
+def shared_graphs() -> Iterator[None]:
+    """Scope of a run: the segments this process wrote are gone when it ends, however it ends."""
+    try:
+        yield
+    finally:
+        release_all()
+
+
+# ---- tensors <-> files ---------------------------------------------------------------------------
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _write_raw(fh, tensor: Tensor) -> None:
+    """Raw bytes, row-major: what ``torch.from_file`` maps back."""
+    flat = tensor.detach().contiguous().reshape(-1)
+    if flat.numel():
+        fh.write(memoryview(flat.view(torch.uint8).numpy()))
+
+
+@dataclass
+class Stacked:
+    """Equal-shaped tensors written one after the other: the file of ``torch.stack(parts)``, never built."""
+
+    parts: list[Tensor]
+
+    @property
+    def shape(self) -> list[int]:
+        return [len(self.parts), *self.parts[0].shape]
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.parts[0].dtype
+
+
+def write_tensors(directory: Path, tensors: Mapping[str, "Tensor | Stacked | Callable"], info: dict) -> dict:
+    """Write each tensor (a callable is called only when its turn comes) and, last, the manifest."""
+    entries = {}
+    for name, value in tensors.items():
+        value = value() if callable(value) else value
+        path = directory / f"{name}.bin"
+        with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as fh:
+            for part in value.parts if isinstance(value, Stacked) else [value]:
+                _write_raw(fh, part)
+        entries[name] = {"file": path.name, "dtype": _dtype_name(value.dtype), "shape": list(value.shape)}
+        del value
+    manifest = {"format": FORMAT, "tensors": entries, **info}
+    tmp = directory / f"{MANIFEST}.tmp"
+    tmp.write_text(json.dumps(manifest, indent=1))
+    os.replace(tmp, directory / MANIFEST)  # present only once every file is complete
+    return manifest
+
+
+def map_tensors(directory: Path) -> dict[str, Tensor]:
+    """Map every tensor of a segment private and read-only in effect: an in-place write raises."""
+    manifest = json.loads((directory / MANIFEST).read_text())
+    if manifest.get("format") != FORMAT:
+        raise UserError(f"{directory / MANIFEST} has format {manifest.get('format')!r}, expected {FORMAT}.")
+    out = {}
+    # Tensors made in inference mode refuse in-place updates outside it; the private (copy-on-write)
+    # mapping keeps even a write that slips through (inference mode, .numpy()) away from the other ranks.
+    with torch.inference_mode():
+        for name, entry in manifest["tensors"].items():
+            dtype = getattr(torch, entry["dtype"])
+            shape = entry["shape"]
+            numel = math.prod(shape)
+            if numel == 0:
+                out[name] = torch.empty(shape, dtype=dtype)
+            else:
+                flat = torch.from_file(str(directory / entry["file"]), shared=False, size=numel, dtype=dtype)
+                out[name] = flat.view(shape)
+    return out
+
+
+def graph_tensors(data: Data) -> tuple[dict[str, "Tensor | Stacked | Callable"], int]:
+    """What a node shares, in write order, and its size in bytes.
+
+    The CSC is built while writing, from ``data.edge_index``, which it then drops from `data`
+    (local rank 0's private copy) to lower the peak. ``edge_index`` is written sorted by
+    target, so the CSC's ``row`` is its first row and no permutation is kept.
+    """
+    num_nodes, num_edges = data.num_nodes, data.edge_index.size(1)
+    built: dict[str, Tensor] = {}
+
+    def colptr() -> Tensor:
+        ptr, row, _perm = build_csc(data.edge_index, num_nodes)
+        del data.edge_index
+        built["row"], built["degree"] = row, torch.diff(ptr)
+        return ptr
+
+    def edge_index() -> Stacked:
+        row, degree = built.pop("row"), built.pop("degree")
+        col = torch.repeat_interleave(torch.arange(num_nodes), degree, output_size=num_edges)
+        return Stacked([row, col])
+
+    tensors: dict[str, Tensor | Stacked | Callable] = {"x": data.x, "y": data.y}
+    for split in SPLITS:
+        tensors[split] = data[split]
+    tensors["colptr"] = colptr
+    tensors["edge_index"] = edge_index
+    index_bytes = torch.empty(0, dtype=torch.long).element_size()
+    size = (data.x.nbytes + data.y.nbytes + sum(data[s].nbytes for s in SPLITS)
+            + (num_nodes + 1) * index_bytes + 2 * num_edges * index_bytes)
+    return tensors, size
+
+
+def graph_from_tensors(tensors: Mapping[str, Tensor]) -> Data:
+    data = Data(x=tensors["x"], y=tensors["y"], edge_index=tensors["edge_index"],
+                **{split: tensors[split] for split in SPLITS})
+    return attach_csc(data, (tensors["colptr"], tensors["edge_index"][0], None))
+
+
+# ---- the node-local protocol ---------------------------------------------------------------------
+
+def node_group(env: DistEnv, timeout: timedelta):
+    """A gloo group of this node's ranks and its local rank 0 (global rank). Collective over ALL ranks."""
+    info: list = [None] * env.world_size
+    dist.all_gather_object(info, (env.node_rank, env.local_rank, socket.gethostname()))
+    nodes = sorted({node for node, _, _ in info})
+    members = {node: [r for r, (n, _, _) in enumerate(info) if n == node] for node in nodes}
+    for node, ranks in members.items():
+        leaders = [r for r in ranks if info[r][1] == 0]
+        hosts = sorted({info[r][2] for r in ranks})
+        if len(leaders) != 1 or len(hosts) != 1:
+            raise UserError(
+                f"node rank {node} has ranks {ranks} with local ranks {[info[r][1] for r in ranks]} on hosts "
+                f"{hosts}: data.share=node needs exactly one local rank 0 per node and one host per node rank. "
+                "Check SLURM_NODEID/SLURM_LOCALID (or GROUP_RANK/LOCAL_RANK), or use data.share=process."
+            )
+    group, _ = dist.new_subgroups_by_enumeration([members[n] for n in nodes], timeout=timeout, backend="gloo")
+    leader = next(r for r in members[env.node_rank] if info[r][1] == 0)
+    return group, leader
+
+
+def _write_segment(config: DataConfig, env: DistEnv, load: Callable[[DataConfig], Data]) -> tuple[Segment, str]:
+    """Local rank 0: load, pick a place with room, write. Returns the segment and a note for the log."""
+    bases = candidate_dirs(config.share_dir)
+    remove_stale(bases)
+    data = load(config)
+    tensors, size = graph_tensors(data)
+    base, note = choose_dir(size, bases)
+    name = segment_name(env.job_id, env.master_port, env.node_rank, os.getuid())
+    owner = {"pid": os.getpid(), "host": socket.gethostname(), "job": env.job_id, "node_rank": env.node_rank,
+             "bytes": size, "created": time.time()}
+    segment = Segment.create(base, name, owner)
+    write_tensors(segment.path, tensors, owner)
+    return segment, note
+
+
+def share_graph(config: DataConfig, env: DistEnv, load: Callable[[DataConfig], Data] = load_graph) -> Data:
+    """`data.share=node`: one copy per node, mapped by all its ranks. Collective over ALL ranks."""
+    if env.local_world_size == 1:  # nothing to share with
+        if env.local_rank == 0:
+            remove_stale(candidate_dirs(config.share_dir))
+        return private_graph(config, load)
+    timeout = timedelta(seconds=config.load_timeout_seconds)
+    group, leader = node_group(env, timeout)
+    segment = None
+    try:
+        status: list = [None]
+        if env.local_rank == 0:
+            try:
+                segment, note = _write_segment(config, env, load)
+                if note:
+                    print(note, file=sys.stderr, flush=True)
+                status[0] = ("ok", str(segment.path))
+            except BaseException as exc:  # tell the node's other ranks before failing
+                message = str(exc) if isinstance(exc, UserError) else f"{type(exc).__name__}: {exc}"
+                status[0] = ("error", message)
+                with contextlib.suppress(Exception):
+                    dist.broadcast_object_list(status, src=leader, group=group)
+                raise
+        dist.broadcast_object_list(status, src=leader, group=group)
+        kind, payload = status[0]
+        if kind != "ok":
+            raise UserError(f"local rank 0 of node {env.node_rank} could not share the graph: {payload}")
+        tensors = map_tensors(Path(payload))
+        dist.barrier(group=group)  # every rank of the node has mapped the files
+        if segment is not None and not config.share_keep:
+            segment.remove()  # the mappings stay valid; the memory goes with the last of them
+        return graph_from_tensors(tensors)
+    except BaseException:
+        if segment is not None:
+            segment.remove()
+        raise
+    finally:
+        with contextlib.suppress(Exception):
+            dist.destroy_process_group(group)
+
+
+def obtain_shared_or_private(config: DataConfig, env: DistEnv, load: Callable[[DataConfig], Data] = load_graph) -> Data:
+    """The graph as `data.share` says; `data.csc` holds the sampler's CSC either way."""
+    if config.share == "node":
+        return share_graph(config, env, load)
+    if env.local_rank == 0:
+        remove_stale(candidate_dirs(""))  # what earlier node-shared runs may have left
+    return private_graph(config, load)
+
+
+# ---- where batches are sampled (sampler.device) --------------------------------------------------
+
+def gpu_placement(structure_bytes: int, feature_bytes: int, free: int,
+                  fraction: float = GPU_GRAPH_FRACTION) -> tuple[bool, bool]:
+    """(structure on the GPU?, features on the GPU too?) within `fraction` of the free GPU memory."""
+    budget = free * fraction
+    structure = structure_bytes <= budget
+    return structure, structure and structure_bytes + feature_bytes <= budget
+
+
+def gather_pinned(source: Tensor, index: Tensor) -> Tensor:
+    """``source[index]`` written straight into page-locked memory, ready for a non-blocking copy.
+
+    PyTorch's caching host allocator keeps the block until the copy that reads it has finished.
+    """
+    out = torch.empty((index.numel(), *source.shape[1:]), dtype=source.dtype, pin_memory=True)
+    return torch.index_select(source, 0, index, out=out)
+
+
+@dataclass
+class SamplingPlan:
+    """Decided once per run: where the sampler runs, what each batch is gathered from."""
+
+    device: torch.device  # where the sampler runs
+    data: Data  # what the loader gathers per batch (no split indices: batches must not carry them)
+    csc: CSC
+    host_features: tuple[Tensor, Tensor] | None  # (x, y) gathered per batch into pinned memory
+    pin_memory: bool  # DataLoader pinning: CPU sampling, GPU training
+    num_workers: int
+    note: str = ""
+
+    def complete(self, batch: Data, device: torch.device) -> Data:
+        """Add the features when they stay on the host: pinned gather, then a non-blocking copy."""
+        if self.host_features is None:
+            return batch
+        index = batch.n_id.to("cpu")
+        x, y = self.host_features
+        batch.x = gather_pinned(x, index).to(device, non_blocking=True)
+        batch.y = gather_pinned(y, index).to(device, non_blocking=True)
+        return batch
+
+
+def _nbytes(tensors) -> int:
+    return sum(t.nbytes for t in tensors if t is not None)
+
+
+def plan_sampling(data: Data, config: SamplerConfig, device: torch.device, free_gpu_bytes: int | None = None) -> SamplingPlan:
+    """CPU sampling (features gathered by the loader, pinned when training on a GPU), or GPU sampling with
+    the CSC on the GPU and the features there too when they fit, else gathered on the host into pinned memory."""
+    csc = graph_csc(data)
+    if csc is None:
+        csc = build_csc(data.edge_index, data.num_nodes)
+        attach_csc(data, csc)
+    on_host = Data(x=data.x, y=data.y, edge_index=data.edge_index)
+    cpu_plan = SamplingPlan(torch.device("cpu"), on_host, csc, None,
+                            pin_memory=config.pin_memory and device.type == "cuda", num_workers=config.num_workers)
+    if config.device == "cpu":
+        return cpu_plan
+    if device.type != "cuda":
+        raise UserError(f"sampler.device='cuda' needs training on a GPU, but this rank trains on {device} "
+                        "(no GPU visible, or dist.backend=gloo); use sampler.device=cpu.")
+    if free_gpu_bytes is None:
+        free_gpu_bytes, _total = torch.cuda.mem_get_info(device)
+    scratch = data.num_nodes * 8  # the sampler's global -> local id map
+    structure = _nbytes(csc) + scratch
+    features = data.x.nbytes + data.y.nbytes
+    structure_fits, features_fit = gpu_placement(structure, features, free_gpu_bytes)
+    if not structure_fits:
+        cpu_plan.note = (f"sampler.device=cuda: the CSC needs {_gib(structure)} but {_gib(free_gpu_bytes)} of GPU "
+                         f"memory is free (at most {GPU_GRAPH_FRACTION:.0%} of it goes to the graph); sampling on the CPU.")
+        return cpu_plan
+    gpu_csc = tuple(t.to(device) if t is not None else None for t in csc)
+    placeholder = torch.empty(2, 0, dtype=torch.long, device=device)  # gives the batches' edge_index its device
+    if features_fit:
+        on_gpu = Data(x=data.x.to(device), y=data.y.to(device), edge_index=placeholder)
+        return SamplingPlan(device, on_gpu, gpu_csc, None, False, 0,
+                            f"sampler.device=cuda: graph structure and features on {device}.")
+    structure_only = Data(edge_index=placeholder, num_nodes=data.num_nodes)
+    return SamplingPlan(device, structure_only, gpu_csc, (data.x, data.y), False, 0,
+                        f"sampler.device=cuda: structure on {device}; features ({_gib(features)}) stay on the host, "
+                        "gathered into pinned memory and copied without blocking.")
+
+
+__all__ = [
+    "SamplingPlan", "Segment", "attach_csc", "candidate_dirs", "choose_dir", "gather_pinned", "gpu_placement",
+    "graph_csc", "graph_from_tensors", "graph_tensors", "map_tensors", "obtain_shared_or_private", "plan_sampling",
+    "private_graph", "release_all", "remove_stale", "segment_name", "share_graph", "shared_graphs", "write_tensors",
+]
