@@ -65,8 +65,8 @@ def run(args) -> dict:
     from train.sampler import TorchNeighborSampler
     from train.sharing import graph_csc, shared_graphs
 
-    os.environ.update(WORLD_SIZE="1", RANK="0", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", str(free_port()))
+    os.environ.update(WORLD_SIZE="1", RANK="0", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1", GROUP_RANK="0",
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))  # one process, wherever it runs
     config = load_config("synthetic", [f"data.num_nodes={args.nodes}", f"data.avg_degree={args.degree}",
                                        f"data.num_features={args.features}", "sampler.num_neighbors=[25,10]",
                                        f"sampler.batch_size={args.batch_size}", "model.hidden=256", "trainer.epochs=1",

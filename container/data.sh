@@ -60,7 +60,7 @@ enroot)
     ;;
 srun)
     cmd=(srun --nodes=1 --ntasks=1 "--container-image=$IMAGE" "--container-mounts=$root:/workspace,$data_abs:/data"
-        --container-workdir=/workspace --no-container-mount-home --export=ALL,DATA_DIR=/data,PYTHONPATH=/workspace
+        --container-workdir=/workspace --no-container-mount-home "--export=ALL,DATA_DIR=/data,PYTHONPATH=/workspace"
         python -m train "${train_args[@]}")
     ;;
 bare)

@@ -228,7 +228,7 @@ def test_a_hung_rank_ends_the_others_within_the_collective_timeout(tmp_path):
     timeout = 4
     job = Job([*CONFIG, *SLOW, f"output.dir={tmp_path}", f"dist.collective_timeout_seconds={timeout}"], 2,
               tmp_path / "logs")
-    job.wait_for(r"^epoch 1 step 2/7")
+    job.wait_for(r"^epoch 0 step 2/7")
     stopped_at = job.signal(1, signal.SIGSTOP)
     try:
         job.wait_for(r"rank 0: stopping because", timeout=60)
@@ -293,12 +293,12 @@ def test_ranks_that_joined_still_vote_and_share_the_optimizer_state(tmp_path):
 
 # ---- pure parts --------------------------------------------------------------------------------
 def test_requeue_status_until_max_restarts_then_stopped():
-    assert stop_outcome(0, 3, under_slurm=True)[0] == EXIT_REQUEUE
-    assert stop_outcome(2, 3, under_slurm=True)[0] == EXIT_REQUEUE
-    code, text = stop_outcome(3, 3, under_slurm=True)
-    assert code == EXIT_STOPPED and "trainer.max_restarts=3" in text and "resubmit" in text
-    assert stop_outcome(0, 0, under_slurm=True)[0] == EXIT_STOPPED
-    assert "run the same command again" in stop_outcome(5, 0, under_slurm=False)[1]
+    assert stop_outcome(0, 3, True, "runs/7")[0] == EXIT_REQUEUE
+    assert stop_outcome(2, 3, True, "runs/7")[0] == EXIT_REQUEUE
+    code, text = stop_outcome(3, 3, True, "runs/7")
+    assert code == EXIT_STOPPED and "trainer.max_restarts=3" in text and "resubmit with output.dir=runs/7" in text
+    assert stop_outcome(0, 0, True, "runs/7")[0] == EXIT_STOPPED
+    assert "run the same command with output.dir=/tmp/x" in stop_outcome(5, 0, False, "/tmp/x")[1]
 
 
 def test_collective_errors_are_told_apart_from_local_ones():

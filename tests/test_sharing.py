@@ -41,7 +41,8 @@ from train.sharing import (
 )
 
 TINY = ["fit", "--config", "tiny"]
-JOB_IDS = ("77001", "77002", "77003", "77004", "77005")  # this module's jobs, to find what they leave
+# This session's job ids (unique per pytest process, so a concurrent session's jobs are not mistaken for ours).
+JOB_IDS = tuple(f"7{os.getpid()}{i}" for i in range(1, 6))
 RESULT = "SHARING_RESULT "
 
 
@@ -69,12 +70,25 @@ def _stale() -> list[Path]:
     return out
 
 
+def _older_than(paths: list[Path], moment: float) -> list[Path]:
+    out = []
+    for path in paths:
+        try:
+            if path.stat().st_mtime < moment:
+                out.append(path)
+        except FileNotFoundError:
+            pass
+    return out
+
+
 @pytest.fixture(scope="module", autouse=True)
 def no_shm_leak():
-    """After this module, /dev/shm holds nothing of its jobs, and no unowned entry of the project at all."""
+    """After this module /dev/shm holds nothing of its jobs, nor any unowned entry of the project from before
+    it started (its runs remove those). Entries a concurrent session makes meanwhile are its own business."""
+    started = time.time()
     yield
     assert _ours() == [], _ours()
-    assert _stale() == [], _stale()
+    assert _older_than(_stale(), started) == [], _stale()
 
 
 def _digest(tensor: torch.Tensor) -> str:
@@ -168,6 +182,15 @@ def test_only_segments_without_a_live_owner_are_removed(tmp_path):
     assert dead.is_dir() and dead.with_name(dead.name + ".lock").exists()
     orphan = tmp_path / segment_name("orphan", 3, 0, uid)  # a directory whose lock is gone
     orphan.mkdir()
+    # The same name taken again (the same job restarted) starts from an empty directory.
+    again = Segment.create(tmp_path, dead.name, {})
+    assert again.path == dead and list(dead.iterdir()) == []
+    again.remove()
+    code = code.replace("'dead'", "'gone'")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    dead = tmp_path / segment_name("gone", 2, 0, uid)
     assert sorted(remove_stale([tmp_path], uid)) == sorted([dead, orphan])
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.path.name, live.lock_path.name])
     live.remove()
@@ -192,8 +215,8 @@ def test_sampling_placement():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (sampler.device=cuda)")
-def test_gpu_sampling_gives_the_cpu_batches():
-    """Structure on the GPU, features on the GPU or gathered pinned on the host: the same batch as on the CPU."""
+def test_gpu_sampling_batches_are_right_wherever_the_features_live():
+    """sampler.device=cuda, features on the GPU or gathered pinned on the host: the same, correct batches."""
     from train.data import synthetic_graph
     from train.sampler import build_csc, make_node_loader
 
@@ -201,22 +224,28 @@ def test_gpu_sampling_gives_the_cpu_batches():
     attach_csc(data, build_csc(data.edge_index, data.num_nodes))
     device = torch.device("cuda", 0)
     seeds = data.train_idx[:300]
-    cpu = SamplerConfig(num_neighbors=[5, 3], batch_size=100)
     cuda = SamplerConfig(num_neighbors=[5, 3], batch_size=100, device="cuda")
     structure = sum(t.nbytes for t in graph_csc(data) if t is not None) + data.num_nodes * 8
     room_for_structure_only = int(structure / GPU_GRAPH_FRACTION) + 1
-    plans = {"cpu": plan_sampling(data, cpu, device),
-             "gpu": plan_sampling(data, cuda, device),
+    plans = {"gpu": plan_sampling(data, cuda, device),
              "pinned": plan_sampling(data, cuda, device, free_gpu_bytes=room_for_structure_only)}
     assert plans["gpu"].host_features is None and plans["pinned"].host_features is not None
+    assert all(plan.device.type == "cuda" and plan.csc[0].is_cuda for plan in plans.values())
+    edges = set(map(tuple, data.edge_index.t().tolist()))
     batches = {}
     for name, plan in plans.items():
         loader = make_node_loader(plan.data, seeds, [5, 3], 100, seed=3, csc=plan.csc, device=plan.device,
                                   num_workers=plan.num_workers, pin_memory=plan.pin_memory)
         batches[name] = [plan.complete(b, device).to(device) for b in loader]
-    for a, b, c in zip(batches["cpu"], batches["gpu"], batches["pinned"]):
-        for key in ("n_id", "edge_index", "x", "y"):
-            assert torch.equal(a[key].cpu(), b[key].cpu()) and torch.equal(a[key].cpu(), c[key].cpu()), key
+    assert len(batches["gpu"]) == len(batches["pinned"]) == 3
+    for index, (a, b) in enumerate(zip(batches["gpu"], batches["pinned"])):
+        n_id = a.n_id.cpu()
+        assert torch.equal(n_id[:100], seeds[index * 100:(index + 1) * 100])
+        assert torch.equal(a.x.cpu(), data.x[n_id]) and torch.equal(a.y.cpu(), data.y[n_id])
+        assert a.x.is_cuda and a.edge_index.is_cuda
+        assert set(zip(n_id[a.edge_index[0].cpu()].tolist(), n_id[a.edge_index[1].cpu()].tolist())) <= edges
+        for key in ("n_id", "edge_index", "x", "y"):  # same sampler seed on the same device: the same batch
+            assert torch.equal(a[key], b[key]), key
 
 
 # ---- real ranks ------------------------------------------------------------------------------------
@@ -250,7 +279,7 @@ def _worker(argv: list[str]) -> None:
         rows: list = [None] * env.world_size
         dist.all_gather_object(rows, {"rank": env.rank, "digests": seen, "x_after": _digest(data.x),
                                       "perm": perm is not None, "maps": maps, "write_error": write_error,
-                                      "shm_during": sorted(p.name for p in SHM.glob(f"{PREFIX}*j77001*"))})
+                                      "shm_during": sorted(p.name for p in SHM.glob(f"{PREFIX}j{os.environ['SLURM_JOB_ID']}-*"))})
         if env.rank == 0:
             print(RESULT + json.dumps(rows), flush=True)
 
@@ -260,7 +289,7 @@ def test_ranks_of_a_node_map_one_identical_read_only_copy():
     from train.sampler import build_csc
 
     config = load_config("tiny")
-    procs = _start_job(["-m", "tests.test_sharing", "worker"], "77001", free_port())
+    procs = _start_job(["-m", "tests.test_sharing", "worker"], JOB_IDS[0], free_port())
     outputs = [p.communicate(timeout=240)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], "\n".join(outputs)
     rows = json.loads(next(line for line in outputs[0].splitlines() if line.startswith(RESULT))[len(RESULT):])
@@ -282,7 +311,7 @@ def test_ranks_of_a_node_map_one_identical_read_only_copy():
 def test_node_and_process_sharing_train_identically(tmp_path):
     runs = {}
     for share in ("node", "process"):
-        result = run_local_job([*TINY, f"data.share={share}", f"output.dir={tmp_path / share}"], 2, job_id="77002")
+        result = run_local_job([*TINY, f"data.share={share}", f"output.dir={tmp_path / share}"], 2, job_id=JOB_IDS[1])
         assert result.returncodes == [0, 0], "\n".join(result.outputs)
         rows = [json.loads(line) for line in (tmp_path / share / "metrics.jsonl").read_text().splitlines()]
         runs[share] = ([{k: v for k, v in r.items() if k not in ("epoch_seconds", "seeds_per_second")} for r in rows],
@@ -291,25 +320,39 @@ def test_node_and_process_sharing_train_identically(tmp_path):
 
 
 def test_leader_failure_reaches_every_rank_as_a_clear_error(tmp_path):
-    result = run_local_job([*TINY, "data.share_dir=/no/such/dir", f"output.dir={tmp_path}"], 2, job_id="77003")
+    result = run_local_job([*TINY, "data.share_dir=/no/such/dir", f"output.dir={tmp_path}"], 2, job_id=JOB_IDS[2])
     assert result.returncodes == [2, 2], "\n".join(result.outputs)
     assert "error: data.share_dir='/no/such/dir' is not a directory" in result.outputs[0]
     assert "error: local rank 0 of node 0 could not share the graph: data.share_dir=" in result.outputs[1]
     assert not any("Traceback" in out for out in result.outputs), result.outputs
 
 
-def _start_job(args: list[str], job_id: str, port: int) -> list[subprocess.Popen]:
-    """Two ranks of one node running `python ARGS...`, with srun's variables, a fixed job id and port."""
+def _start_job(args: list[str], job_id: str, port: int, envs: list[dict] | None = None) -> list[subprocess.Popen]:
+    """Ranks running `python ARGS...` with srun's variables (default: 2 ranks on one node), a fixed job id and port."""
     base = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "MASTER_", "WORLD_SIZE", "RANK",
                                                                        "LOCAL_RANK", "LOCAL_WORLD_SIZE"))}
     base.update(PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    return [subprocess.Popen([sys.executable, *args], cwd=ROOT, text=True,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             env={**base, **srun_env(rank, 2, 1, job_id, port)}) for rank in range(2)]
+    envs = envs or [srun_env(rank, 2, 1, job_id, port) for rank in range(2)]
+    return [subprocess.Popen([sys.executable, *args], cwd=ROOT, text=True, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, env={**base, **env}) for env in envs]
+
+
+def test_uneven_nodes_share_where_there_is_someone_to_share_with(tmp_path):
+    """2 ranks on node 0 share; the single rank of node 1 loads its own; all take part in the same collectives."""
+    job, port = JOB_IDS[4], free_port()
+    envs = [{"SLURM_JOB_ID": job, "SLURM_NTASKS": "3", "SLURM_PROCID": str(rank), "SLURM_LOCALID": str(local),
+             "SLURM_NODEID": str(node), "SLURM_JOB_NUM_NODES": "2", "SLURM_TASKS_PER_NODE": "2,1",
+             "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+            for rank, (node, local) in enumerate([(0, 0), (0, 1), (1, 0)])]
+    procs = _start_job(["-m", "train", *TINY, "trainer.epochs=1", f"output.dir={tmp_path}"], job, port, envs)
+    outputs = [p.communicate(timeout=240)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], outputs
+    finals = [line.split(" final ", 1)[1] for out in outputs for line in out.splitlines() if " final {" in line]
+    assert len(finals) == 3 and len(set(finals)) == 1, finals
 
 
 def test_kill_9_of_the_whole_job_leaves_nothing_after_the_restart(tmp_path):
-    job, port = "77004", free_port()
+    job, port = JOB_IDS[3], free_port()
     segment = SHM / segment_name(job, port, 0, os.getuid())
     procs = _start_job(["-m", "train", *TINY, "data.share_keep=true", "trainer.epochs=100", "trainer.step_delay_seconds=0.2",
                         f"output.dir={tmp_path / 'first'}"], job, port)
@@ -328,9 +371,9 @@ def test_kill_9_of_the_whole_job_leaves_nothing_after_the_restart(tmp_path):
     assert [p.returncode for p in procs] == [-signal.SIGKILL] * 2
     assert segment.is_dir() and segment.with_name(segment.name + ".lock").exists()  # what kill -9 leaves
     assert segment in _stale()
-    # The same job starts again on the node (same job id, same port): the stale segment goes first.
+    # The same job starts again on the node (same job id; srun may give it another port): the stale segment goes first.
     procs = _start_job(["-m", "train", *TINY, "trainer.epochs=1", "trainer.resume=never", f"output.dir={tmp_path / 'second'}"],
-                       job, port)
+                       job, free_port())
     outputs = [p.communicate(timeout=240)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outputs
     assert not segment.exists() and not segment.with_name(segment.name + ".lock").exists()

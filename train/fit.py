@@ -324,13 +324,14 @@ def run_fit(config: Config, env: DistEnv) -> int:
     rank ends this one within dist.collective_timeout_seconds, with a message naming the
     rank that failed where it can be known.
     """
-    from train.preemption import EXIT_FAILED, StopSignals, report_failure
+    from train.preemption import EXIT_FAILED, STOPPED, StopSignals, default_store, leave_in_order, report_failure
 
     signals = StopSignals.shared().install()  # usually already installed by `python -m train fit`
     signals.rank = env.rank
     with process_group(env, config.dist) as (backend, device), shared_graphs():
+        store = default_store()  # kept beyond the process group, for leave_in_order
         try:
-            return _train(config, env, backend, device, signals)
+            code = _train(config, env, backend, device, signals)
         except UserError:
             raise
         except Exception as exc:
@@ -339,12 +340,13 @@ def run_fit(config: Config, env: DistEnv) -> int:
                 raise  # the failure happened on this rank: its traceback says what
             print(message, file=sys.stderr, flush=True)
             return EXIT_FAILED
+    return leave_in_order(code, env.rank, env.world_size, store) if code in STOPPED else code
 
 
 def _train(config: Config, env: DistEnv, backend: str, device: torch.device, signals) -> int:
     """Resume (trainer.resume), train with checkpoints, and end: finished, or stopped by a signal."""
     from train.checkpoint import Checkpointer, atomic_write, atomic_write_text, settle_gradient_buckets
-    from train.preemption import STOP_SIGNALS, StepAgreement, leave_in_order, restart_count, signal_name, stop_outcome
+    from train.preemption import STOP_SIGNALS, StepAgreement, restart_count, signal_name, stop_outcome
 
     out_dir = run_dir(config, env)
     if env.is_main:
@@ -367,11 +369,11 @@ def _train(config: Config, env: DistEnv, backend: str, device: torch.device, sig
     if summary.get("stopped"):
         signum = agreement.stop_signal
         path = checkpointer.save(f"stop signal {signal_name(signum)}")
-        code, next_step = stop_outcome(restart_count(), config.trainer.max_restarts, env.job_id is not None)
+        code, next_step = stop_outcome(restart_count(), config.trainer.max_restarts, env.job_id is not None, str(out_dir))
         if env.is_main:
             print(f"stopped in epoch {summary['epoch']} after step {summary['step']}: {signal_name(signum)}, "
                   f"{STOP_SIGNALS[signum]}. Checkpoint {path}; {next_step}.", flush=True)
-        return leave_in_order(code, env.rank, env.world_size)
+        return code
     checkpointer.save("end of training")  # a no-op when the last epoch's checkpoint is this state
     # Every rank states what it ends with, so a log shows that all ranks agree.
     print(f"rank {env.rank} final " + json.dumps({"weights_sha256": weights_digest(trainer.model),

@@ -15,10 +15,13 @@ compares the step's status with 3. Ranks other than 0 leave first with status 0 
 last with the status, so srun --kill-on-bad-exit never kills a rank that is still on its way
 out (which would turn the step's status into 137).
 
-Failures. A rank that raises posts its error in the rendezvous store before it exits; a rank
-whose collective fails because a peer is gone (gloo: at once; any backend: after
-dist.collective_timeout_seconds) reads the store and says which rank failed, or which ranks
-went silent (killed, out of memory, node lost), then exits with EXIT_FAILED.
+Failures. A rank that raises posts its error in the rendezvous store (a TCPStore in rank 0's
+process) and exits with its traceback. A rank whose collective fails because a peer is gone
+(gloo: at once, as the peer's connections close; any backend: after
+dist.collective_timeout_seconds) reads the store and says which rank failed, that rank 0 is
+gone (the store no longer answers), or which ranks went silent (killed, out of memory, node
+lost, hung), then exits with EXIT_FAILED; under SLURM, srun --kill-on-bad-exit ends the step
+as soon as the first task exits.
 """
 
 from __future__ import annotations
@@ -39,11 +42,12 @@ from collections.abc import Mapping
 EXIT_FAILED = 1  # this rank or another one failed; the checkpoint on disk is the last good state
 EXIT_REQUEUE = 3  # checkpointed after a stop signal: requeue the job (jobs/train.sbatch does)
 EXIT_STOPPED = 4  # checkpointed after a stop signal, but trainer.max_restarts is used up: do not requeue
+STOPPED = (EXIT_REQUEUE, EXIT_STOPPED)
 
 STOP_SIGNALS: dict[int, str] = {
     signal.SIGUSR1: "SLURM's warning before the time limit or a preemption (sbatch --signal)",
     signal.SIGUSR2: "SLURM's warning before the time limit or a preemption (sbatch --signal)",
-    signal.SIGTERM: "SIGTERM (scancel, a preemption, or the end of the time limit)",
+    signal.SIGTERM: "sent by scancel, a preemption, or the end of the time limit",
 }
 FAILURE_GRACE_SECONDS = 3.0  # how long a survivor waits for the others' reports before it exits
 _PEER_ERROR = re.compile(
@@ -61,7 +65,8 @@ class StopSignals:
 
     One per process (`shared()`), installed as the first thing `python -m train fit` does,
     so a warning during start-up is kept for the first step boundary instead of killing the
-    task (the default action of SIGUSR1). `restore()` puts the previous handlers back.
+    task (the default action of SIGUSR1). They stay until the process ends: a second
+    signal while it exits must not kill it either. `restore()` puts the previous ones back.
     """
 
     _shared: "StopSignals | None" = None
@@ -104,36 +109,41 @@ def restart_count(environ: Mapping[str, str] = os.environ) -> int:
         return 0
 
 
-def stop_outcome(restarts: int, max_restarts: int, under_slurm: bool) -> tuple[int, str]:
+def stop_outcome(restarts: int, max_restarts: int, under_slurm: bool, run_dir: str) -> tuple[int, str]:
     """The exit status after a checkpointed stop, and what happens next, in words."""
+    again = f"output.dir={run_dir}"
     if not under_slurm:
-        return EXIT_REQUEUE, "run the same command again (same output.dir) to resume from it"
+        return EXIT_REQUEUE, f"run the same command with {again} to resume from it"
     if restarts < max_restarts:
         return EXIT_REQUEUE, (f"exit status {EXIT_REQUEUE}: the batch script requeues the job "
                               f"(restart {restarts + 1} of at most trainer.max_restarts={max_restarts}) "
                               "and it resumes from this checkpoint")
     return EXIT_STOPPED, (f"exit status {EXIT_STOPPED}: not requeued, the job was already restarted {restarts} "
-                          f"times (trainer.max_restarts={max_restarts}); resubmit with the same output.dir "
+                          f"times (trainer.max_restarts={max_restarts}); resubmit with {again} "
                           "(or trainer.resume=PATH) to continue from this checkpoint")
 
 
-def leave_in_order(exit_code: int, rank: int, world_size: int, timeout: float = 30.0) -> int:
-    """Let ranks > 0 exit with 0 first, then return `exit_code` for rank 0 to exit with.
+def leave_in_order(exit_code: int, rank: int, world_size: int, store, timeout: float = 30.0) -> int:
+    """After a checkpointed stop: ranks > 0 exit with 0 first, then rank 0 returns `exit_code`.
 
     srun --kill-on-bad-exit SIGKILLs the step's other tasks as soon as one exits non-zero; a
     task killed that way would make the step's status 137 instead of `exit_code`. A process
-    that is already inside exit() keeps its status, so the others announce themselves in the
-    rendezvous store and `os._exit(0)`; rank 0 waits for all announcements, then returns.
+    already inside _exit() keeps its status. So, once the process group and shared memory
+    are released (call this after leaving run_fit's `with`), ranks > 0 run the atexit
+    handlers, announce themselves in the rendezvous store (`store`, a reference kept from
+    before) and `os._exit(0)`; rank 0, whose process hosts the store, waits for all of them.
     """
-    store = _default_store()
     if world_size == 1 or store is None:
         return exit_code
     if rank != 0:
+        import atexit
+
+        atexit._run_exitfuncs()
+        sys.stdout.flush()
+        sys.stderr.flush()
         try:
             store.add("stopped/leaving", 1)
         finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
             os._exit(0)
     deadline = time.monotonic() + timeout
     while store.add("stopped/leaving", 0) < world_size - 1 and time.monotonic() < deadline:
@@ -195,8 +205,8 @@ class StepAgreement:
         scheduled = done == trainer.config.trainer.epochs or (
             self.every_epochs > 0 and done % self.every_epochs == 0)
         if scheduled or due or signum:
-            reason = "end of epoch" if scheduled else ("time interval" if due else "stop signal")
-            self.checkpointer.save(f"{reason} {done - 1}")
+            why = "" if scheduled else (" (time interval)" if due else " (stop signal)")
+            self.checkpointer.save(f"end of epoch {done - 1}{why}")
 
     # Joinable: ranks without batches left keep voting, and get the optimizer back in step.
     def join_hook(self, **kwargs) -> "_AgreementJoinHook":
@@ -250,7 +260,7 @@ class _AgreementJoinHook:
 
 
 # ---- failures -----------------------------------------------------------------------------------
-def _default_store():
+def default_store():
     """The default process group's store (the TCPStore of the rendezvous), or None."""
     import torch.distributed as dist
 
@@ -293,7 +303,7 @@ def report_failure(exc: BaseException, env, grace: float = FAILURE_GRACE_SECONDS
     Returns None on the rank where the error happened (it shows its own traceback).
     """
     rank, world_size = env.rank, env.world_size
-    store = _default_store()
+    store = default_store()
     if store is not None and rank != 0 and not _store_alive(env.master_addr, env.master_port):
         store = None
     peer = is_peer_failure(exc)

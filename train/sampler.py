@@ -314,14 +314,17 @@ def _seeded_cpu_rng(seed: int) -> Iterator[None]:
 class _SeededNeighborSampler(NeighborSampler):
     """PyG's native sampler, with each batch seeded like TorchNeighborSampler."""
 
-    def __init__(self, data: Data, num_neighbors: list[int], *, seed: int, epoch: int, share_memory: bool):
-        super().__init__(data, num_neighbors, share_memory=share_memory)
-        self.seed, self.epoch = int(seed), int(epoch)
+    def __init__(self, data: Data, num_neighbors: list[int], *, seed: int | None, epoch: int,
+                 share_memory: bool, is_sorted: bool = False):
+        super().__init__(data, num_neighbors, share_memory=share_memory, is_sorted=is_sorted)
+        self.seed, self.epoch = seed, int(epoch)
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = int(epoch)
 
     def sample_from_nodes(self, inputs: NodeSamplerInput):
+        if self.seed is None:  # the global RNG, as PyG's own loader
+            return super().sample_from_nodes(inputs)
         with _seeded_cpu_rng(_batch_seed(self.seed, self.epoch, _first_node(inputs))):
             return super().sample_from_nodes(inputs)
 
@@ -360,12 +363,13 @@ def make_node_loader(
         num_workers=num_workers,
         pin_memory=pin_memory,
     )
-    if have_native_sampler() and not force_torch_sampler and csc is None and _is_cpu(device):
-        native = None
-        if seed is not None:
-            native = _SeededNeighborSampler(
-                data, num_neighbors, seed=seed, epoch=epoch, share_memory=num_workers > 0
-            )
+    # A CSC without a permutation means data.edge_index is already sorted by target (the
+    # node-shared graph): pyg-lib can then sample from it without copying it (is_sorted).
+    edges_sorted = csc is not None and csc[2] is None
+    if have_native_sampler() and not force_torch_sampler and (csc is None or edges_sorted) and _is_cpu(device):
+        native = _SeededNeighborSampler(
+            data, num_neighbors, seed=seed, epoch=epoch, share_memory=num_workers > 0, is_sorted=edges_sorted
+        )
         return NeighborLoader(data, num_neighbors=num_neighbors, neighbor_sampler=native, **loader_kwargs)
 
     sampler = TorchNeighborSampler(data, num_neighbors, seed=seed, csc=csc, device=device)

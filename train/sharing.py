@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import errno
 import fcntl
 import json
 import math
@@ -367,7 +368,7 @@ def graph_from_tensors(tensors: Mapping[str, Tensor]) -> Data:
 # ---- the node-local protocol ---------------------------------------------------------------------
 
 def node_group(env: DistEnv, timeout: timedelta):
-    """A gloo group of this node's ranks and its local rank 0 (global rank). Collective over ALL ranks."""
+    """A gloo group of this node's ranks, its local rank 0 (a global rank) and its size. Collective over ALL ranks."""
     info: list = [None] * env.world_size
     dist.all_gather_object(info, (env.node_rank, env.local_rank, socket.gethostname()))
     nodes = sorted({node for node, _, _ in info})
@@ -383,7 +384,7 @@ def node_group(env: DistEnv, timeout: timedelta):
             )
     group, _ = dist.new_subgroups_by_enumeration([members[n] for n in nodes], timeout=timeout, backend="gloo")
     leader = next(r for r in members[env.node_rank] if info[r][1] == 0)
-    return group, leader
+    return group, leader, len(members[env.node_rank])
 
 
 def _write_segment(config: DataConfig, env: DistEnv, load: Callable[[DataConfig], Data]) -> tuple[Segment, str]:
@@ -397,20 +398,30 @@ def _write_segment(config: DataConfig, env: DistEnv, load: Callable[[DataConfig]
     owner = {"pid": os.getpid(), "host": socket.gethostname(), "job": env.job_id, "node_rank": env.node_rank,
              "bytes": size, "created": time.time()}
     segment = Segment.create(base, name, owner)
-    write_tensors(segment.path, tensors, owner)
+    try:
+        write_tensors(segment.path, tensors, owner)
+    except BaseException as exc:
+        segment.remove()
+        if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+            raise UserError(f"{base} filled up while the graph ({_gib(size)}) was written to it (something else took "
+                            "the room after the check); free it, set data.share_dir to a node-local directory "
+                            "with room, or use data.share=process.") from None
+        raise
     return segment, note
 
 
 def share_graph(config: DataConfig, env: DistEnv, load: Callable[[DataConfig], Data] = load_graph) -> Data:
     """`data.share=node`: one copy per node, mapped by all its ranks. Collective over ALL ranks."""
-    if env.local_world_size == 1:  # nothing to share with
-        if env.local_rank == 0:
-            remove_stale(candidate_dirs(config.share_dir))
+    if env.world_size == 1:
+        remove_stale(candidate_dirs(config.share_dir))
         return private_graph(config, load)
     timeout = timedelta(seconds=config.load_timeout_seconds)
-    group, leader = node_group(env, timeout)
+    group, leader, size = node_group(env, timeout)  # every rank takes part, whatever its node's size
     segment = None
     try:
+        if size == 1:  # alone on its node: nothing to share
+            remove_stale(candidate_dirs(config.share_dir))
+            return private_graph(config, load)
         status: list = [None]
         if env.local_rank == 0:
             try:
