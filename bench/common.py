@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -189,3 +190,15 @@ def touch(tensors) -> None:
         if t is not None and t.numel():
             flat = t.reshape(-1)
             (flat.sum() if flat.is_floating_point() else flat.to(torch.int64).sum()).item()
+
+
+def bench_main(doc: str, add_arguments, run, argv=None) -> int:
+    """`main` of a benchmark module: parse the options it knows, ignore the rest, run.
+
+    `python -m bench` passes one option list to all benchmarks, so unknown options are fine.
+    """
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    add_arguments(parser)
+    args, _unknown = parser.parse_known_args(argv)
+    run(args)
+    return 0

@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import free_port, table, write_result
+from bench.common import bench_main, free_port, table, write_result
 
 
 def precision_settings() -> dict:
@@ -131,11 +131,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_arguments(parser)
-    args, _unknown = parser.parse_known_args(argv)  # `python -m bench` passes one set to all
-    run(args)
-    return 0
+    return bench_main(__doc__, add_arguments, run, argv)
 
 
 if __name__ == "__main__":

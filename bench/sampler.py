@@ -12,7 +12,7 @@ import argparse
 import random
 import time
 
-from bench.common import table, write_result
+from bench.common import bench_main, table, write_result
 
 FANOUTS = ([25, 10], [15, 10, 5])
 
@@ -141,11 +141,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_arguments(parser)
-    args, _unknown = parser.parse_known_args(argv)  # `python -m bench` passes one set to all
-    run(args)
-    return 0
+    return bench_main(__doc__, add_arguments, run, argv)
 
 
 if __name__ == "__main__":

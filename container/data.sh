@@ -23,8 +23,8 @@ DATASET=${DATASET:-}
 DATA_DIR=${DATA_DIR:-data}
 IMAGE=${IMAGE:-none}
 DATA_MODE=${DATA_MODE:-auto}
-DRY_RUN=${DRY_RUN:-}
-case $DRY_RUN in 0 | false | no) DRY_RUN= ;; esac
+# shellcheck source=lib/cmd.sh
+source "$root/lib/cmd.sh" # quote, run, DRY_RUN
 
 [[ -n $DATASET ]] || die "DATASET is empty; give a config name (e.g. DATASET=reddit) or a PyG dataset name (e.g. DATASET=Flickr)"
 if [[ -f train/configs/$DATASET.yaml ]]; then
@@ -70,10 +70,5 @@ bare)
     ;;
 esac
 
-if [[ -n $DRY_RUN ]]; then
-    printf '%q ' "${cmd[@]}"
-    printf '\n'
-    exit 0
-fi
-printf '==> preparing %s into %s (%s)\n' "$DATASET" "$data_abs" "$DATA_MODE" >&2
-"${cmd[@]}"
+[[ -n $DRY_RUN ]] || printf '==> preparing %s into %s (%s)\n' "$DATASET" "$data_abs" "$DATA_MODE" >&2
+run "${cmd[@]}"

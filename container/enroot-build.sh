@@ -31,27 +31,8 @@ die() {
 }
 say() { printf '==> %s\n' "$*" >&2; }
 
-# Shell-quote a command line: plain words as they are, anything else in single quotes.
-quote() {
-    local a out=()
-    for a in "$@"; do
-        if [[ $a =~ ^[A-Za-z0-9_@%+=:,./-][A-Za-z0-9_@%+=:,./#-]*$ ]]; then
-            out+=("$a")
-        else
-            out+=("'${a//\'/\'\\\'\'}'")
-        fi
-    done
-    printf '%s\n' "${out[*]}"
-}
-DRY_RUN=${DRY_RUN:-}
-case $DRY_RUN in 0 | false | no) DRY_RUN= ;; esac
-run() {
-    if [[ -n $DRY_RUN ]]; then
-        quote "$@"
-    else
-        "$@"
-    fi
-}
+# shellcheck source=lib/cmd.sh
+source "$root/lib/cmd.sh" # quote, run, DRY_RUN
 
 PYG_TAG=${PYG_TAG:-$(sed -n 's/^ARG PYG_TAG=//p' "$here/Dockerfile")}
 [[ -n $PYG_TAG ]] || die "PYG_TAG is empty and container/Dockerfile has no 'ARG PYG_TAG=' line"

@@ -22,27 +22,8 @@ die() {
 }
 say() { printf '==> %s\n' "$*" >&2; }
 
-quote() {
-    local a out=()
-    for a in "$@"; do
-        if [[ $a =~ ^[A-Za-z0-9_@%+=:,./-][A-Za-z0-9_@%+=:,./#-]*$ ]]; then
-            out+=("$a")
-        else
-            out+=("'${a//\'/\'\\\'\'}'")
-        fi
-    done
-    printf '%s\n' "${out[*]}"
-}
-DRY_RUN=${DRY_RUN:-}
-case $DRY_RUN in 0 | false | no) DRY_RUN= ;; esac
-export DRY_RUN
-run() {
-    if [[ -n $DRY_RUN ]]; then
-        quote "$@"
-    else
-        "$@"
-    fi
-}
+# shellcheck source=lib/cmd.sh
+source "$root/lib/cmd.sh" # quote, run, DRY_RUN
 
 BUILDER=${BUILDER:-auto}
 case $BUILDER in

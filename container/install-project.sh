@@ -120,7 +120,7 @@ if [ "$torch_before" != "$torch_after" ]; then
 fi
 
 if [ -n "$IMPORT_CHECK" ]; then
-    where=$(cd / && "$PYTHON" -c "import $IMPORT_CHECK as m; print(m.__file__)") ||
+    where=$(cd / && env -u PYTHONPATH "$PYTHON" -c "import $IMPORT_CHECK as m; print(m.__file__)") ||
         die "installed, but 'import $IMPORT_CHECK' fails"
     say "import $IMPORT_CHECK -> $where"
 fi

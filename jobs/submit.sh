@@ -38,18 +38,8 @@ die() {
 }
 note() { printf '%s: %s\n' "$prog" "$*" >&2; }
 
-# Shell-quote words only where needed, so a printed command pastes back as it is.
-quote() {
-    local a out=()
-    for a in "$@"; do
-        if [[ $a =~ ^[A-Za-z0-9_@%+=:,./-][A-Za-z0-9_@%+=:,./#-]*$ ]]; then
-            out+=("$a")
-        else
-            out+=("'${a//\'/\'\\\'\'}'")
-        fi
-    done
-    printf '%s\n' "${out[*]}"
-}
+# shellcheck source=lib/cmd.sh
+source "$root/lib/cmd.sh" # quote, run, DRY_RUN
 
 NODES=${NODES:-1}
 GPUS=${GPUS:-1}
@@ -71,8 +61,6 @@ JOB_NAME=${JOB_NAME:-pyg-train}
 CONTAINER_MOUNTS=${CONTAINER_MOUNTS:-}
 INSTALL_PROJECT=${INSTALL_PROJECT:-auto}
 BARE_PYTHON=${BARE_PYTHON:-}
-DRY_RUN=${DRY_RUN:-}
-case $DRY_RUN in 0 | false | no) DRY_RUN= ;; esac
 
 # ---- checks -----------------------------------------------------------------------------------
 # Every check runs; each problem is one line naming the value and what is valid.
