@@ -24,7 +24,9 @@ help: ## List every target and the variables it reads
 # The venv is rebuilt only when the pinned dependency files change.
 $(VENV)/.stamp: requirements.lock requirements-dev.lock
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-dev.lock
+	@echo "setting up $(VENV) from requirements-dev.lock (pinned; CPU torch)"
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-dev.lock 2>&1 \
+		| { grep -v "^WARNING: Location 'file:" || true; }  # this machine's pip config lists local indexes
 	touch $@
 
 setup: $(VENV)/.stamp ## Create the pinned local venv (.venv), idempotent

@@ -11,7 +11,8 @@
 #                   (nvcr.io#nvidia/pyg:TAG)
 #   GPUS_PER_TASK   1, or 0 on a CPU-only cluster;  CPUS_PER_TASK, MEM, TIME, PARTITION, ACCOUNT, QOS
 #   SBATCH_ARGS, SRUN_ARGS  extra options, whitespace-separated
-#   DATA_DIR, LOG_DIR, JOB_NAME, CONTAINER_MOUNTS, INSTALL_PROJECT, BARE_PYTHON (see jobs/train.sbatch)
+#   DATA_DIR, LOG_DIR, JOB_NAME, CONTAINER_MOUNTS, INSTALL_PROJECT, BARE_PYTHON, DOCTOR, DOCTOR_TIMEOUT
+#   (see jobs/train.sbatch)
 #   DRY_RUN=1       print the sbatch command and the script, submit nothing
 #
 # Every check runs before sbatch; each problem found names the bad value and what is valid; then it exits 2
@@ -61,6 +62,8 @@ JOB_NAME=${JOB_NAME:-pyg-train}
 CONTAINER_MOUNTS=${CONTAINER_MOUNTS:-}
 INSTALL_PROJECT=${INSTALL_PROJECT:-auto}
 BARE_PYTHON=${BARE_PYTHON:-}
+DOCTOR=${DOCTOR:-0}
+DOCTOR_TIMEOUT=${DOCTOR_TIMEOUT:-120}
 
 # ---- checks -----------------------------------------------------------------------------------
 # Every check runs; each problem is one line naming the value and what is valid.
@@ -94,6 +97,11 @@ if [[ -n $CPUS_PER_TASK ]]; then
 fi
 [[ $JOB_NAME =~ ^[A-Za-z0-9._-]+$ ]] ||
     problem "JOB_NAME='$JOB_NAME' is not valid: expected letters, digits, '.', '_' or '-' (it names the log file)."
+case $DOCTOR in
+0 | 1 | only) ;;
+*) problem "DOCTOR='$DOCTOR' is not valid: expected 0, 1 (doctor first, then training) or only." ;;
+esac
+[[ $DOCTOR_TIMEOUT =~ ^[1-9][0-9]*$ ]] || problem "DOCTOR_TIMEOUT='$DOCTOR_TIMEOUT' is not valid: expected a positive whole number of seconds."
 case $INSTALL_PROJECT in
 auto | 0 | 1) ;;
 *) problem "INSTALL_PROJECT='$INSTALL_PROJECT' is not valid: expected auto, 1 or 0." ;;
@@ -245,7 +253,7 @@ sbatch_cmd=(sbatch --parsable --export=ALL --chdir="$root" --job-name="$JOB_NAME
 # a site sets SBATCH_EXPORT=NONE.
 job_env=(CONFIG="$config_arg" ARGS="$ARGS" IMAGE="$IMAGE" PROJECT_DIR="$root" DATA_DIR="$DATA_DIR"
     GPUS_PER_TASK="$GPUS_PER_TASK" SRUN_ARGS="$SRUN_ARGS" CONTAINER_MOUNTS="$CONTAINER_MOUNTS"
-    INSTALL_PROJECT="$INSTALL_PROJECT" BARE_PYTHON="$BARE_PYTHON")
+    INSTALL_PROJECT="$INSTALL_PROJECT" BARE_PYTHON="$BARE_PYTHON" DOCTOR="$DOCTOR" DOCTOR_TIMEOUT="$DOCTOR_TIMEOUT")
 
 if [[ -n $DRY_RUN ]]; then
     echo "# DRY_RUN=1: nothing submitted. The sbatch command:"

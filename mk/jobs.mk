@@ -21,7 +21,7 @@ JOB_NAME ?= pyg-train
 jobs_quote = '$(subst ','\'',$(1))'
 JOBS_ENV = $(foreach v,NODES GPUS CONFIG ARGS IMAGE GPUS_PER_TASK CPUS_PER_TASK MEM TIME PARTITION \
 	ACCOUNT QOS SBATCH_ARGS SRUN_ARGS DATA_DIR LOG_DIR JOB_NAME CONTAINER_MOUNTS INSTALL_PROJECT BARE_PYTHON \
-	DRY_RUN,$(v)=$(call jobs_quote,$($(v))))
+	DOCTOR DOCTOR_TIMEOUT DRY_RUN,$(v)=$(call jobs_quote,$($(v))))
 
 .PHONY: submit srun
 

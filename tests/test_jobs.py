@@ -106,6 +106,15 @@ def test_cpu_only_drops_gpu_options_and_passes_knobs(standin):
     knobs = job_env(p.stdout)
     assert knobs["ARGS"] == "trainer.epochs=1 optim.lr=0.02"  # one word through make and the shell
     assert (knobs["CONFIG"], knobs["IMAGE"], knobs["GPUS_PER_TASK"]) == ("tiny", "none", "0")
+    assert (knobs["DOCTOR"], knobs["DOCTOR_TIMEOUT"]) == ("0", "120")  # the printed command is the whole job
+    assert not record.exists()
+
+
+def test_doctor_knobs_are_part_of_the_printed_command(standin):
+    env, record = standin
+    p = make(env, "submit", "NODES=2", "GPUS=4", "IMAGE=none", "DOCTOR=1", "DOCTOR_TIMEOUT=30", "DRY_RUN=1")
+    assert p.returncode == 0, p.stderr
+    assert (job_env(p.stdout)["DOCTOR"], job_env(p.stdout)["DOCTOR_TIMEOUT"]) == ("1", "30")
     assert not record.exists()
 
 
@@ -141,6 +150,8 @@ def test_submit_prints_job_id_log_path_and_follow_command(standin, tmp_path):
     (["CONFIG=tiny", "ARGS=trainer.epochz=3"], ["trainer.epochz", "epochs"]),
     (["IMAGE=nvcr.io#nvidia/pyg:25.05-py3", "DATA_DIR=/nonexistent/data"], ["DATA_DIR='/nonexistent/data'"]),
     (["JOB_NAME=my job"], ["JOB_NAME='my job'"]),
+    (["DOCTOR=yes"], ["DOCTOR='yes'", "0, 1", "only"]),
+    (["DOCTOR=1", "DOCTOR_TIMEOUT=soon"], ["DOCTOR_TIMEOUT='soon'"]),
 ])
 def test_bad_request_names_the_value_and_submits_nothing(standin, args, named):
     env, record = standin
