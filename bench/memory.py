@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from bench.common import emit, gib, launch_local_ranks, pss, table, touch, write_result
+from train.__main__ import exit_without_teardown
 
 GOAL = 0.4  # node <= 0.4 x process, with 4 local ranks
 
@@ -139,7 +140,7 @@ def main(argv=None) -> int:
     args, _unknown = parser.parse_known_args(argv)  # `python -m bench` passes one set to all
     if args.worker:
         worker(args)
-        return 0
+        exit_without_teardown(0)  # as `python -m train` leaves: gloo can hang CPython's teardown
     run(args)
     return 0
 

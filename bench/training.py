@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 from bench.common import emit, launch_local_ranks, table, write_result
+from train.__main__ import exit_without_teardown
 
 
 def overrides(args) -> list[str]:
@@ -168,8 +169,8 @@ def main(argv=None) -> int:
     args, _unknown = parser.parse_known_args(argv)  # `python -m bench` passes one set to all
     if args.worker:
         worker(args)
-    else:
-        run(args)
+        exit_without_teardown(0)  # as `python -m train` leaves: gloo can hang CPython's teardown
+    run(args)
     return 0
 
 

@@ -1,6 +1,6 @@
 # `make data DATASET=...`: prepare a dataset into DATA_DIR on a login node, inside the job image.
 DATASET ?=
-DATA_DIR ?=
+# DATA_DIR (default: data/) is shared with `make submit` (mk/jobs.mk).
 DATA_MODE ?= auto
 
 .PHONY: data

@@ -246,6 +246,7 @@ JOIN_WORKER = r"""
 import os, signal, sys, types, datetime
 import torch, torch.distributed as dist
 from torch.distributed.algorithms.join import Join
+from train.__main__ import exit_without_teardown
 from train.preemption import StepAgreement, StopSignals
 rank = int(os.environ["RANK"])
 store = dist.TCPStore("127.0.0.1", int(os.environ["MASTER_PORT"]), 2, rank == 0, timeout=datetime.timedelta(seconds=60))
@@ -277,6 +278,7 @@ gathered = [torch.empty_like(state) for _ in range(2)]
 dist.all_gather(gathered, state)
 print(f"rank {rank} steps {steps} stop {trainer.stop_requested} same_state {torch.equal(*gathered)}", flush=True)
 dist.destroy_process_group()
+exit_without_teardown(0)  # as `python -m train` leaves: gloo can abort CPython's own teardown
 """
 
 
