@@ -192,13 +192,21 @@ def touch(tensors) -> None:
             (flat.sum() if flat.is_floating_point() else flat.to(torch.int64).sum()).item()
 
 
-def bench_main(doc: str, add_arguments, run, argv=None) -> int:
+def bench_main(doc: str, add_arguments, run, argv=None, worker=None) -> int:
     """`main` of a benchmark module: parse the options it knows, ignore the rest, run.
 
     `python -m bench` passes one option list to all benchmarks, so unknown options are fine.
+    A benchmark that starts local ranks gives `worker`: those processes get the hidden
+    `--worker` flag, run it, and leave as `python -m train` does.
     """
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     add_arguments(parser)
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args, _unknown = parser.parse_known_args(argv)
+    if args.worker and worker is not None:
+        from train.__main__ import exit_without_teardown
+
+        worker(args)
+        exit_without_teardown(0)  # gloo can hang CPython's teardown (see train/__main__.py)
     run(args)
     return 0

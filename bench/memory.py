@@ -18,8 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import emit, gib, launch_local_ranks, pss, table, touch, write_result
-from train.__main__ import exit_without_teardown
+from bench.common import bench_main, emit, gib, launch_local_ranks, pss, table, touch, write_result
 
 GOAL = 0.4  # node <= 0.4 x process, with 4 local ranks
 
@@ -124,6 +123,7 @@ def run(args) -> dict:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--mode", default="node", help=argparse.SUPPRESS)
     parser.add_argument("--ranks", type=int, default=4, help="local ranks (processes) per mode")
     parser.add_argument("--nodes", type=int, default=1_000_000)
     parser.add_argument("--degree", type=float, default=25.0, help="average degree (edges = nodes x degree)")
@@ -133,16 +133,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_arguments(parser)
-    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--mode", default="node", help=argparse.SUPPRESS)
-    args, _unknown = parser.parse_known_args(argv)  # `python -m bench` passes one set to all
-    if args.worker:
-        worker(args)
-        exit_without_teardown(0)  # as `python -m train` leaves: gloo can hang CPython's teardown
-    run(args)
-    return 0
+    return bench_main(__doc__, add_arguments, run, argv, worker=worker)
 
 
 if __name__ == "__main__":

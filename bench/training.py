@@ -25,8 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import emit, launch_local_ranks, table, write_result
-from train.__main__ import exit_without_teardown
+from bench.common import bench_main, emit, launch_local_ranks, table, write_result
 
 
 def overrides(args) -> list[str]:
@@ -163,15 +162,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_arguments(parser)
-    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    args, _unknown = parser.parse_known_args(argv)  # `python -m bench` passes one set to all
-    if args.worker:
-        worker(args)
-        exit_without_teardown(0)  # as `python -m train` leaves: gloo can hang CPython's teardown
-    run(args)
-    return 0
+    return bench_main(__doc__, add_arguments, run, argv, worker=worker)
 
 
 if __name__ == "__main__":
