@@ -25,7 +25,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch_geometric.data import Data
 
 from train.config import Config, dump_config
-from train.data import load_graph, num_classes, prepare_dataset
+from train.data import num_classes, prepare_dataset
 from train.distenv import DistEnv
 from train.distributed import process_group
 from train.errors import UserError
@@ -65,7 +65,7 @@ def run_dir(config: Config, env: DistEnv) -> Path:
     if config.output.dir:
         path = config.output.dir
     elif env.job_id:
-        path = f"runs/{env.job_id.split('_')[0]}" if "_" not in env.job_id else f"runs/{env.job_id}"
+        path = f"runs/{env.job_id}"  # a requeued job keeps its id, so it finds its checkpoints
     else:
         stamp = [time.strftime("%Y%m%d-%H%M%S")]
         dist.broadcast_object_list(stamp, src=0)
