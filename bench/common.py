@@ -14,6 +14,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from train.distenv import free_port  # also for bench.gpu, which imports it from here
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 RESULT_TAG = "BENCH_RESULT "
@@ -108,12 +110,6 @@ def _cell(value) -> str:
 
 def gib(n: float) -> float:
     return n / 2**30
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def launch_local_ranks(module: str, args: Sequence[str], nprocs: int, timeout: float,

@@ -8,21 +8,16 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from train.distenv import free_port  # also for the tests that import it from here
+
 ROOT = Path(__file__).resolve().parents[1]
 FINAL_LINE = re.compile(r"^rank (\d+) final (\{.*\})$", re.M)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def srun_env(rank: int, world_size: int, nodes: int, job_id: str, port: int) -> dict[str, str]:

@@ -16,17 +16,11 @@ import pytest
 
 from train import doctor
 from train.config import load_config
-from train.distenv import resolve
+from train.distenv import free_port, resolve
 
 ROOT = Path(__file__).resolve().parents[1]
 _CLEARED = ("SLURM_", "TORCHELASTIC_", "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
             "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def base_env() -> dict[str, str]:

@@ -10,7 +10,6 @@ that picks PyG's own ``NeighborLoader`` whenever a native sampler exists.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import threading
 from collections.abc import Iterator, Sequence
 
@@ -27,6 +26,8 @@ from torch_geometric.sampler import (
     SamplerOutput,
 )
 from torch_geometric.sampler.utils import to_csc
+
+from train.shards import derive_seed
 
 __all__ = [
     "TorchNeighborSampler",
@@ -63,13 +64,8 @@ def have_native_sampler() -> bool:
 
 
 def _batch_seed(seed: int, epoch: int, first_node: int) -> int:
-    """63-bit generator seed that depends only on (seed, epoch, first seed node).
-
-    hashlib rather than hash(): the value must not change between processes.
-    """
-    key = f"{int(seed)}:{int(epoch)}:{int(first_node)}".encode()
-    digest = hashlib.blake2b(key, digest_size=8).digest()
-    return int.from_bytes(digest, "little") & ((1 << 63) - 1)
+    """63-bit generator seed that depends only on (seed, epoch, first seed node)."""
+    return derive_seed(seed, epoch, first_node)
 
 
 def _first_node(inputs: NodeSamplerInput) -> int:
