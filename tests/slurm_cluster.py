@@ -748,6 +748,10 @@ class SlurmCluster:
             if info["JobState"] in TERMINAL_STATES or time.monotonic() > deadline:
                 raise SlurmClusterError(f"job {job_id} is {info['JobState']} after requeue")
             time.sleep(0.05)
+        # slurmd revokes the old run's credential and refuses any credential of this job made
+        # in the same second (its times have 1 s resolution); a restart within that second can
+        # end FAILED on a busy machine. Let the clock pass the revocation first.
+        time.sleep(1.1)
         p = self.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"])
         if p.returncode != 0 and self.job_state(job_id) == "PENDING":
             raise SlurmClusterError(f"cannot reset StartTime of job {job_id}: {p.stderr.strip()}")

@@ -135,7 +135,8 @@ def test_wait_job_rides_through_requeue(slurm_cluster):
         time.sleep(0.05)
     t0 = time.monotonic()
     c.requeue(job)
-    assert c.wait_job(job, timeout=30) == "COMPLETED"
+    state = c.wait_job(job, timeout=30)
+    assert state == "COMPLETED", (c.job_info(job), c.logs_tail(40))
     _log(f"requeue -> COMPLETED {time.monotonic() - t0:.2f}s")
     assert c.job_info(job)["Restarts"] == "1"
     assert "run 1" in Path(str(out).replace("%j", job)).read_text()
