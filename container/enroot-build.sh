@@ -3,8 +3,10 @@
 # is on PATH): the same image as container/Dockerfile, since both run container/install-project.sh.
 #
 #   enroot import -o BASE.sqsh docker://nvcr.io#nvidia/pyg:TAG   (skipped when BASE.sqsh exists)
+#   container/wheelhouse.sh SCRATCH/wheels                      (this host's pip, site settings apply)
 #   enroot create --name NAME BASE.sqsh
-#   enroot start --root --rw -m CHECKOUT:/opt/project NAME sh /opt/project/container/install-project.sh /opt/project
+#   enroot start --root --rw -m CHECKOUT:/opt/project -m SCRATCH:/opt/pyg-train-build [-e PIP_...] NAME \
+#       sh /opt/project/container/install-project.sh /opt/project
 #   enroot export -o IMAGE.tmp.PID NAME  &&  mv IMAGE.tmp.PID IMAGE
 #   enroot remove -f NAME
 #
@@ -14,6 +16,12 @@
 #   IMAGE       output .sqsh (default: $IMAGE_DIR/pyg-train-$PYG_TAG.sqsh)
 #   BASE_SQSH   cached import of the base (default: $IMAGE_DIR/nvidia+pyg+$PYG_TAG.sqsh; delete it to pull again)
 #   DRY_RUN=1   print each command, shell-quoted, one per line, instead of running it
+#   The site's package settings reach the build container: the index and mirror (PIP_INDEX_URL,
+#   PIP_EXTRA_INDEX_URL, PIP_TRUSTED_HOST, or the same keys of this host's pip configuration),
+#   the proxy variables (http_proxy, https_proxy, no_proxy, upper case too), and the CA bundle
+#   (PIP_CERT, pip's `cert`, SSL_CERT_FILE or REQUESTS_CA_BUNDLE), copied into the build's
+#   scratch folder. A file:// index or a local find-links folder of this host is not passed:
+#   what the project needs from them is in the wheels prepared here.
 #   ENROOT_DATA_PATH, ENROOT_CACHE_PATH, ENROOT_CONFIG_PATH, ENROOT_SQUASH_OPTIONS: read by enroot
 #   itself and left as you set them (the container being built lives in ENROOT_DATA_PATH).
 # Never leaves a half-written .sqsh at a final path (writes to a temporary name in the same folder,
@@ -47,6 +55,8 @@ name_prefix=pyg-train-build-$host-
 NAME=$name_prefix$$
 base_tmp=$BASE_SQSH.tmp.$$
 image_tmp=$IMAGE.tmp.$$
+scratch=
+in_scratch=/opt/pyg-train-build
 
 if [[ -z $DRY_RUN ]] && ! command -v enroot >/dev/null 2>&1; then
     die "enroot is not on PATH; install enroot (github.com/NVIDIA/enroot) or build with docker (make image BUILDER=docker)"
@@ -71,6 +81,7 @@ cleanup() {
     trap - EXIT INT TERM
     if [[ -z $DRY_RUN ]]; then
         rm -f -- "$base_tmp" "$image_tmp"
+        [[ -z $scratch ]] || rm -rf -- "$scratch"
         if [[ -n $container_made ]]; then
             echo "$prog: removing the build container $NAME" >&2
             enroot remove -f "$NAME" >/dev/null 2>&1 || true
@@ -116,10 +127,68 @@ else
     run mv -f -- "$base_tmp" "$BASE_SQSH"
 fi
 
+# The site's package settings, as `enroot start` options (see the header).
+site_settings() {
+    local py=python3
+    [[ -x $root/.venv/bin/python ]] && py=$root/.venv/bin/python
+    "$py" - "$in_scratch" "$scratch" <<'PY'
+import os, shutil, subprocess, sys
+inside, scratch = sys.argv[1], sys.argv[2]
+config = {}
+listing = subprocess.run([sys.executable, "-m", "pip", "config", "list"],
+                         capture_output=True, text=True).stdout
+rank = {":env:": 0, "site": 1, "user": 2, "global": 3}   # pip's precedence, highest first
+for line in listing.splitlines():
+    key, _, value = line.partition("=")
+    scope, _, name = key.partition(".")
+    value = value.strip().strip("'")
+    if name not in config or rank.get(scope, 9) < config[name][0]:
+        config[name] = (rank.get(scope, 9), value)
+conf = {k: v for k, (_, v) in config.items()}
+out = []
+for name, key in (("PIP_INDEX_URL", "index-url"), ("PIP_EXTRA_INDEX_URL", "extra-index-url"),
+                  ("PIP_TRUSTED_HOST", "trusted-host")):
+    urls = [u for u in conf.get(key, os.environ.get(name, "")).split()
+            if not u.startswith("file:") and not u.startswith("/")]
+    if urls:
+        out.append(f"{name}={' '.join(urls)}")
+for name in ("http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY",
+             "PIP_DEFAULT_TIMEOUT", "PIP_RETRIES"):
+    if os.environ.get(name):
+        out.append(f"{name}={os.environ[name]}")
+ca = next((c for c in (conf.get("cert"), os.environ.get("SSL_CERT_FILE"),
+                       os.environ.get("REQUESTS_CA_BUNDLE")) if c and os.path.isfile(c)), None)
+if ca:
+    if scratch:
+        shutil.copyfile(ca, os.path.join(scratch, "ca-bundle.pem"))
+    for name in ("PIP_CERT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE"):
+        out.append(f"{name}={inside}/ca-bundle.pem")
+for item in out:
+    print(item)
+PY
+}
+
+if [[ -n $DRY_RUN ]]; then
+    scratch_host=SCRATCH
+else
+    scratch=$(mktemp -d "${TMPDIR:-/tmp}/pyg-train-build.XXXXXX")
+    chmod 755 "$scratch"
+    scratch_host=$scratch
+fi
+say "preparing the project's wheels on this host"
+run bash "$here/wheelhouse.sh" "$scratch_host/wheels"
+mapfile -t settings < <(site_settings)
+env_opts=()
+for item in "${settings[@]}"; do
+    env_opts+=(-e "$item")
+done
+((${#settings[@]} == 0)) || say "passing the site's package settings: $(printf '%s ' "${settings[@]%%=*}")"
+
 say "installing the project into the container $NAME"
 container_made=1
 run enroot create --name "$NAME" "$BASE_SQSH"
-run enroot start --root --rw -m "$root:/opt/project" "$NAME" \
+run enroot start --root --rw -m "$root:/opt/project" -m "$scratch_host:$in_scratch" \
+    "${env_opts[@]}" -e "WHEELS=$in_scratch/wheels" "$NAME" \
     sh /opt/project/container/install-project.sh /opt/project
 
 say "exporting $NAME to $IMAGE"

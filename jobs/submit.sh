@@ -213,6 +213,19 @@ fi
 [[ -z $ACCOUNT ]] || resources+=(--account="$ACCOUNT")
 [[ -z $QOS ]] || resources+=(--qos="$QOS")
 
+# ---- the job-start install: its wheels are prepared here, on the login node ------------------
+# (as jobs/train.sbatch decides: auto installs into a registry image, not into a .sqsh)
+install=$INSTALL_PROJECT
+if [[ $install == auto ]]; then
+    install=0
+    [[ $image_kind != registry ]] || install=1
+fi
+[[ $image_kind != none ]] || install=0
+if [[ $install == 1 ]]; then
+    note "preparing the wheels the job-start install reads (compute nodes need no index): .wheels/"
+    run bash "$root/container/wheelhouse.sh" "$root/.wheels"
+fi
+
 # ---- make srun: the direct line for an interactive allocation ---------------------------------
 if [[ $mode == srun ]]; then
     read -r -a srun_extra <<<"$SRUN_ARGS"
@@ -226,16 +239,12 @@ if [[ $mode == srun ]]; then
         envs+=(DATA_DIR=/data)
         container=(--container-image="$IMAGE" --container-mounts="$mounts" --container-workdir=/workspace
             --no-container-mount-home)
-        install=$INSTALL_PROJECT
-        if [[ $install == auto ]]; then
-            install=0
-            [[ $image_kind != registry ]] || install=1
-        fi
         if [[ $install == 1 ]]; then
             container+=(--container-name=pyg-train)
-            note "first install the project into the image, once per allocation (one task per node):"
-            quote srun --nodes="$NODES" --ntasks="$NODES" --ntasks-per-node=1 "${container[@]}" \
-                --container-remap-root --container-writable sh /workspace/container/install-project.sh /workspace
+            note "first install the project into the image, once per allocation (one task per node, offline):"
+            quote WHEELS=/workspace/.wheels OFFLINE=1 srun --nodes="$NODES" --ntasks="$NODES" --ntasks-per-node=1 \
+                "${container[@]}" --container-remap-root --container-writable --container-env=WHEELS,OFFLINE \
+                sh /workspace/container/install-project.sh /workspace
         fi
         line+=("${container[@]}" "--container-env=DATA_DIR,OMP_NUM_THREADS" python)
     fi

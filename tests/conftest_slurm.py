@@ -9,7 +9,10 @@ or by importing the fixture::
     from tests.conftest_slurm import slurm_cluster  # noqa: F401
 
 ``slurm_cluster`` is session-scoped: one two-node cluster (n1, n2, 2 CPUs each)
-for the whole session, torn down at the end.  Where the machine cannot host it
+for the whole session, torn down at the end, with NVIDIA's pyxis and enroot loaded
+(tests/pyxis_setup.py builds them from ../shared/pyxis when missing). Where pyxis
+cannot be had, the cluster starts without it and ``pyxis_cluster`` (the container
+tests' fixture) skips with the reason, or fails under SLURM_CLUSTER_REQUIRED=1.  Where the machine cannot host it
 (not root, no namespaces, packages not installable) the tests using it are
 skipped with the reason; set SLURM_CLUSTER_REQUIRED=1 (CI) to fail instead.
 """
@@ -21,10 +24,11 @@ import threading
 
 import pytest
 
-from tests.slurm_cluster import (SlurmCluster, SlurmClusterUnavailable,
+from tests import pyxis_setup
+from tests.slurm_cluster import (SlurmCluster, SlurmClusterUnavailable, _machine_lock,
                                  skip_or_fail_unavailable, unavailable_reason)
 
-__all__ = ["slurm_cluster", "slurm_capable", "skip_or_fail_unavailable"]
+__all__ = ["slurm_cluster", "pyxis_cluster", "slurm_capable", "skip_or_fail_unavailable"]
 
 
 @contextlib.contextmanager
@@ -50,8 +54,15 @@ def slurm_cluster(tmp_path_factory):
     reason = unavailable_reason(install=True)
     if reason:
         skip_or_fail_unavailable(reason)
-    cluster = SlurmCluster(nodes=2, cpus_per_node=2,
+    pyxis_reason = None
+    try:
+        with _machine_lock():
+            pyxis_setup.ensure_installed()
+    except pyxis_setup.PyxisUnavailable as e:
+        pyxis_reason = str(e)
+    cluster = SlurmCluster(nodes=2, cpus_per_node=2, pyxis=pyxis_reason is None,
                            workdir=tmp_path_factory.mktemp("slurm-cluster"))
+    cluster.pyxis_unavailable = pyxis_reason
     with _sigterm_as_interrupt():
         try:
             cluster.start()  # cleans up after itself when it fails
@@ -61,6 +72,15 @@ def slurm_cluster(tmp_path_factory):
             yield cluster
         finally:
             cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def pyxis_cluster(slurm_cluster):
+    """The session's cluster, for tests that need pyxis and enroot (skip or fail without).
+    enroot's PyTorch hook is off; a test that turns it on turns it off again."""
+    if not slurm_cluster.pyxis:
+        skip_or_fail_unavailable(f"pyxis/enroot unavailable: {slurm_cluster.pyxis_unavailable}")
+    return slurm_cluster
 
 
 @pytest.fixture
@@ -74,5 +94,8 @@ def slurm_capable():
 def pytest_collection_modifyitems(config, items):
     """Tests that use the cluster carry the `slurm` marker (so `-m "not slurm"` works)."""
     for item in items:
-        if "slurm_cluster" in getattr(item, "fixturenames", ()):
+        names = getattr(item, "fixturenames", ())
+        if "slurm_cluster" in names or "pyxis_cluster" in names:
             item.add_marker(pytest.mark.slurm)
+        if "pyxis_cluster" in names:
+            item.add_marker(pytest.mark.container)

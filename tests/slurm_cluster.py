@@ -73,6 +73,13 @@ class SlurmClusterUnavailable(SlurmClusterError):
 
 # --------------------------------------------------------------------------- setup checks
 
+def _pyxis_setup():
+    """tests/pyxis_setup.py, imported when a cluster with pyxis needs it (the reaper, run as
+    `python -I slurm_cluster.py`, cannot import it and never does)."""
+    from tests import pyxis_setup
+    return pyxis_setup
+
+
 _SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -316,7 +323,8 @@ class SlurmCluster:
                  workdir: str | os.PathLike | None = None,
                  *, real_memory_mb: int = 1000, start_timeout: float = 30.0,
                  extra_conf: list[str] | tuple[str, ...] = (), install: bool = True,
-                 debug: str = "info", cred_expire: int = 10, stop_grace: float = 3.0):
+                 debug: str = "info", cred_expire: int = 10, stop_grace: float = 3.0,
+                 pyxis: bool = False):
         if not 1 <= nodes <= 200:
             raise ValueError("nodes must be within 1..200")
         if cpus_per_node < 1:
@@ -330,6 +338,9 @@ class SlurmCluster:
         self.debug = debug
         self.cred_expire = cred_expire
         self.stop_grace = stop_grace
+        # pyxis + enroot (tests/pyxis_setup.py): built from ../shared/pyxis when missing; each
+        # node gets its own enroot and pyxis folders, as on a real cluster.
+        self.pyxis = pyxis
         self.workdir = Path(workdir) if workdir is not None else None
         # where the UNIX sockets live (munge socket, slurmd spool with the step
         # sockets): the workdir, or a short /tmp dir when the workdir's path is too
@@ -380,6 +391,21 @@ class SlurmCluster:
     def spool_dir(self) -> Path:
         return self.rundir / "spool"
 
+    def node_dir(self, node: str) -> Path:
+        """The node's own folders (enroot's and pyxis's working paths, with pyxis)."""
+        return self.workdir / "nodes" / node
+
+    @property
+    def pyxis_runtime_path(self) -> Path:
+        """pyxis's runtime_path: one path in slurm's config, a different folder per node."""
+        return self.workdir / "node-local" / "pyxis"
+
+    def set_pytorch_hook(self, enabled: bool) -> None:
+        """Enable or disable enroot's PyTorch hook on every node (pyxis clusters only)."""
+        if not self.pyxis:
+            raise SlurmClusterError("this cluster was started without pyxis")
+        _pyxis_setup().set_pytorch_hook([self.node_dir(n) for n in self.node_names], enabled)
+
     def log_paths(self) -> dict[str, Path]:
         d = self.log_dir
         out = {"munged": d / "munged.stdout", "slurmctld": d / "slurmctld.log"}
@@ -405,6 +431,12 @@ class SlurmCluster:
         reason = unavailable_reason(install=self.install)
         if reason:
             raise SlurmClusterUnavailable(reason)
+        if self.pyxis:
+            try:
+                with _machine_lock():
+                    _pyxis_setup().ensure_installed()
+            except _pyxis_setup().PyxisUnavailable as e:
+                raise SlurmClusterUnavailable(f"pyxis/enroot: {e}") from None
         self._started = True
         import atexit  # cleanup is registered before anything is created
         atexit.register(self.stop)
@@ -445,6 +477,10 @@ class SlurmCluster:
             (self.workdir / sub).mkdir(exist_ok=True)
         for n in self.node_names:
             (self.spool_dir / n).mkdir(parents=True, exist_ok=True)
+            if self.pyxis:
+                _pyxis_setup().prepare_node(self.node_dir(n))
+        if self.pyxis:
+            self.pyxis_runtime_path.mkdir(parents=True, exist_ok=True)
         munge = self.workdir / "munge"
         # key dir 700; the socket's dir must be 755 ("execute permissions for all")
         for d, mode in ((munge, 0o755), (munge / "etc", 0o700), (munge / "lib", 0o700),
@@ -521,7 +557,8 @@ class SlurmCluster:
         used.add(self.ctld_port)
         self.slurmd_port = _free_port(used)
         w = self.workdir
-        (w / "etc" / "plugstack.conf").write_text("")
+        (w / "etc" / "plugstack.conf").write_text(
+            _pyxis_setup().plugstack_line(self.pyxis_runtime_path) + "\n" if self.pyxis else "")
         lines = [
             f"ClusterName=slt{self.tag}",
             f"SlurmctldHost={self.controller_host}({self.addresses[self.controller_host]})",
@@ -654,7 +691,12 @@ class SlurmCluster:
     def _start_slurmds(self) -> None:
         slurmd = _exe("slurmd")
         for n in self.node_names:
-            script = (f"hostname {n} && mount --bind {shlex.quote(str(self.hosts_path))} /etc/hosts"
+            mounts = [(self.hosts_path, Path("/etc/hosts"))]
+            if self.pyxis:
+                mounts += _pyxis_setup().node_mounts(self.node_dir(n), self.pyxis_runtime_path)
+            binds = "".join(f" && mount --bind {shlex.quote(str(src))} {shlex.quote(str(dst))}"
+                            for src, dst in mounts)
+            script = (f"hostname {n}{binds}"
                       f" && exec {shlex.quote(slurmd)} -D -f {shlex.quote(str(self.conf_path))}"
                       f" -N {n}")
             self._spawn(f"slurmd-{n}", [
@@ -755,6 +797,27 @@ class SlurmCluster:
         p = self.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"])
         if p.returncode != 0 and self.job_state(job_id) == "PENDING":
             raise SlurmClusterError(f"cannot reset StartTime of job {job_id}: {p.stderr.strip()}")
+
+    def signal_batch_shell(self, job_id, sig: int, timeout: float = 30.0) -> int:
+        """Send ``sig`` to the job's batch shell alone, as ``sbatch --signal=B:SIG@TIME`` does
+        before a time limit ("signal only the batch shell, none of the other processes"),
+        and return its PID. ``scancel --batch`` is not the same: it signals the shell's child
+        processes too, srun among them, which forwards the signal to every process of its
+        step. The test nodes share this machine's PID namespace, so the shell is found in /proc."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for pid in _all_pids():
+                try:
+                    environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+                except OSError:
+                    continue
+                if (f"SLURM_JOB_ID={job_id}".encode() in environ and "slurm_script" in _cmdline(pid)
+                        and _comm(_ppid(pid) or 0) == "slurmstepd" and _alive(pid)):  # not a subshell
+                    _kill(pid, sig)
+                    return pid
+            if time.monotonic() > deadline:
+                raise SlurmClusterError(f"no batch shell of job {job_id} found")
+            time.sleep(0.1)
 
     def logs_tail(self, n: int = 20) -> str:
         return "\n".join(f"--- {name} ({path}):\n{_tail(path, n)}"

@@ -1,8 +1,10 @@
-"""`make image`: the Dockerfile, the enroot recipe and the guarded install.
+"""`make image`: the Dockerfile, the enroot recipe and the guarded install, without containers.
 
-Neither docker nor enroot runs here, so the recipes run against recording stand-ins: small bash
-scripts named `enroot` and `docker`, written into tmp_path and put first on PATH, that append
-their argv to a log, mimic the files the real commands write (import/export write the -o file in
+The real enroot builds, fails and is interrupted in tests/test_container_real.py. What cannot run
+on the test machines runs here against recording stand-ins: docker (no docker engine exists
+there), enroot's registry import (no registry is reachable), and the DRY_RUN listings. They are
+small bash scripts named `enroot` and `docker`, written into tmp_path and put first on PATH, that
+append their argv to a log, mimic the files the real commands write (import/export write the -o file in
 two parts, so a partial file is left when told to fail in between), keep created containers as
 folders (`enroot list` prints them), and fail or sleep at a given subcommand on request
 (STANDIN_FAIL_AT=export, STANDIN_SLEEP_AT=start). The guarded install (install-project.sh) runs
@@ -196,58 +198,16 @@ def si(tmp_path: Path) -> Standins:
 
 # --------------------------------------------------------------------------- enroot recipe
 
-def test_enroot_build_runs_the_exact_sequence_and_reuses_the_base(si: Standins):
-    base = si.images / f"nvidia+pyg+{TAG}.sqsh"
-    final = si.images / f"pyg-train-{TAG}.sqsh"
-
-    r = run(["bash", str(ENROOT_BUILD)], si.env())
-    assert r.returncode == 0, r.stderr
-    calls = si.enroot_calls()
-    assert [c[0] for c in calls] == ["import", "create", "start", "export", "remove"], calls
-    imp, create, start, export, remove = calls
-    base_tmp = imp[2]
-    assert imp[1] == "-o" and base_tmp.startswith(f"{base}.") and imp[3:] == [f"docker://nvcr.io#nvidia/pyg:{TAG}"]
-    name = create[2]
-    assert create == ["create", "--name", name, str(base)]
-    assert re.fullmatch(rf"pyg-train-build-{HOST}-\d+", name)
-    assert start == ["start", "--root", "--rw", "-m", f"{ROOT}:/opt/project", name,
-                     "sh", "/opt/project/container/install-project.sh", "/opt/project"]
-    assert export[:2] == ["export", "-o"] and export[2].startswith(f"{final}.") and export[3:] == [name]
-    assert remove == ["remove", "-f", name]
-    assert si.image_files() == sorted([base.name, final.name])
-    assert final.read_text().endswith("second half\n")
-    assert si.containers() == []
-    assert str(final) in r.stderr
-
-    # Second build: the imported base is reused, no second import.
-    si.log.write_text("")
-    r = run(["bash", str(ENROOT_BUILD)], si.env())
-    assert r.returncode == 0, r.stderr
-    assert [c[0] for c in si.enroot_calls()] == ["create", "start", "export", "remove"]
-    assert si.enroot_calls()[0][3] == str(base)
-    assert "reusing" in r.stderr
-    assert si.image_files() == sorted([base.name, final.name])
-
-
-@pytest.mark.parametrize("step", ["import", "create", "start", "export"])
-def test_enroot_build_failure_leaves_nothing_behind(si: Standins, step: str):
-    r = run(["bash", str(ENROOT_BUILD)], si.env(STANDIN_FAIL_AT=step))
+def test_enroot_import_failure_leaves_nothing_and_says_how_to_log_in(si: Standins):
+    """A registry pull cannot run here (no registry is reachable): the one enroot step left to
+    the stand-in. Failures of create/start/export run for real in test_container_real.py."""
+    r = run(["bash", str(ENROOT_BUILD)], si.env(STANDIN_FAIL_AT="import"))
     assert r.returncode != 0
-    calls = si.enroot_calls()
-    done = [c[0] for c in calls]
-    assert done[-1] == "remove" or step == "import", done
-    # No final image, no temporary .sqsh; only a complete cached base may stay.
-    expected = [] if step == "import" else [f"nvidia+pyg+{TAG}.sqsh"]
-    assert si.image_files() == expected
-    assert si.containers() == []
-    if step == "import":
-        assert done == ["import"]
-        for text in ("machine nvcr.io login $oauthtoken password",
-                     "machine authn.nvidia.com login $oauthtoken password", ".credentials"):
-            assert text in r.stderr
-    else:
-        name = calls[done.index("create")][2]
-        assert ["remove", "-f", name] in calls[done.index("create") + 1:]
+    assert [c[0] for c in si.enroot_calls()] == ["import"]
+    assert si.image_files() == [] and si.containers() == []
+    for text in ("machine nvcr.io login $oauthtoken password",
+                 "machine authn.nvidia.com login $oauthtoken password", ".credentials"):
+        assert text in r.stderr
 
 
 def test_import_failure_hint_names_enroot_config_path(si: Standins, tmp_path: Path):
@@ -255,67 +215,6 @@ def test_import_failure_hint_names_enroot_config_path(si: Standins, tmp_path: Pa
             si.env(STANDIN_FAIL_AT="import", ENROOT_CONFIG_PATH=str(tmp_path / "cfg")))
     assert r.returncode != 0
     assert f"{tmp_path / 'cfg'}/.credentials" in r.stderr
-
-
-def _default_sigint():
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-@pytest.mark.parametrize("step", ["start", "export"])
-def test_enroot_build_cleans_up_on_interrupt(si: Standins, sig: signal.Signals, step: str):
-    proc = subprocess.Popen(["bash", str(ENROOT_BUILD)], cwd=ROOT, env=si.env(STANDIN_SLEEP_AT=step),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True, preexec_fn=_default_sigint)
-    try:
-        deadline = time.monotonic() + 15
-        while not any(c[0] == step for c in si.enroot_calls()):
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "the build never reached the step"
-            time.sleep(0.05)
-        time.sleep(0.3)  # let the stand-in reach its sleep
-        os.killpg(proc.pid, sig)
-        _, err = proc.communicate(timeout=15)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    assert proc.returncode != 0
-    assert "interrupted" in err
-    calls = si.enroot_calls()
-    name = next(c[2] for c in calls if c[0] == "create")
-    assert calls[-1] == ["remove", "-f", name]
-    assert si.containers() == []
-    assert si.image_files() == [f"nvidia+pyg+{TAG}.sqsh"]
-
-
-def test_enroot_build_removes_stale_build_containers(si: Standins):
-    dead = subprocess.Popen(["true"])
-    dead.wait()
-    stale = f"pyg-train-build-{HOST}-{dead.pid}"
-    alive = f"pyg-train-build-{HOST}-{os.getpid()}"  # a running build: must stay
-    other = "someone-elses-container"
-    for n in (stale, alive, other):
-        (si.state / n).mkdir()
-    r = run(["bash", str(ENROOT_BUILD)], si.env())
-    assert r.returncode == 0, r.stderr
-    assert ["remove", "-f", stale] in si.enroot_calls()
-    assert si.containers() == sorted([alive, other])
-
-
-def test_enroot_build_passes_enroot_settings_through(si: Standins, tmp_path: Path):
-    # Print the ENROOT_* settings the stand-in sees: they must arrive as the user set them.
-    spy = si.bin / "enroot"
-    spy.write_text(spy.read_text().replace(
-        "shift || true",
-        'shift || true\nenv | grep "^ENROOT_" | sort >>"$STANDIN_LOG.env"', 1))
-    settings = {"ENROOT_DATA_PATH": str(tmp_path / "data"), "ENROOT_CACHE_PATH": str(tmp_path / "cache"),
-                "ENROOT_SQUASH_OPTIONS": "-comp zstd -Xcompression-level 3 -b 1M"}
-    r = run(["bash", str(ENROOT_BUILD)], si.env(**settings))
-    assert r.returncode == 0, r.stderr
-    seen = Path(f"{si.log}.env").read_text().splitlines()
-    for key, value in settings.items():
-        assert f"{key}={value}" in seen
 
 
 def test_enroot_build_dry_run_runs_nothing(si: Standins):
@@ -426,15 +325,6 @@ def test_docker_route_to_a_registry_tag_prints_the_pyxis_uri(si: Standins):
             "-t", "registry.example.com/team/pyg-train:1", "."] in [c[1:] for c in si.calls("docker")]
     assert si.enroot_calls() == []
     assert "make submit NODES=2 GPUS=4 IMAGE=registry.example.com#team/pyg-train:1" in r.stdout
-
-
-def test_enroot_route_prints_image_and_submit_line(si: Standins):
-    r = run(["bash", str(IMAGE_SH)], si.env(BUILDER="enroot", IMAGE=str(si.images / "custom.sqsh")))
-    assert r.returncode == 0, r.stderr
-    assert (si.images / "custom.sqsh").is_file()
-    lines = [line.strip() for line in r.stdout.splitlines()]
-    assert f"Image: {si.images / 'custom.sqsh'}" in lines
-    assert f"make submit NODES=2 GPUS=4 IMAGE={si.images / 'custom.sqsh'}" in lines
 
 
 def test_auto_prefers_enroot_then_a_docker_daemon(tmp_path: Path):

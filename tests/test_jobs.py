@@ -87,7 +87,7 @@ def test_dry_run_prints_two_node_sbatch_command_and_pyxis_script(standin):
     srun_block = script[script.index('srun "${srun_opts[@]}" "${container[@]}"'):]
     container_flags = script[script.index("container=("):script.index(")", script.index("container=("))]
     assert "--container-image=" in container_flags and "--container-mounts=" in container_flags
-    assert "--container-env=MASTER_ADDR,MASTER_PORT" in srun_block
+    assert "--container-env=MASTER_ADDR,MASTER_PORT" in script
     assert "python -m train fit --config" in srun_block
     assert not record.exists(), "DRY_RUN called sbatch"
 
@@ -180,7 +180,11 @@ def test_srun_line_container_mode(standin):
     lines = p.stdout.strip().splitlines()
     assert len(lines) == 2  # install into a named container, then train in it
     install, train = (shlex.split(ln) for ln in lines)
-    assert install[0] == "srun" and "--ntasks-per-node=1" in install and "--container-name=pyg-train" in install
+    # offline, from the wheels `make srun` prepared on this login node (compute nodes have no index)
+    assert install[:3] == ["WHEELS=/workspace/.wheels", "OFFLINE=1", "srun"], install
+    assert "--container-env=WHEELS,OFFLINE" in install
+    assert {w.name.split("-")[0] for w in (ROOT / ".wheels").glob("*.whl")} >= {"pyg_slurm_train", "python_hostlist"}
+    assert "--ntasks-per-node=1" in install and "--container-name=pyg-train" in install
     assert install[-2:] == ["/workspace/container/install-project.sh", "/workspace"]
     assert train[0] == "OMP_NUM_THREADS=8" and train[1] == "DATA_DIR=/data" and train[2] == "srun"
     for option in ("--nodes=2", "--ntasks=4", "--ntasks-per-node=2", "--gpus-per-task=1", "--gpu-bind=none",
@@ -257,7 +261,7 @@ def test_job_script_sqsh_image_runs_one_pyxis_step(tmp_path):
     assert step[:2] == ["--kill-on-bad-exit=1", "--label"]
     for option in ("--cpus-per-task=6", "--gpus-per-task=1", "--gpu-bind=none", f"--container-image={image}",
                    f"--container-mounts={ROOT}:/workspace,{data}:/data", "--container-workdir=/workspace",
-                   "--no-container-mount-home", "--container-env=MASTER_ADDR,MASTER_PORT,DATA_DIR,OMP_NUM_THREADS"):
+                   "--no-container-mount-home", "--container-env=MASTER_ADDR,MASTER_PORT,DATA_DIR,OMP_NUM_THREADS,MPLCONFIGDIR"):
         assert option in step, (option, step)
     assert not [w for w in step if w.startswith("--container-name")]
     assert step[-8:] == ["python", "-m", "train", "fit", "--config", "tiny", "trainer.epochs=1", "optim.lr=0.02"]

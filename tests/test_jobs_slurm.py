@@ -23,7 +23,7 @@ pytestmark = pytest.mark.slurm
 
 REQUEST = ["NODES=2", "GPUS=4", "IMAGE=none", "GPUS_PER_TASK=0", "CPUS_PER_TASK=1", "CONFIG=tiny"]
 JOB_TIMEOUT = 240  # generous for a 2-core CI machine; a healthy job takes ~10-30 s
-PLACEMENT = re.compile(r"^(\d+): rank (\d+)/(\d+) on (\S+) \(node (\d+), local rank (\d+), master (\S+):(\d+)\)$", re.M)
+PLACEMENT = re.compile(r"^(\d+): rank (\d+)/(\d+) on (\S+) \(node (\d+), local rank (\d+), master (\S+):(\d+) from ([^)]*)\)$", re.M)
 FINAL = re.compile(r"^(\d+): rank (\d+) final (\{.*\})$", re.M)
 
 
@@ -66,7 +66,7 @@ def report(capsys, headline: str, text: str) -> None:
 def placement(text: str) -> dict[int, tuple[str, str]]:
     """rank -> (host, master addr:port), from the line every rank prints after rendezvous."""
     out = {}
-    for label, rank, world, host, _node, _local, addr, port in PLACEMENT.findall(text):
+    for label, rank, world, host, _node, _local, addr, port, _source in PLACEMENT.findall(text):
         assert label == rank and world == "4"
         out[int(rank)] = (host, f"{addr}:{port}")
     return out

@@ -2,7 +2,7 @@
 
 Jobs go in through `make submit` (jobs/train.sbatch, bare mode, 4 CPU ranks on 2 nodes, gloo).
 The warning SLURM sends before a time limit (`--signal=B:USR1@120` in the template) is sent
-here at once with `scancel --signal=USR1 --batch`, which signals the batch shell the same way.
+here at once to the batch shell alone, as SLURM does (SlurmCluster.signal_batch_shell).
 Every job has its own LOG_DIR and output.dir: the cluster numbers jobs from 1 each session.
 """
 
@@ -115,8 +115,7 @@ def test_warning_signal_checkpoints_requeues_and_resumes_to_the_same_weights(slu
     job, log = submit(slurm_cluster, tmp_path, "requeue", f"{TRAIN} {SLOW} output.dir={run_dir}")
     wait_for_line(slurm_cluster, job, log, r"^0: epoch 1 step 2/5")
     sent = time.monotonic()
-    p = slurm_cluster.run(["scancel", "--signal=USR1", "--batch", job])
-    assert p.returncode == 0, p.stderr
+    slurm_cluster.signal_batch_shell(job, signal.SIGUSR1)  # as --signal=B:USR1@120 does
     state = wait(slurm_cluster, job, log)
     text = read(log)
     info = slurm_cluster.job_info(job)
@@ -124,8 +123,8 @@ def test_warning_signal_checkpoints_requeues_and_resumes_to_the_same_weights(slu
         print(f"\n[preemption] job {job}: USR1 to the batch shell -> {state} with Restarts={info['Restarts']} "
               f"{time.monotonic() - sent:.1f} s later", flush=True)
     assert state == "COMPLETED" and info["Restarts"] == "1", text
-    assert "batch script: received SIGUSR1, forwarding it to the training step" in text
-    stopped = re.search(r"^0: stopped in epoch 1 after step (\d): SIGUSR1.*exit status 3: the batch script requeues",
+    assert "batch script: received SIGUSR1, forwarding it to the training step as SIGURG" in text
+    stopped = re.search(r"^0: stopped in epoch 1 after step (\d): SIGURG.*exit status 3: the batch script requeues",
                         text, re.M)
     assert stopped, text
     assert f"training step exited with status {EXIT_REQUEUE}" in text
@@ -142,7 +141,7 @@ def test_no_requeue_once_max_restarts_is_used_up(slurm_cluster, tmp_path):
     job, log = submit(slurm_cluster, tmp_path, "norestart",
                       f"{TRAIN} {SLOW} trainer.max_restarts=0 output.dir={tmp_path / 'run'}")
     wait_for_line(slurm_cluster, job, log, r"^0: epoch 0 step 2/5")
-    slurm_cluster.run(["scancel", "--signal=USR1", "--batch", job], check=True)
+    slurm_cluster.signal_batch_shell(job, signal.SIGUSR1)
     state = wait(slurm_cluster, job, log)
     text = read(log)
     assert state == "FAILED" and slurm_cluster.job_info(job)["Restarts"] == "0", text

@@ -354,8 +354,12 @@ def _train(config: Config, env: DistEnv, backend: str, device: torch.device, sig
         dump_config(config, out_dir / "config.yaml")
         print(f"run dir {out_dir}  world_size {env.world_size}  backend {backend}  device {device}", flush=True)
     # Every rank says where it runs, so a multi-node log shows the placement (and who is missing).
+    # ... and which variables gave the rendezvous (enroot's PyTorch hook may set them too).
     print(f"rank {env.rank}/{env.world_size} on {os.uname().nodename} (node {env.node_rank}, "
-          f"local rank {env.local_rank}, master {env.master_addr}:{env.master_port})", flush=True)
+          f"local rank {env.local_rank}, master {env.master_addr}:{env.master_port} "
+          f"from {env.sources.get('master_addr')}/{env.sources.get('master_port')})", flush=True)
+    # ... and which Python it runs: inside the image or on the host (bare mode) tells at a glance.
+    print(f"rank {env.rank} runs {sys.executable} (torch {torch.__version__})", flush=True)
     data = obtain_graph(config, env)
     trainer = Trainer(config, env, device, data, out_dir)
     checkpointer = Checkpointer(trainer, out_dir)

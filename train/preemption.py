@@ -48,6 +48,9 @@ STOP_SIGNALS: dict[int, str] = {
     signal.SIGUSR1: "SLURM's warning before the time limit or a preemption (sbatch --signal)",
     signal.SIGUSR2: "SLURM's warning before the time limit or a preemption (sbatch --signal)",
     signal.SIGTERM: "sent by scancel, a preemption, or the end of the time limit",
+    # jobs/train.sbatch forwards SLURM's warning as SIGURG (STOP_REQUEST_SIGNAL there): its default
+    # action is to be ignored, so the other processes of the step (pyxis's squashfuse) survive it.
+    signal.SIGURG: "SLURM's warning, forwarded by jobs/train.sbatch (a signal the step's other processes ignore)",
 }
 FAILURE_GRACE_SECONDS = 3.0  # how long a survivor waits for the others' reports before it exits
 _PEER_ERROR = re.compile(

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Prepare, on the login node, the wheels that installing this project into NVIDIA's PyG image
+# needs beyond what the image ships, so that the install itself needs no network:
+#
+#   - the project's own wheel (pure Python);
+#   - a pure-Python wheel of every dependency in pyproject.toml that is not guarded (the guarded
+#     ones, torch, PyG, numpy, ..., always come from the image: container/guarded-packages.regex),
+#     at the version requirements.lock pins, built when PyPI has only a source archive.
+#
+# This host's pip does the downloads, so the site's index, mirror, proxy and CA settings apply
+# as they do for any pip here. Compute nodes usually have no route to any index: the job-start
+# install (INSTALL_PROJECT=1) reads only this folder (pip --no-index --find-links).
+#
+# Usage: container/wheelhouse.sh DEST     (DEST is emptied of *.whl first)
+# Env:   PYTHON  the interpreter whose pip downloads and builds (default: .venv/bin/python, else python3)
+set -euo pipefail
+
+prog=wheelhouse.sh
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$here/.." && pwd)
+
+die() {
+    printf '%s: error: %s\n' "$prog" "$*" >&2
+    exit 1
+}
+say() { printf '==> %s\n' "$*" >&2; }
+
+[[ $# == 1 && -n $1 ]] || die "usage: $prog DEST"
+dest=$1
+PYTHON=${PYTHON:-}
+if [[ -z $PYTHON ]]; then
+    if [[ -x $root/.venv/bin/python ]]; then PYTHON=$root/.venv/bin/python; else PYTHON=python3; fi
+fi
+"$PYTHON" -m pip --version >/dev/null 2>&1 || die "'$PYTHON -m pip' does not run: set PYTHON to an interpreter with pip"
+
+mkdir -p -- "$dest"
+find "$dest" -maxdepth 1 -name '*.whl' -delete
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/wheelhouse.XXXXXX")
+trap 'rm -rf -- "$tmp"' EXIT
+
+# The dependencies to bring: pyproject's, not guarded, each at the lock's pin where it has one.
+mapfile -t wanted < <("$PYTHON" - "$root" "$(cat "$here/guarded-packages.regex")" <<'PY'
+import re, sys, tomllib
+from pathlib import Path
+
+root, guard = Path(sys.argv[1]), re.compile(sys.argv[2], re.I)
+deps = tomllib.loads((root / "pyproject.toml").read_text())["project"]["dependencies"]
+norm = lambda n: re.sub(r"[-_.]+", "-", n).lower()
+pins = {}
+for line in (root / "requirements.lock").read_text().splitlines():
+    line = line.split("#", 1)[0].strip()
+    if "==" in line:
+        name, version = line.split("==", 1)
+        pins[norm(name)] = version.strip()
+for dep in deps:
+    name = re.match(r"[A-Za-z0-9._-]+", dep).group(0)
+    version = pins.get(norm(name))
+    if guard.search(f"{name}=={version or '0'}"):
+        continue
+    print(f"{name}=={version}" if version else dep)
+PY
+)
+
+say "building the project's wheel"
+cp -R "$root/pyproject.toml" "$root/README.md" "$root/train" "$tmp/"
+"$PYTHON" -m pip wheel --quiet --no-deps --disable-pip-version-check -w "$dest" "$tmp" ||
+    die "building the project's wheel failed (pip's message is above)"
+
+for req in "${wanted[@]}"; do
+    say "wheel of $req"
+    rm -rf -- "$tmp/one" && mkdir "$tmp/one"
+    if ! "$PYTHON" -m pip wheel --quiet --no-deps --disable-pip-version-check -w "$tmp/one" "$req"; then
+        die "pip could not download or build $req: check this host's pip settings (PIP_INDEX_URL, PIP_CERT, https_proxy), as for any pip install here"
+    fi
+    for whl in "$tmp/one"/*.whl; do
+        case $whl in
+        *-none-any.whl) mv -- "$whl" "$dest/" ;;
+        *) say "  $(basename -- "$whl") is not pure Python: left to the image (the job-start install fails, naming it, if the image lacks it)" ;;
+        esac
+    done
+done
+say "wheels in $dest: $(find "$dest" -maxdepth 1 -name '*.whl' -printf '%f ')"

@@ -1,0 +1,462 @@
+"""The container path for real: NVIDIA's enroot and pyxis on the two-node SLURM test cluster.
+
+Everything here runs the real programs: enroot 4.1.2 and pyxis 0.24.0 built from ../shared/pyxis
+(tests/pyxis_setup.py), loaded into the test cluster's slurmd through plugstack.conf, with
+node-local enroot and pyxis folders per node. The one stand-in is the base image: no registry is
+reachable, so `nvcr.io#nvidia/pyg:TAG` is replaced by a `.sqsh` built from real parts
+(tests/ngc_standin.py: Debian's Python, the lock's CPU torch and PyG, PYTORCH_VERSION,
+/etc/pip/constraint.txt).
+
+Every job runs 4 CPU ranks on 2 nodes (GPUS_PER_TASK=0, gloo) with the tiny config. The figures
+the issue asks for (image build time and size, time from the batch script to the first training
+step with and without the container) are printed with a `[container]` prefix.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests import ngc_standin
+from tests.test_data import write_reddit_raw
+
+ROOT = Path(__file__).resolve().parents[1]
+pytest_plugins = ["tests.conftest_slurm"]
+pytestmark = [pytest.mark.slurm, pytest.mark.container]
+
+TASKS = ["NODES=2", "GPUS=4", "GPUS_PER_TASK=0", "CPUS_PER_TASK=1", "CONFIG=tiny"]
+TRAIN = "sampler.batch_size=64 trainer.epochs=3 trainer.log_every=1"
+SLOW = "trainer.step_delay_seconds=0.5"  # so that a signal lands in the middle of an epoch
+JOB_TIMEOUT = 420  # 2 busy cores; a container job takes ~20-60 s, a job-start install ~2 min
+PLACEMENT = re.compile(r"^(\d+): rank (\d+)/4 on (\S+) \(node \d+, local rank \d+, "
+                       r"master (\S+):(\d+) from ([^)]*)\)$", re.M)
+RUNS = re.compile(r"^(\d+): rank (\d+) runs (\S+) \(torch (\S+)\)$", re.M)
+FINAL = re.compile(r"^(\d+): rank (\d+) final (\{.*\})$", re.M)
+# Fast squashfs for the image the tests build (enroot's own default is "-comp lzo -noD").
+SQUASH = "-noI -noD -noF -noX -no-xattrs"
+
+
+def say(capsys, text: str) -> None:
+    with capsys.disabled():
+        print(f"\n[container] {text}", flush=True)
+
+
+# ----------------------------------------------------------------------------- fixtures
+
+@pytest.fixture(scope="module")
+def standin(pyxis_cluster, request) -> ngc_standin.Standin:
+    """The NGC-like base image, built once per machine (keyed by requirements.lock)."""
+    capman = request.config.pluginmanager.getplugin("capturemanager")
+    with capman.global_and_fixture_disabled():
+        try:
+            image = ngc_standin.build_standin(log=lambda m: print(f"[container] {m}", flush=True))
+        except ngc_standin.StandinUnavailable as e:
+            from tests.slurm_cluster import skip_or_fail_unavailable
+            skip_or_fail_unavailable(f"the NGC stand-in image cannot be built: {e}")
+        cost = ("reused from " + str(image.path.parent) if image.reused else
+                ", ".join(f"{k} {v:.0f} s" for k, v in image.timings.items()))
+        print(f"[container] NGC stand-in {image.path.name}: {image.size_mib:.0f} MiB, torch "
+              f"{image.torch_version}; build cost: {cost}", flush=True)
+    return image
+
+
+@pytest.fixture(scope="module")
+def login_env(pyxis_cluster, tmp_path_factory) -> dict[str, str]:
+    """The cluster's client environment, with enroot's working folders of this 'login node'."""
+    base = tmp_path_factory.mktemp("login-enroot")
+    env = dict(pyxis_cluster.env)
+    for key in ("DATA", "CACHE", "RUNTIME", "TEMP", "CONFIG"):
+        (base / key.lower()).mkdir()
+        env[f"ENROOT_{key}_PATH"] = str(base / key.lower())
+    env["ENROOT_SQUASH_OPTIONS"] = SQUASH
+    return env
+
+
+@pytest.fixture(scope="module")
+def build_env(login_env, tmp_path_factory) -> dict[str, str]:
+    """login_env with a TMPDIR of its own, to see that a build leaves no scratch folder there
+    (jobs do not get it: SLURM would try to create it on the nodes)."""
+    return dict(login_env, TMPDIR=str(tmp_path_factory.mktemp("build-tmp")))
+
+
+def make(env: dict[str, str], *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    """`make ARGS` in the project, as a user types it on the login node."""
+    return subprocess.run(["make", "--no-print-directory", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def enroot(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["enroot", *args], env=env, capture_output=True, text=True, timeout=300,
+                          stdin=subprocess.DEVNULL)
+
+
+@pytest.fixture(scope="module")
+def built_image(standin, build_env, tmp_path_factory, request) -> dict:
+    """`make image BUILDER=enroot BASE_SQSH=<stand-in>`: the real enroot build."""
+    out = tmp_path_factory.mktemp("image")
+    image = out / "pyg-train.sqsh"
+    started = time.monotonic()
+    p = make(build_env, "image", "BUILDER=enroot", f"BASE_SQSH={standin.path}", f"IMAGE={image}")
+    seconds = time.monotonic() - started
+    capman = request.config.pluginmanager.getplugin("capturemanager")
+    with capman.global_and_fixture_disabled():
+        size = image.stat().st_size / 2**20 if image.exists() else 0
+        print(f"[container] make image BUILDER=enroot: rc {p.returncode} in {seconds:.0f} s, "
+              f"{size:.0f} MiB (ENROOT_SQUASH_OPTIONS={SQUASH})", flush=True)
+    assert p.returncode == 0, p.stdout + p.stderr
+    return {"path": image, "seconds": seconds, "output": p.stdout + p.stderr, "dir": out}
+
+
+def submit(env: dict[str, str], tmp_path: Path, name: str, *args: str) -> tuple[str, Path, float]:
+    """`make submit` with TASKS and `args`; tmp_path (where output.dir points) is mounted into
+    the container at the same path, as a user mounts shared storage with CONTAINER_MOUNTS."""
+    logs = tmp_path / f"logs-{name}"
+    started = time.monotonic()
+    p = make(env, "submit", *TASKS, f"LOG_DIR={logs}", f"CONTAINER_MOUNTS={tmp_path}:{tmp_path}", *args,
+             timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    job = re.search(r"^Submitted job (\d+) ", p.stdout, re.M).group(1)
+    return job, logs / f"pyg-train-{job}.log", started
+
+
+def read(log: Path) -> str:
+    return log.read_text(errors="replace") if log.exists() else "<no log>"
+
+
+def wait(cluster, job: str, log: Path, marks: dict[str, str] | None = None) -> tuple[str, dict[str, float]]:
+    """Wait for the job to end; with ``marks`` (name -> regex) also when each first appears in
+    the log (monotonic seconds), for the start-up figures."""
+    seen: dict[str, float] = {}
+    deadline = time.monotonic() + JOB_TIMEOUT
+    while True:
+        if marks:
+            text = read(log)
+            for name, pattern in marks.items():
+                if name not in seen and re.search(pattern, text, re.M):
+                    seen[name] = time.monotonic()
+        state = cluster.job_state(job)
+        if state in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"):
+            return state, seen
+        if time.monotonic() > deadline:
+            subprocess.run(["scancel", job], env=cluster.env, timeout=30)
+            pytest.fail(f"job {job} did not end within {JOB_TIMEOUT} s:\n{read(log)}\n{cluster.logs_tail()}")
+        time.sleep(0.05)
+
+
+def placement(text: str) -> dict[int, tuple[str, str]]:
+    """rank -> (host, master addr:port) from the line every rank prints after rendezvous."""
+    return {int(rank): (host, f"{addr}:{port}") for _label, rank, host, addr, port, _src in PLACEMENT.findall(text)}
+
+
+def interpreters(text: str) -> dict[int, str]:
+    return {int(rank): exe for _label, rank, exe, _torch in RUNS.findall(text)}
+
+
+def finals(text: str) -> list[dict]:
+    return [json.loads(body) for _label, _rank, body in FINAL.findall(text)]
+
+
+def host_has_no_torch_at(exe: str) -> bool:
+    """True when `exe` on this host (outside any container) is no Python with torch."""
+    if not Path(exe).exists():
+        return True
+    return subprocess.run([exe, "-c", "import torch"], capture_output=True).returncode != 0
+
+
+def assert_ran_in_image(text: str, exe: str = "/usr/bin/python") -> None:
+    """Four ranks, two per node, each on the image's Python, which this host does not have."""
+    where = placement(text)
+    assert sorted(where) == [0, 1, 2, 3], text
+    assert [where[r][0] for r in range(4)] == ["n1", "n1", "n2", "n2"], where
+    assert len({m for _h, m in where.values()}) == 1, f"ranks disagree on the master: {where}"
+    exes = interpreters(text)
+    assert exes == {r: exe for r in range(4)}, exes
+    assert host_has_no_torch_at(exe), f"the host's {exe} has torch: no proof"
+    results = finals(text)
+    assert len(results) == 4 and all(r == results[0] for r in results), text
+
+
+# ----------------------------------------------------------------------------- make image
+
+def test_make_image_with_real_enroot_installs_the_project_and_keeps_torch(built_image, standin, login_env,
+                                                                          build_env):
+    out = built_image["output"]
+    # the site's CA bundle and the image's constraints were honoured, with no build isolation
+    assert re.search(r"passing the site's package settings: .*PIP_CERT", out), out
+    assert "respecting the image's pip constraints (/etc/pip/constraint.txt)" in out, out
+    assert "downloads" not in out  # no isolated build environment was fetched
+    assert f"done; torch {standin.torch_version} unchanged" in out, out
+    assert f"Image: {built_image['path']}" in out  # and how to submit with it
+    assert f"make submit NODES=2 GPUS=4 IMAGE={built_image['path']}" in out
+    # nothing of the build is left: no build container, no temporary image, no scratch folder
+    assert not [c for c in enroot(login_env, "list").stdout.split() if c.startswith("pyg-train-build-")]
+    assert sorted(p.name for p in built_image["dir"].iterdir()) == ["pyg-train.sqsh"]
+    assert not list(Path(build_env["TMPDIR"]).glob("pyg-train-build.*"))
+    # inside the new image: the project installed (outside any source folder), torch untouched
+    probe = ("import hostlist, torch, train, torch_geometric; "
+             "print(train.__file__); print(torch.__version__); print(open('/etc/ngc-pyg-standin').read())")
+    p = enroot(login_env, "start", str(built_image["path"]), "sh", "-c", f"cd / && python -c {shlex.quote(probe)}")
+    assert p.returncode == 0, p.stdout + p.stderr
+    lines = p.stdout.splitlines()
+    assert lines[0] == "/usr/local/lib/python3.11/dist-packages/train/__init__.py", p.stdout
+    assert lines[1] == standin.torch_version and "stand-in for nvcr.io/nvidia/pyg" in p.stdout
+
+
+# What install-project.sh calls before it reaches Python.
+TINY_TOOLS = ("dash", "sleep", "dirname", "mktemp", "cat", "rm", "env", "grep", "sed", "tee", "cp", "sort", "tr")
+
+
+def tiny_rootfs(path: Path, python: str) -> Path:
+    """A rootfs of a few of this host's tools and their libraries, where `python3` is the shell
+    script ``python``: a base image whose Python fails or hangs, built in a second."""
+    for name in TINY_TOOLS:
+        tool = shutil.which(name, path="/usr/bin:/bin")
+        libs = subprocess.run(["ldd", tool], capture_output=True, text=True).stdout
+        for lib in re.findall(r"(/\S+\.so[.\d]*)", libs):
+            dest = path / lib.lstrip("/")
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(lib, dest)
+        (path / "bin").mkdir(parents=True, exist_ok=True)
+        shutil.copy2(tool, path / "bin" / name)
+    (path / "bin" / "sh").symlink_to("dash")
+    for d in ("etc", "tmp", "usr/bin", "opt", "proc", "sys", "dev", "run"):
+        (path / d).mkdir(parents=True, exist_ok=True)
+    (path / "etc" / "passwd").write_text("root:x:0:0:root:/root:/bin/sh\n")
+    (path / "etc" / "group").write_text("root:x:0:\n")
+    (path / "etc" / "environment").write_text("PATH=/usr/bin:/bin\n")
+    py = path / "usr" / "bin" / "python3"
+    py.write_text(f"#!/bin/sh\n{python}\n")
+    py.chmod(0o755)
+    return path
+
+
+def squash(rootfs: Path, out: Path) -> Path:
+    subprocess.run(["mksquashfs", str(rootfs), str(out), "-noappend", "-quiet", *SQUASH.split()],
+                   check=True, capture_output=True)
+    return out
+
+
+def test_make_image_failing_install_leaves_no_container_and_no_image(build_env, tmp_path, pyxis_cluster):
+    """A base whose Python fails: the real build stops at `enroot start` and cleans up."""
+    base = squash(tiny_rootfs(tmp_path / "rootfs", "echo 'no pip in this image' >&2; exit 3"),
+                  tmp_path / "broken-base.sqsh")
+    image = tmp_path / "out" / "pyg-train.sqsh"
+    p = make(build_env, "image", "BUILDER=enroot", f"BASE_SQSH={base}", f"IMAGE={image}", timeout=300)
+    assert p.returncode != 0, p.stdout + p.stderr
+    assert "python3 -m pip list' failed" in p.stderr, p.stderr
+    assert "removing the build container" in p.stderr
+    assert not [c for c in enroot(build_env, "list").stdout.split() if c.startswith("pyg-train-build-")]
+    assert not image.exists() and not list(image.parent.glob("*.tmp.*"))
+    assert not list(Path(build_env["TMPDIR"]).glob("pyg-train-build.*"))
+
+
+def test_make_image_removes_build_containers_of_dead_builds_only(login_env, tmp_path, pyxis_cluster):
+    """Containers of killed earlier builds (their PID is gone) are removed; a running build's stays."""
+    base = squash(tiny_rootfs(tmp_path / "rootfs", "exit 3"), tmp_path / "base.sqsh")
+    host = re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname().split(".")[0])
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale, alive = f"pyg-train-build-{host}-{dead.pid}", f"pyg-train-build-{host}-{os.getpid()}"
+    for name in (stale, alive):
+        assert enroot(login_env, "create", "--name", name, str(base)).returncode == 0
+    try:
+        p = make(login_env, "image", "BUILDER=enroot", f"BASE_SQSH={base}", f"IMAGE={tmp_path / 'x.sqsh'}")
+        assert p.returncode != 0  # this base cannot install: only the clean-up is looked at
+        assert f"removing {stale}, left by an interrupted build" in p.stderr, p.stderr
+        left = enroot(login_env, "list").stdout.split()
+        assert stale not in left and alive in left
+    finally:
+        enroot(login_env, "remove", "-f", alive)
+
+
+def test_make_image_interrupted_during_install_cleans_up(login_env, tmp_path, pyxis_cluster):
+    """SIGINT to `make image` while the install runs in the real container: nothing is left."""
+    base = squash(tiny_rootfs(tmp_path / "rootfs", "sleep 60"), tmp_path / "slow-base.sqsh")
+    image = tmp_path / "out" / "pyg-train.sqsh"
+    proc = subprocess.Popen(["bash", "container/image.sh"], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                            env=dict(login_env, BUILDER="enroot", BASE_SQSH=str(base), IMAGE=str(image)))
+    deadline = time.monotonic() + 120
+    while not any(c.startswith("pyg-train-build-") for c in enroot(login_env, "list").stdout.split()):
+        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()[0]
+        time.sleep(0.2)
+    time.sleep(1.0)  # into `enroot start`
+    os.killpg(proc.pid, 2)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130, out
+    assert "interrupted (INT), cleaning up" in out
+    assert not [c for c in enroot(login_env, "list").stdout.split() if c.startswith("pyg-train-build-")], out
+    assert not image.exists() and not list(image.parent.glob("*.tmp.*"))
+
+
+def test_install_without_the_site_ca_names_the_setting(standin, login_env, tmp_path):
+    """pip inside the image, through this site's TLS-intercepting proxy, without its CA bundle
+    (what `make image` gave the build before): the error names PIP_CERT instead of pip's trace."""
+    p = enroot(login_env, "start", "--rw", "-m", f"{ROOT}:/opt/project",
+               "-e", "PIP_CERT=/etc/ssl/certs/ca-certificates.crt", "-e", "PIP_RETRIES=0",
+               "-e", "PIP_DEFAULT_TIMEOUT=20", "-e", "IMPORT_CHECK=",
+               str(standin.path), "sh", "/opt/project/container/install-project.sh", "/opt/project")
+    assert p.returncode != 0, p.stdout + p.stderr
+    assert "PIP_CERT" in p.stderr and "certificate" in p.stderr, p.stdout + p.stderr
+
+
+# ----------------------------------------------------------------------------- jobs in the image
+
+@pytest.fixture(scope="module")
+def baseline(pyxis_cluster, built_image, login_env, tmp_path_factory, request) -> dict:
+    """`make submit NODES=2 GPUS=4 IMAGE=<built .sqsh>`, uninterrupted, with the doctor first."""
+    tmp = tmp_path_factory.mktemp("container-baseline")
+    run = tmp / "run"
+    job, log, started = submit(login_env, tmp, "baseline", f"IMAGE={built_image['path']}", "DOCTOR=1",
+                               f"ARGS={TRAIN} output.dir={run}")
+    state, seen = wait(pyxis_cluster, job, log, {"batch": r"^MASTER_ADDR:MASTER_PORT=",
+                                                 "ranks": PLACEMENT.pattern, "step": r"^0: epoch 0 step 1/"})
+    return {"job": job, "log": log, "state": state, "run": run, "seen": seen, "started": started}
+
+
+def test_submit_two_nodes_four_ranks_in_the_image_completes(baseline, capsys):
+    text = read(baseline["log"])
+    assert baseline["state"] == "COMPLETED", text
+    assert_ran_in_image(text)
+    assert "doctor step passed" in text, text  # `make doctor`'s checks, in the image, first
+    seen = baseline["seen"]
+    say(capsys, f"make submit NODES=2 GPUS=4 IMAGE=<built .sqsh>: job {baseline['job']} COMPLETED; "
+                f"batch script -> ranks placed {seen['ranks'] - seen['batch']:.1f} s, -> first step "
+                f"{seen['step'] - seen['batch']:.1f} s (doctor step included)")
+
+
+def test_container_start_cost_against_bare_mode(pyxis_cluster, built_image, login_env, tmp_path, capsys):
+    """The same job with and without the container: the time from the batch script to the first
+    training step, side by side (no doctor step in either)."""
+    marks = {"batch": r"^MASTER_ADDR:MASTER_PORT=", "step": r"^0: epoch 0 step 1/"}
+    took = {}
+    for mode, image in (("container", str(built_image["path"])), ("bare", "none")):
+        job, log, _ = submit(login_env, tmp_path, mode, f"IMAGE={image}",
+                             f"ARGS={TRAIN} trainer.epochs=1 output.dir={tmp_path / mode}")
+        state, seen = wait(pyxis_cluster, job, log, marks)
+        assert state == "COMPLETED", read(log)
+        took[mode] = seen["step"] - seen["batch"]
+    say(capsys, f"batch script -> first training step: container {took['container']:.1f} s, bare "
+                f"{took['bare']:.1f} s (ratio {took['container'] / took['bare']:.2f}), "
+                f"image build {built_image['seconds']:.0f} s, image "
+                f"{built_image['path'].stat().st_size / 2**20:.0f} MiB")
+
+
+def test_pytorch_hook_enabled_ranks_agree_and_the_log_names_the_source(pyxis_cluster, built_image,
+                                                                      login_env, tmp_path, capsys):
+    pyxis_cluster.set_pytorch_hook(True)
+    try:
+        job, log, _ = submit(login_env, tmp_path, "hook", f"IMAGE={built_image['path']}",
+                             f"ARGS={TRAIN} trainer.epochs=1 output.dir={tmp_path / 'run'}")
+        state, _ = wait(pyxis_cluster, job, log)
+    finally:
+        pyxis_cluster.set_pytorch_hook(False)
+    text = read(log)
+    assert state == "COMPLETED", text
+    assert_ran_in_image(text)
+    exported = re.search(r"^MASTER_ADDR:MASTER_PORT=(\S+)$", text, re.M).group(1)
+    sources = {src for *_x, src in PLACEMENT.findall(text)}
+    # the batch script's values are passed with --container-env and so win over the hook's
+    assert {m for _h, m in placement(text).values()} == {exported}, text
+    assert sources == {"MASTER_ADDR/MASTER_PORT"}, sources
+    say(capsys, f"enroot PyTorch hook on: job {job} COMPLETED, ranks used {exported} from {sources.pop()}")
+
+
+def test_make_srun_line_runs_in_salloc_with_the_hook(pyxis_cluster, built_image, login_env, tmp_path, capsys):
+    """The printed line exports no MASTER_*: with the hook, its values (61000 + job id % 4536)
+    are the ones every rank uses, and the log says so."""
+    p = make(login_env, "srun", *TASKS, f"IMAGE={built_image['path']}", f"ARGS=output.dir={tmp_path / 'run'}")
+    assert p.returncode == 0, p.stderr
+    (line,) = p.stdout.strip().splitlines()
+    assert f"--container-image={built_image['path']}" in line
+    pyxis_cluster.set_pytorch_hook(True)
+    try:
+        r = pyxis_cluster.run(["salloc", "--nodes=2", "--ntasks=4", "--cpus-per-task=1", "bash", "-c", line],
+                              cwd=tmp_path, timeout=JOB_TIMEOUT)
+    finally:
+        pyxis_cluster.set_pytorch_hook(False)
+    text = r.stdout + r.stderr
+    assert r.returncode == 0, text
+    job = int(re.search(r"Granted job allocation (\d+)", r.stderr).group(1))
+    assert_ran_in_image(text)
+    hook = f"n1:{61000 + job % 4536}"
+    assert {m for _h, m in placement(text).values()} == {hook}, text
+    assert {src for *_x, src in PLACEMENT.findall(text)} == {"MASTER_ADDR/MASTER_PORT"}
+    say(capsys, f"make srun line in salloc -N2 -n4 with the hook: rc 0, ranks used the hook's {hook}")
+
+
+def test_seed_form_with_a_named_container_and_relative_mount(pyxis_cluster, built_image, tmp_path):
+    """The seed's own line, as the README shows it: --container-name, --container-mounts='.:/workspace'."""
+    cmd = ["srun", "--nodes=2", "--ntasks=4", "--ntasks-per-node=2", "--cpus-per-task=1", "--label",
+           "--container-name=pyg-test", f"--container-image={built_image['path']}",
+           "--container-mounts=.:/workspace", "python3", "-m", "train", "fit", "--config", "tiny",
+           f"output.dir={tmp_path / 'run'}"]
+    r = pyxis_cluster.run(cmd, cwd=ROOT, timeout=JOB_TIMEOUT)
+    text = r.stdout + r.stderr
+    assert r.returncode == 0, text
+    assert_ran_in_image(text, exe="/usr/bin/python3")
+
+
+def test_registry_style_image_installs_at_job_start_offline_into_a_named_container(
+        pyxis_cluster, standin, login_env, tmp_path, capsys):
+    """INSTALL_PROJECT=1 on the plain base (standing in for nvcr.io#nvidia/pyg:TAG): one task per
+    node installs from the wheels prepared on the login node, with no route to any index; the
+    training step reuses the named container."""
+    job, log, started = submit(login_env, tmp_path, "install", f"IMAGE={standin.path}", "INSTALL_PROJECT=1",
+                               f"ARGS={TRAIN} trainer.epochs=1 output.dir={tmp_path / 'run'}")
+    state, seen = wait(pyxis_cluster, job, log, {"step": r"^0: epoch 0 step 1/"})
+    text = read(log)
+    assert state == "COMPLETED", text
+    assert text.count("install-project.sh: done; torch") == 2, text  # once per node
+    assert f"installing the project into {standin.path} on every node" in text, text
+    assert_ran_in_image(text)
+    say(capsys, f"INSTALL_PROJECT=1 on the base image: job {job} COMPLETED, first step "
+                f"{seen['step'] - started:.0f} s after submit (offline install on both nodes included)")
+
+
+def test_warning_signal_requeues_and_resumes_in_containers(pyxis_cluster, built_image, baseline, login_env,
+                                                           tmp_path, capsys):
+    run = tmp_path / "run"
+    job, log, _ = submit(login_env, tmp_path, "requeue", f"IMAGE={built_image['path']}",
+                         f"ARGS={TRAIN} {SLOW} output.dir={run}")
+    deadline = time.monotonic() + JOB_TIMEOUT
+    while not re.search(r"^0: epoch 1 step 2/", read(log), re.M):
+        assert time.monotonic() < deadline and pyxis_cluster.job_state(job) in ("PENDING", "RUNNING",
+                                                                                "CONFIGURING"), read(log)
+        time.sleep(0.1)
+    sent = time.monotonic()
+    pyxis_cluster.signal_batch_shell(job, signal.SIGUSR1)  # as --signal=B:USR1@120 does
+    state, _ = wait(pyxis_cluster, job, log)
+    text = read(log)
+    info = pyxis_cluster.job_info(job)
+    assert state == "COMPLETED" and info["Restarts"] == "1", text
+    # forwarded as SIGURG, which pyxis's squashfuse ignores (USR1 killed it: "Stale file handle")
+    assert "received SIGUSR1, forwarding it to the training step as SIGURG" in text
+    assert "Stale file handle" not in text and "Bus error" not in text
+    assert f"requeueing job {job} (restart 1)" in text
+    assert re.search(rf"^0: resuming from \S+ .*; job {job} restart 1$", text, re.M), text
+    base = json.loads((baseline["run"] / "summary.json").read_text())
+    mine = json.loads((run / "summary.json").read_text())
+    strip = lambda d: {k: v for k, v in d.items() if not k.endswith("_seconds")}  # noqa: E731
+    assert strip(mine) == strip(base)
+    say(capsys, f"USR1 -> checkpoint -> requeue -> resume in containers: job {job} COMPLETED "
+                f"{time.monotonic() - sent:.0f} s after the signal, same metrics as the uninterrupted run")
+
+
+def test_make_data_runs_inside_the_sqsh_with_enroot_start(built_image, login_env, tmp_path):
+    write_reddit_raw(tmp_path)
+    p = make(login_env, "data", "DATASET=reddit", f"DATA_DIR={tmp_path}", f"IMAGE={built_image['path']}",
+             timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "(enroot)" in p.stderr
+    assert (tmp_path / "Reddit" / "processed" / "data.pt").is_file()
