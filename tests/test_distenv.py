@@ -94,7 +94,9 @@ CASES = [
      PRESERVE_ENV_STEP, dict(world_size=1, num_nodes=1, local_world_size=1, master_addr="gpu007")),
     ("torchrun-under-srun",  # torchrun's variables describe the processes; SLURM's describe its tasks
      TORCHRUN_UNDER_SRUN, dict(world_size=8, rank=6, local_rank=2, local_world_size=4, node_rank=1, num_nodes=2,
-                               master_addr="gpu007", master_port=29500, launcher="torchrun")),
+                               master_addr="gpu007", master_port=29500, launcher="torchrun", agent_store=False)),
+    ("torchrun-agent-store",  # torchrun's agent serves the store: rank 0 must not bind MASTER_PORT again
+     {**TORCHRUN_UNDER_SRUN, "TORCHELASTIC_USE_AGENT_STORE": "True"}, dict(agent_store=True)),
     ("torchrun-standalone-in-a-batch-script",  # make run inside an sbatch/salloc shell
      {**BATCH, "TORCHELASTIC_RUN_ID": "none", "WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "1",
       "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "0", "GROUP_WORLD_SIZE": "1", "MASTER_ADDR": "localhost",

@@ -25,5 +25,7 @@ def main(args) -> int:
     config = load_config(args.config, args.overrides)  # config errors before any rendezvous
     env = resolve(os.environ, command=command_line())  # before torch: a refusal takes well under a second
     from train.fit import run_fit  # torch and PyG load only once the input is known to be good
+    from train.preflight import check_fit
 
+    check_fit(config, env)  # before the rendezvous and before anything is written
     return run_fit(config, env)

@@ -87,6 +87,9 @@ class DistEnv:
     master_port: int
     job_id: str | None = None
     launcher: str = PLAIN
+    # torchrun's agent already serves the store at MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE=True):
+    # rank 0 connects as a client instead of binding it again (torch would log a bind error).
+    agent_store: bool = False
     sources: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -422,6 +425,7 @@ def resolve(environ: Mapping[str, str], pick_free_port: Callable[[], int] = free
         master_port=master_port,
         job_id=job_id,
         launcher=kind,
+        agent_store=kind == TORCHRUN and environ.get("TORCHELASTIC_USE_AGENT_STORE", "").strip().lower() == "true",
         sources=sources,
     )
 

@@ -87,7 +87,7 @@ def _connect_store(env: DistEnv, timeout: datetime.timedelta) -> dist.TCPStore:
             env.master_addr,
             env.master_port,
             world_size=env.world_size,
-            is_master=env.rank == 0,
+            is_master=env.rank == 0 and not env.agent_store,
             timeout=timeout,
             wait_for_workers=True,
         )

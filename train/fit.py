@@ -350,8 +350,6 @@ def _train(config: Config, env: DistEnv, backend: str, device: torch.device, sig
 
     out_dir = run_dir(config, env)
     if env.is_main:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        dump_config(config, out_dir / "config.yaml")
         print(f"run dir {out_dir}  world_size {env.world_size}  backend {backend}  device {device}", flush=True)
     # Every rank says where it runs, so a multi-node log shows the placement (and who is missing).
     print(f"rank {env.rank}/{env.world_size} on {os.uname().nodename} (node {env.node_rank}, "
@@ -360,6 +358,9 @@ def _train(config: Config, env: DistEnv, backend: str, device: torch.device, sig
     trainer = Trainer(config, env, device, data, out_dir)
     checkpointer = Checkpointer(trainer, out_dir)
     checkpointer.resume()
+    if env.is_main:  # only now: a refused run (data, checkpoint) leaves no run directory, and no config.yaml over another's
+        out_dir.mkdir(parents=True, exist_ok=True)
+        dump_config(config, out_dir / "config.yaml")
     settle_gradient_buckets(trainer)  # same DDP bucket layout for every step: resumed == uninterrupted
     if env.is_main:  # metrics.jsonl lists exactly the epochs of the run state (none on a fresh start)
         atomic_write_text(out_dir / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in trainer.state.history))
