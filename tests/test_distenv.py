@@ -126,6 +126,14 @@ CASES = [
     ("node-rank-derived-without-slurm-nodeid",
      dict(WORLD_SIZE="8", RANK="6", LOCAL_WORLD_SIZE="4", MASTER_ADDR="h", MASTER_PORT="1234"),
      dict(node_rank=1, local_rank=2, num_nodes=2)),
+    ("step-without-step-id",  # a hand-made srun environment: the step's own variables say it is a step
+     {k: v for k, v in WHOLE_JOB_STEP.items() if k not in ("SLURM_STEP_ID", "SLURM_STEPID")},
+     dict(world_size=4, rank=3, node_rank=1, master_addr="gpu007", launcher="srun step")),
+    ("lightning-style-srun-task",  # Lightning's SLURMEnvironment test: no step variables, rank 1, a spaced list
+     dict(SLURM_NODELIST="1.1.1.1, 1.1.1.2", SLURM_JOB_ID="0001234", SLURM_NTASKS="20", SLURM_NTASKS_PER_NODE="10",
+          SLURM_LOCALID="2", SLURM_PROCID="1", SLURM_NODEID="0", SLURM_JOB_NAME="JOB"),
+     dict(world_size=20, rank=1, local_rank=2, local_world_size=10, node_rank=0, num_nodes=2,
+          master_addr="1.1.1.1", master_port=10000 + 1234)),
     ("ipv6-master", dict(WORLD_SIZE="2", RANK="1", MASTER_ADDR="fe80::1%eth0", MASTER_PORT="1234"),
      dict(master_addr="fe80::1%eth0")),
 ]
@@ -204,6 +212,8 @@ ERRORS = [
      ["MASTER_ADDR=gpu007", "SLURM_STEP_NODELIST=gpu008"]),
     # a process in a batch script / salloc shell, not started by srun, while the job has several tasks
     ("batch-script-without-srun", BATCH, ["SLURM_JOB_ID=4242", "SLURM_STEP_ID", "SLURM_NTASKS=4", "srun "]),
+    ("batch-step-by-name", {**BATCH, "SLURM_STEP_ID": "batch"}, ["SLURM_STEP_ID=batch", "srun "]),
+    ("salloc-interactive-step", {**BATCH, "SLURM_STEP_ID": "4294967290"}, ["SLURM_STEP_ID=4294967290", "srun "]),
     ("salloc-shell-nodes-only",
      {k: v for k, v in BATCH.items() if k not in ("SLURM_NTASKS", "SLURM_NPROCS", "SLURM_PROCID")},
      ["SLURM_TASKS_PER_NODE=2(x2)", "srun "]),

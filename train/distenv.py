@@ -20,9 +20,11 @@ Who started this process decides which variables are read (`launcher`):
   WORLD_SIZE, RANK, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK/NODE_RANK and MASTER_ADDR set next
   to them (the enroot PyTorch hook, or a user) win, but must agree with the step's values: a
   disagreement is a leftover from another launch and is refused naming both variables.
-- **inside an allocation but not by srun** (`SLURM_JOB_ID` without `SLURM_STEP_ID`: a batch
-  script or an salloc shell): one process. If the allocation has several tasks the process is
-  refused at once with the srun line to use (it would otherwise wait for ranks that never start).
+- **inside an allocation but not by srun** (`SLURM_JOB_ID` without an srun step: no
+  `SLURM_STEP_ID`, or SLURM's own batch/extern/interactive step; no `SLURM_STEP_*` variable; and
+  SLURM_PROCID/LOCALID/NODEID 0 or unset, as in a batch script or an salloc shell): one process.
+  If the allocation has several tasks the process is refused at once with the srun line to use
+  (it would otherwise wait for ranks that never start).
 - **nothing** of the above: WORLD_SIZE & co. if set, else one local process on 127.0.0.1.
 
 A heterogeneous job (SLURM_HET_SIZE > 1) trains on one component (`srun --het-group=N`); a step
@@ -165,7 +167,8 @@ def expand_nodelist(name: str, value: str) -> list[str]:
         hosts = hostlist.expand_hostlist(value)
     except hostlist.BadHostlist as exc:
         raise UserError(f"{name}={value!r} is not a valid node list ({exc}); expected e.g. 'node[01-04],gpu7'.") from None
-    if not hosts or any(not h.strip() or any(c.isspace() for c in h) for h in hosts):
+    hosts = [h.strip() for h in hosts]  # "a, b": spaces after commas are not part of a name
+    if not hosts or any(not h or any(c.isspace() for c in h) for h in hosts):
         raise UserError(f"{name}={value!r} is not a valid node list; expected e.g. 'node[01-04],gpu7'.")
     return hosts
 
@@ -204,11 +207,24 @@ def port_for_job(job_id: str, name: str = "SLURM_JOB_ID") -> int:
     return PORT_BASE + parse_job_id(name, job_id) % PORT_SPAN
 
 
+# SLURM's own steps that are not srun's: the batch script, the extern and salloc's interactive step
+# (by name, or by their ids 0xfffffffa..0xfffffffe as some versions print them).
+NON_SRUN_STEPS = {"batch", "extern", "interactive", *(str(n) for n in range(0xFFFFFFFA, 0xFFFFFFFF))}
+STEP_VARS = ("SLURM_STEP_NUM_TASKS", "SLURM_STEP_NUM_NODES", "SLURM_STEP_NODELIST", "SLURM_STEP_TASKS_PER_NODE")
+
+
 def launcher(environ: Mapping[str, str]) -> str:
-    """Who started this process: torchrun, an srun step, a batch/salloc shell, or nobody known."""
+    """Who started this process: torchrun, an srun step, a batch/salloc shell, or nobody known.
+
+    An srun step is told by its step id, or (a hand-made environment without one) by any of the
+    step's own variables, which a batch script or salloc shell never has.
+    """
     if "TORCHELASTIC_RUN_ID" in environ:
         return TORCHRUN
-    if _first(environ, STEP_ID_VARS):
+    step = _first(environ, STEP_ID_VARS)
+    if step is not None:
+        return ALLOCATION if step[1].lower() in NON_SRUN_STEPS else STEP
+    if _first(environ, STEP_VARS):
         return STEP
     if _first(environ, JOB_ID_VARS):
         return ALLOCATION
@@ -287,12 +303,26 @@ def _not_under_srun(environ: Mapping[str, str], command: str) -> None:
     if claims is None or claims[1] < 2:
         return
     raise UserError(
-        f"this process runs inside job {job[1]} ({job[0]}={job[1]}) but was not started by srun (no "
-        f"SLURM_STEP_ID: a batch script or an salloc shell), and the job has {claims[1]} tasks "
+        f"this process runs inside job {job[1]} ({job[0]}={job[1]}) but was not started by srun ("
+        f"{_step_note(environ)}: a batch script or an salloc shell), and the job has {claims[1]} tasks "
         f"({claims[0]}={environ[claims[0]]}): alone it would wait for {claims[1] - 1} more that never start. "
         f"Start one process per task with: srun {command} (the job's srun options are in "
         "`make srun`), or a single process with: srun --ntasks=1 " + command
     )
+
+
+def _looks_like_a_task(environ: Mapping[str, str]) -> bool:
+    """SLURM_PROCID/LOCALID/NODEID above 0: a task of a step (a batch script has 0 for each)."""
+    for name in ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID"):
+        found = _first(environ, (name,))
+        if found is not None and found[1].isdigit() and int(found[1]) > 0:
+            return True
+    return False
+
+
+def _step_note(environ: Mapping[str, str]) -> str:
+    step = _first(environ, STEP_ID_VARS)
+    return f"{step[0]}={step[1]} is SLURM's own step, not srun's" if step else "no SLURM_STEP_ID"
 
 
 def resolve(environ: Mapping[str, str], pick_free_port: Callable[[], int] = free_port,
@@ -304,6 +334,8 @@ def resolve(environ: Mapping[str, str], pick_free_port: Callable[[], int] = free
     check_empty(environ)
     kind = launcher(environ)
     _check_heterogeneous(environ, kind)
+    if kind == ALLOCATION and _looks_like_a_task(environ):
+        kind = STEP  # a hand-made srun environment without step variables: only a task has a rank > 0
     if kind == ALLOCATION and _first(environ, ("WORLD_SIZE",)) is None:
         _not_under_srun(environ, command)
     read = _Reader(environ)
