@@ -333,13 +333,17 @@ fi
 
 # ---- make submit ------------------------------------------------------------------------------
 read -r -a sbatch_extra <<<"$SBATCH_ARGS"
+# Unique to this submission and kept by every requeue of it (the job's saved environment): its run
+# directory records it, so another job with the same id never resumes it (train/rundir.py).
+submission=$(date -u +%Y%m%dT%H%M%SZ)-$(od -An -N6 -tx1 /dev/urandom | tr -d ' \n')
 sbatch_cmd=(sbatch --parsable --export=ALL --chdir="$root" --job-name="$JOB_NAME" --output="$LOG_DIR/%x-%j.log"
     "${resources[@]}" "${sbatch_extra[@]}" "$script")
 # The knobs of jobs/train.sbatch travel in the environment: --export=ALL (as the seed), also where
 # a site sets SBATCH_EXPORT=NONE.
 job_env=(CONFIG="$config_arg" ARGS="$ARGS" IMAGE="$IMAGE" PROJECT_DIR="$root" DATA_DIR="$DATA_DIR"
     GPUS_PER_TASK="$GPUS_PER_TASK" SRUN_ARGS="$SRUN_ARGS" CONTAINER_MOUNTS="$CONTAINER_MOUNTS"
-    INSTALL_PROJECT="$INSTALL_PROJECT" BARE_PYTHON="$BARE_PYTHON" DOCTOR="$DOCTOR" DOCTOR_TIMEOUT="$DOCTOR_TIMEOUT")
+    INSTALL_PROJECT="$INSTALL_PROJECT" BARE_PYTHON="$BARE_PYTHON" DOCTOR="$DOCTOR" DOCTOR_TIMEOUT="$DOCTOR_TIMEOUT"
+    PYG_SUBMISSION_ID="$submission")
 
 if [[ -n $DRY_RUN ]]; then
     echo "# DRY_RUN=1: nothing submitted. The sbatch command:"
