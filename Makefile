@@ -39,8 +39,9 @@ $(VENV)/.stamp: requirements.lock requirements-dev.lock
 setup: $(VENV)/.stamp ## Create the pinned local venv (.venv), idempotent
 
 run: setup ## Train the default config on NPROC local processes (torchrun, gloo on CPU)
-	@$(call split,args,ARGS); set -x; \
-	"$$VENV/bin/torchrun" --standalone --nproc-per-node="$$NPROC" -m train fit --config "$$CONFIG" "$${args[@]}"
+	@$(call split,args,ARGS); \
+	cmd=("$$VENV/bin/torchrun" --standalone --nproc-per-node="$$NPROC" -m train fit --config "$$CONFIG" "$${args[@]}"); \
+	echo "$${cmd[*]}"; "$${cmd[@]}"
 
 test: setup lint ## Lint scripts and run the whole test suite (starts its own SLURM cluster)
 	@$(call split,args,PYTEST_ARGS); "$$VENV/bin/python" -m pytest "$${args[@]}"

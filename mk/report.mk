@@ -14,8 +14,10 @@ doctor: $(if $(DOCTOR_ON_SLURM),,setup) ## Check ranks, GPUs, network, data, all
 ifneq ($(DOCTOR_ON_SLURM),)
 	@$(MAKE) --no-print-directory submit DOCTOR=only JOB_NAME=pyg-doctor
 else
-	@$(call split,args,ARGS); set -x; "$$VENV/bin/torchrun" --standalone --nproc-per-node="$$NPROC" -m train doctor \
-		--config "$$CONFIG" --timeout "$$DOCTOR_TIMEOUT" "$${args[@]}"
+	@$(call split,args,ARGS); \
+	cmd=("$$VENV/bin/torchrun" --standalone --nproc-per-node="$$NPROC" -m train doctor --config "$$CONFIG" \
+		--timeout "$$DOCTOR_TIMEOUT" "$${args[@]}"); \
+	echo "$${cmd[*]}"; "$${cmd[@]}"
 endif
 
 report: setup ## Draw RUN/curves.png and print the run's summary (RUN=runs/<id>; default: the newest run)

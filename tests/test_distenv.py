@@ -309,3 +309,14 @@ def test_cli_port_prints_the_jobs_port_even_in_the_batch_script():
                           env={"PATH": os.environ["PATH"], "PYTHONPATH": str(ROOT)},
                           cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert none.returncode == 2 and "SLURM_JOB_ID" in none.stderr and "Traceback" not in none.stderr
+
+
+def test_every_bad_environment_is_one_message_and_status_2_from_the_cli():
+    """The ERRORS table through `python -m train env`: exit 2, the variables named, no traceback, no stdout."""
+    failures = []
+    for case_id, environ, names in ERRORS:
+        done = _run_env(environ)
+        if done.returncode != 2 or done.stdout or "Traceback" in done.stderr \
+                or not all(name in done.stderr for name in names):
+            failures.append(f"{case_id}: rc {done.returncode}: {done.stderr.strip()[:300]}")
+    assert not failures, "\n".join(failures)
