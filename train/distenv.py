@@ -333,9 +333,9 @@ def resolve(environ: Mapping[str, str], pick_free_port: Callable[[], int] = free
     """
     check_empty(environ)
     kind = launcher(environ)
-    _check_heterogeneous(environ, kind)
     if kind == ALLOCATION and _looks_like_a_task(environ):
         kind = STEP  # a hand-made srun environment without step variables: only a task has a rank > 0
+    _check_heterogeneous(environ, kind)
     if kind == ALLOCATION and _first(environ, ("WORLD_SIZE",)) is None:
         _not_under_srun(environ, command)
     read = _Reader(environ)
