@@ -6,12 +6,19 @@ SHELL := /bin/bash
 
 PYTHON ?= python3
 VENV ?= .venv
-PY := $(VENV)/bin/python
 CONFIG ?= synthetic
 NPROC ?= 2
 ARGS ?=
 PYTEST_ARGS ?=
 export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
+
+# No user string is ever run by a shell: a make variable reaches a recipe as an environment variable
+# holding its text as given ($(call export_for,TARGETS,VARS), after all defaults are set, at the end
+# of this file); recipes read "$$VAR", never '$(VAR)', and split word lists with `read -r -a`.
+raw_value = $(if $(filter command line environment environment override override,$(origin $(1))),$(value $(1)),$($(1)))
+export_for = $(foreach t,$(1),$(foreach v,$(2),$(eval $(t): export $(v) := $$(call raw_value,$(v)))))
+# `read -r -a NAME <<<"$$VAR"`: a whitespace-separated list as argv words (no globbing, no re-parsing).
+split = read -r -a $(1) <<<"$$$(2)"
 
 .PHONY: help setup run test lint clean
 
@@ -23,22 +30,37 @@ help: ## List every target and the variables it reads
 
 # The venv is rebuilt only when the pinned dependency files change.
 $(VENV)/.stamp: requirements.lock requirements-dev.lock
-	$(PYTHON) -m venv $(VENV)
-	@echo "setting up $(VENV) from requirements-dev.lock (pinned; CPU torch)"
-	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-dev.lock 2>&1 \
+	"$$PYTHON" -m venv -- "$$VENV"
+	@echo "setting up $$VENV from requirements-dev.lock (pinned; CPU torch)"
+	"$$VENV/bin/pip" install --quiet --disable-pip-version-check -r requirements-dev.lock 2>&1 \
 		| { grep -v "^WARNING: Location 'file:" || true; }  # this machine's pip config lists local indexes
-	touch $@
+	touch -- "$$VENV/.stamp"
 
 setup: $(VENV)/.stamp ## Create the pinned local venv (.venv), idempotent
 
 run: setup ## Train the default config on NPROC local processes (torchrun, gloo on CPU)
-	$(VENV)/bin/torchrun --standalone --nproc-per-node=$(NPROC) -m train fit --config $(CONFIG) $(ARGS)
+	@$(call split,args,ARGS); \
+	cmd=("$$VENV/bin/torchrun" --standalone --nproc-per-node="$$NPROC" -m train fit --config "$$CONFIG" "$${args[@]}"); \
+	echo "$${cmd[*]}"; "$${cmd[@]}"
 
 test: setup lint ## Lint scripts and run the whole test suite (starts its own SLURM cluster)
-	$(PY) -m pytest $(PYTEST_ARGS)
+	@$(call split,args,PYTEST_ARGS); "$$VENV/bin/python" -m pytest "$${args[@]}"
 
 clean: ## Remove runs/, logs/ and caches (keeps .venv and data/)
 	rm -rf runs logs .pytest_cache
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
 
 include $(wildcard mk/*.mk)
+
+# Every variable a user may set, to the recipes that read it (see raw_value above).
+$(call export_for,$(VENV)/.stamp setup,PYTHON VENV)
+$(call export_for,run,VENV NPROC CONFIG ARGS)
+$(call export_for,test,VENV PYTEST_ARGS)
+$(call export_for,lint,VENV)
+$(call export_for,bench,VENV BENCH BENCH_ARGS)
+$(call export_for,data,$(DATA_VARS))
+$(call export_for,image,$(IMAGE_VARS))
+$(call export_for,submit srun,$(JOBS_VARS))
+$(call export_for,doctor,VENV NPROC CONFIG ARGS DOCTOR_TIMEOUT)
+$(call export_for,report,VENV RUN)
+$(call export_for,logs tail,LOG_DIR)

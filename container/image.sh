@@ -20,6 +20,10 @@ die() {
     printf '%s: error: %s\n' "$prog" "$*" >&2
     exit 1
 }
+bad() { # bad input: exit 2 (README "Exit codes"), before anything runs
+    printf '%s: error: %s\n' "$prog" "$*" >&2
+    exit 2
+}
 say() { printf '==> %s\n' "$*" >&2; }
 
 # shellcheck source=lib/cmd.sh
@@ -28,7 +32,7 @@ source "$root/lib/cmd.sh" # quote, run, DRY_RUN
 BUILDER=${BUILDER:-auto}
 case $BUILDER in
 auto | docker | enroot) ;;
-*) die "unknown BUILDER '$BUILDER'; valid values: auto, docker, enroot" ;;
+*) bad "unknown BUILDER '$BUILDER'; valid values: auto, docker, enroot" ;;
 esac
 
 default_tag=$(sed -n 's/^ARG PYG_TAG=//p' "$here/Dockerfile")
@@ -37,6 +41,23 @@ export PYG_TAG=${PYG_TAG:-$default_tag}
 export IMAGE_DIR=${IMAGE_DIR:-images}
 export IMAGE=${IMAGE:-$IMAGE_DIR/pyg-train-$PYG_TAG.sqsh}
 SQSH=${SQSH:-}
+
+# ---- checks: every value's shape, before anything runs (also with DRY_RUN) ----------------------
+# A docker tag: https://docs.docker.com/reference/cli/docker/image/tag/ (128 characters at most).
+[[ $PYG_TAG =~ ^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$ ]] ||
+    bad "PYG_TAG='$PYG_TAG' is not a docker tag: expected letters, digits, '_', '.', '-' (at most 128, not starting with '.' or '-'), e.g. PYG_TAG=$default_tag"
+for var in IMAGE_DIR IMAGE; do
+    value=${!var}
+    [[ -n $value && $value != *[[:cntrl:]]* && $value != -* ]] ||
+        bad "$var='$value' is not a usable path: expected a path without control characters, not starting with '-'"
+done
+if [[ $IMAGE != *.sqsh && ! $IMAGE =~ ^[a-z0-9][a-z0-9._/:-]*$ ]]; then
+    bad "IMAGE='$IMAGE' is neither a .sqsh path nor a docker image name: expected e.g. images/pyg-train.sqsh or registry.example.com/team/pyg-train:$PYG_TAG"
+fi
+case $SQSH in
+'' | 1 | yes | true | 0 | no | false) ;;
+*) bad "SQSH='$SQSH' is not valid: expected 1 (convert to .sqsh), 0 (never) or empty (when enroot is on PATH)" ;;
+esac
 
 have_enroot() { command -v enroot >/dev/null 2>&1; }
 docker_answers() { command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; }
@@ -71,12 +92,12 @@ submit_line_for_sqsh() {
         # The job template's default image is exactly this path (mk/image.mk: IMAGE ?=).
         echo "make submit NODES=2 GPUS=4"
     else
-        echo "make submit NODES=2 GPUS=4 IMAGE=$path"
+        echo "make submit NODES=2 GPUS=4 $(quote "IMAGE=$path")"
     fi
 }
 
 if [[ $BUILDER == enroot ]]; then
-    [[ $IMAGE == *.sqsh ]] || die "BUILDER=enroot writes a .sqsh file: IMAGE='$IMAGE' must end in .sqsh"
+    [[ $IMAGE == *.sqsh ]] || bad "BUILDER=enroot writes a .sqsh file: IMAGE='$IMAGE' must end in .sqsh"
     bash "$here/enroot-build.sh"
     summary "Image: $(abs "$IMAGE")" "Submit with:" "  $(submit_line_for_sqsh)"
     exit 0

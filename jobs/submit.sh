@@ -95,6 +95,31 @@ esac
 if [[ -n $CPUS_PER_TASK ]]; then
     positive CPUS_PER_TASK "$CPUS_PER_TASK" "CPUs per task (or empty for the cluster's default)" || true
 fi
+# SLURM's time formats: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S (sbatch --time), or UNLIMITED/infinite.
+time_seconds() { # TIME -> seconds on stdout (-1: no limit); non-zero status when not a SLURM time
+    local t=$1 d=0 h=0 m=0 sec=0 rest
+    [[ $t == UNLIMITED || $t == infinite ]] && { echo -1; return 0; }
+    if [[ $t =~ ^([0-9]+)-([0-9]+)(:([0-9]+)(:([0-9]+))?)?$ ]]; then
+        d=${BASH_REMATCH[1]} h=${BASH_REMATCH[2]} m=${BASH_REMATCH[4]:-0} sec=${BASH_REMATCH[6]:-0}
+    elif [[ $t =~ ^[0-9]+(:[0-9]+(:[0-9]+)?)?$ ]]; then
+        IFS=: read -r -a rest <<<"$t"
+        case ${#rest[@]} in
+        1) m=${rest[0]} ;;
+        2) m=${rest[0]} sec=${rest[1]} ;;
+        3) h=${rest[0]} m=${rest[1]} sec=${rest[2]} ;;
+        esac
+    else
+        return 1
+    fi
+    echo $((10#$d * 86400 + 10#$h * 3600 + 10#$m * 60 + 10#$sec))
+}
+time_ok=1
+if [[ -n $TIME ]] && ! time_seconds "$TIME" >/dev/null; then
+    time_ok=0
+    problem "TIME='$TIME' is not a SLURM time: expected minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS (e.g. TIME=02:00:00 or TIME=1-00:00:00)."
+fi
+[[ -z $PARTITION || $PARTITION =~ ^[A-Za-z0-9_.,-]+$ ]] ||
+    problem "PARTITION='$PARTITION' is not a partition name: expected letters, digits, '_', '.', '-'."
 [[ $JOB_NAME =~ ^[A-Za-z0-9._-]+$ ]] ||
     problem "JOB_NAME='$JOB_NAME' is not valid: expected letters, digits, '.', '_' or '-' (it names the log file)."
 case $DOCTOR in
@@ -180,6 +205,67 @@ if [[ -n $DATA_DIR && ! -d $DATA_DIR && $image_kind != none ]]; then
     problem "DATA_DIR='$DATA_DIR' is not a directory: it is mounted into the container at /data, so it must exist."
 fi
 
+# ---- the cluster's real limits: a request no node can satisfy would pend forever -----------------
+# Asked of the cluster itself (sinfo); where it cannot be asked, say what was not checked.
+check_cluster() {
+    local part max_time limit name cpus gres gpus fit_cpu=0 fit_gpu=0 total=0 most_cpus=0 most_gpus=0
+    local cpus_each=${CPUS_PER_TASK:-1} need_gpus=$((per_node * GPUS_PER_TASK)) item count
+    local -a partitions
+    if ! command -v sinfo >/dev/null 2>&1; then
+        note "note: sinfo is not on PATH: the partition, the node count, CPUs and GPUs per node and the time limit were not checked against the cluster."
+        return 0
+    fi
+    if ! mapfile -t partitions < <(sinfo -h -o '%P' 2>/dev/null | sort -u) || ((${#partitions[@]} == 0)); then
+        note "note: sinfo answered nothing: the request was not checked against the cluster's limits."
+        return 0
+    fi
+    part=$PARTITION
+    if [[ -z $part ]]; then
+        for item in "${partitions[@]}"; do [[ $item == *'*' ]] && part=${item%'*'}; done
+        [[ -n $part ]] || return 0 # no default partition: sbatch itself will ask for one
+    else
+        local known=0
+        for item in "${partitions[@]}"; do [[ ${item%'*'} == "$part" ]] && known=1; done
+        if ((!known)); then
+            problem "PARTITION='$part' is not a partition of this cluster; its partitions are: $(printf '%s ' "${partitions[@]%'*'}")."
+            return 0
+        fi
+    fi
+    # One line per node: name, CPUs, generic resources (gpu:4, gpu:a100:4(S:0-1), (null)).
+    while read -r name cpus gres; do
+        [[ -n $name ]] || continue
+        total=$((total + 1))
+        gpus=0
+        local -a items
+        IFS=, read -r -a items <<<"$gres"
+        for item in "${items[@]}"; do
+            item=${item%%(*}
+            if [[ $item =~ ^gpu(:[^:]+)?:([0-9]+)$ ]]; then
+                count=${BASH_REMATCH[2]}
+                gpus=$((gpus + count))
+            fi
+        done
+        ((cpus > most_cpus)) && most_cpus=$cpus
+        ((gpus > most_gpus)) && most_gpus=$gpus
+        ((cpus >= per_node * cpus_each)) && fit_cpu=$((fit_cpu + 1))
+        ((gpus >= need_gpus && cpus >= per_node * cpus_each)) && fit_gpu=$((fit_gpu + 1))
+    done < <(sinfo -h -N -p "$part" -o '%N %c %G' 2>/dev/null | sort -u)
+    if ((NODES > total)); then
+        problem "NODES=$NODES: partition '$part' has only $total node(s); use NODES=$total or less (PARTITION= picks another partition)."
+    elif ((fit_cpu < NODES)); then
+        problem "CPUS_PER_TASK=${CPUS_PER_TASK:-1 (default)} x $per_node tasks per node = $((per_node * cpus_each)) CPUs per node, but the nodes of partition '$part' have at most $most_cpus CPUs ($fit_cpu node(s) fit, NODES=$NODES); use CPUS_PER_TASK=$((most_cpus / per_node > 0 ? most_cpus / per_node : 1)) or fewer tasks per node (more NODES)."
+    elif ((need_gpus > 0 && fit_gpu < NODES)); then
+        problem "GPUS=$GPUS over NODES=$NODES asks $need_gpus GPUs per node, but the nodes of partition '$part' have at most $most_gpus GPU(s) ($fit_gpu node(s) fit); use more NODES, fewer GPUS, or GPUS_PER_TASK=0 on a CPU-only partition."
+    fi
+    max_time=$(sinfo -h -p "$part" -o '%l' 2>/dev/null | sort -u | head -n 1)
+    if [[ -n $TIME ]] && ((time_ok)) && limit=$(time_seconds "$max_time" 2>/dev/null) && ((limit >= 0)); then
+        if (($(time_seconds "$TIME") > limit)); then
+            problem "TIME='$TIME' is above the time limit of partition '$part' ($max_time); use TIME=$max_time or less."
+        fi
+    fi
+}
+[[ $mode == srun ]] || ((!nodes_ok)) || check_cluster
+
 if ((${#problems[@]})); then
     for line in "${problems[@]}"; do
         printf '%s: error: %s\n' "$prog" "$line" >&2
@@ -256,13 +342,17 @@ fi
 
 # ---- make submit ------------------------------------------------------------------------------
 read -r -a sbatch_extra <<<"$SBATCH_ARGS"
+# Unique to this submission and kept by every requeue of it (the job's saved environment): its run
+# directory records it, so another job with the same id never resumes it (train/rundir.py).
+submission=$(date -u +%Y%m%dT%H%M%SZ)-$(od -An -N6 -tx1 /dev/urandom | tr -d ' \n')
 sbatch_cmd=(sbatch --parsable --export=ALL --chdir="$root" --job-name="$JOB_NAME" --output="$LOG_DIR/%x-%j.log"
     "${resources[@]}" "${sbatch_extra[@]}" "$script")
 # The knobs of jobs/train.sbatch travel in the environment: --export=ALL (as the seed), also where
 # a site sets SBATCH_EXPORT=NONE.
 job_env=(CONFIG="$config_arg" ARGS="$ARGS" IMAGE="$IMAGE" PROJECT_DIR="$root" DATA_DIR="$DATA_DIR"
     GPUS_PER_TASK="$GPUS_PER_TASK" SRUN_ARGS="$SRUN_ARGS" CONTAINER_MOUNTS="$CONTAINER_MOUNTS"
-    INSTALL_PROJECT="$INSTALL_PROJECT" BARE_PYTHON="$BARE_PYTHON" DOCTOR="$DOCTOR" DOCTOR_TIMEOUT="$DOCTOR_TIMEOUT")
+    INSTALL_PROJECT="$INSTALL_PROJECT" BARE_PYTHON="$BARE_PYTHON" DOCTOR="$DOCTOR" DOCTOR_TIMEOUT="$DOCTOR_TIMEOUT"
+    PYG_SUBMISSION_ID="$submission")
 
 if [[ -n $DRY_RUN ]]; then
     echo "# DRY_RUN=1: nothing submitted. The sbatch command:"

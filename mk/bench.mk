@@ -7,4 +7,4 @@ BENCH_ARGS ?=
 .PHONY: bench
 
 bench: setup ## Benchmarks BENCH (memory sampler training gpu); BENCH_ARGS e.g. "--nodes 200000"; JSON in bench/results/
-	$(PY) -m bench $(BENCH) $(BENCH_ARGS)
+	@$(call split,names,BENCH); $(call split,args,BENCH_ARGS); "$$VENV/bin/python" -m bench "$${names[@]}" "$${args[@]}"

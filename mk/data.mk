@@ -5,6 +5,7 @@ DATA_MODE ?= auto
 
 .PHONY: data
 
+DATA_VARS = DATASET DATA_DIR IMAGE DATA_MODE DRY_RUN  # reach container/data.sh as environment variables
+
 data: ## Prepare DATASET (config or PyG name) into DATA_DIR, inside IMAGE (enroot/srun) or the venv (IMAGE=none)
-	@DATASET='$(DATASET)' DATA_DIR='$(DATA_DIR)' IMAGE='$(IMAGE)' DATA_MODE='$(DATA_MODE)' DRY_RUN='$(DRY_RUN)' \
-		bash container/data.sh
+	@bash container/data.sh

@@ -11,6 +11,7 @@ SQSH ?=
 
 .PHONY: image
 
+IMAGE_VARS = BUILDER PYG_TAG IMAGE_DIR IMAGE DRY_RUN SQSH  # reach container/image.sh as environment variables
+
 image: ## Build IMAGE (.sqsh) with BUILDER=auto|docker|enroot on nvcr.io/nvidia/pyg:PYG_TAG; DRY_RUN=1 prints the commands
-	@BUILDER='$(BUILDER)' PYG_TAG='$(PYG_TAG)' IMAGE_DIR='$(IMAGE_DIR)' IMAGE='$(IMAGE)' DRY_RUN='$(DRY_RUN)' SQSH='$(SQSH)' \
-		bash container/image.sh
+	@bash container/image.sh

@@ -5,7 +5,7 @@
 NODES ?= 1
 GPUS ?= 1
 GPUS_PER_TASK ?= 1
-CPUS_PER_TASK ?= 8
+CPUS_PER_TASK ?=
 MEM ?=
 TIME ?=
 PARTITION ?=
@@ -17,16 +17,14 @@ DATA_DIR ?=
 LOG_DIR ?= logs
 JOB_NAME ?= pyg-train
 
-# Every knob reaches the script as an environment variable, single-quoted for the shell.
-jobs_quote = '$(subst ','\'',$(1))'
-JOBS_ENV = $(foreach v,NODES GPUS CONFIG ARGS IMAGE GPUS_PER_TASK CPUS_PER_TASK MEM TIME PARTITION \
-	ACCOUNT QOS SBATCH_ARGS SRUN_ARGS DATA_DIR LOG_DIR JOB_NAME CONTAINER_MOUNTS INSTALL_PROJECT BARE_PYTHON \
-	DOCTOR DOCTOR_TIMEOUT DRY_RUN,$(v)=$(call jobs_quote,$($(v))))
+# Every knob reaches jobs/submit.sh as an environment variable (Makefile: export_for).
+JOBS_VARS = NODES GPUS CONFIG ARGS IMAGE GPUS_PER_TASK CPUS_PER_TASK MEM TIME PARTITION ACCOUNT QOS SBATCH_ARGS \
+	SRUN_ARGS DATA_DIR LOG_DIR JOB_NAME CONTAINER_MOUNTS INSTALL_PROJECT BARE_PYTHON DOCTOR DOCTOR_TIMEOUT DRY_RUN
 
 .PHONY: submit srun
 
 submit: ## Submit the training job: NODES=2 GPUS=4 [CONFIG= IMAGE= TIME= PARTITION= ...]; DRY_RUN=1 prints it
-	@$(JOBS_ENV) bash jobs/submit.sh submit
+	@bash jobs/submit.sh submit
 
 srun: ## Print the direct srun line (pyxis flags) for NODES/GPUS, to paste in an interactive allocation
-	@$(JOBS_ENV) bash jobs/submit.sh srun
+	@bash jobs/submit.sh srun

@@ -7,34 +7,35 @@ DOCTOR_TIMEOUT ?= 120
 
 # NODES or GPUS given by the user (not mk/jobs.mk's defaults): the doctor runs as a SLURM job.
 DOCTOR_ON_SLURM = $(filter command line environment,$(origin NODES) $(origin GPUS))
-REPORT_LOG_DIR = $(or $(LOG_DIR),logs)
 
 .PHONY: doctor report logs tail
 
 doctor: $(if $(DOCTOR_ON_SLURM),,setup) ## Check ranks, GPUs, network, data, all-reduce: NPROC local processes, or a job with NODES= GPUS=
 ifneq ($(DOCTOR_ON_SLURM),)
-	@$(MAKE) --no-print-directory submit DOCTOR=only DOCTOR_TIMEOUT='$(DOCTOR_TIMEOUT)' JOB_NAME=pyg-doctor
+	@$(MAKE) --no-print-directory submit DOCTOR=only JOB_NAME=pyg-doctor
 else
-	$(VENV)/bin/torchrun --standalone --nproc-per-node=$(NPROC) -m train doctor --config $(CONFIG) \
-		--timeout $(DOCTOR_TIMEOUT) $(ARGS)
+	@$(call split,args,ARGS); \
+	cmd=("$$VENV/bin/torchrun" --standalone --nproc-per-node="$$NPROC" -m train doctor --config "$$CONFIG" \
+		--timeout "$$DOCTOR_TIMEOUT" "$${args[@]}"); \
+	echo "$${cmd[*]}"; "$${cmd[@]}"
 endif
 
 report: setup ## Draw RUN/curves.png and print the run's summary (RUN=runs/<id>; default: the newest run)
-	@run='$(RUN)'; \
+	@run=$$RUN; \
 	if [[ -z $$run ]]; then \
 		run=$$(find runs -mindepth 2 -maxdepth 2 -name metrics.jsonl -printf '%T@ %h\n' 2>/dev/null | sort -rn | sed -n '1s/^[^ ]* //p' || true); \
 		[[ -n $$run ]] || { echo "make report: no run with metrics.jsonl under runs/; give RUN=runs/<id>" >&2; exit 2; }; \
 	fi; \
-	$(PY) -m train report "$$run"
+	"$$VENV/bin/python" -m train report -- "$$run"
 
 logs: ## Print the newest job's log (the newest file under LOG_DIR)
-	@log=$$(find '$(REPORT_LOG_DIR)' -type f -printf '%T@ %p\n' 2>/dev/null | sort -rn | sed -n '1s/^[^ ]* //p' || true); \
-	[[ -n $$log ]] || { echo "make logs: no log under $(REPORT_LOG_DIR)/ yet (make submit writes one per job)" >&2; exit 2; }; \
+	@dir=$${LOG_DIR:-logs}; [[ $$dir == /* ]] || dir=./$$dir; log=$$(find "$$dir" -type f -printf '%T@ %p\n' 2>/dev/null | sort -rn | sed -n '1s/^[^ ]* //p' || true); \
+	[[ -n $$log ]] || { echo "make logs: no log under $$dir/ yet (make submit writes one per job)" >&2; exit 2; }; \
 	echo "==> $$log <==" >&2; \
 	cat -- "$$log"
 
 tail: ## Follow the newest job's log as it grows (tail -f; Ctrl-C to stop)
-	@log=$$(find '$(REPORT_LOG_DIR)' -type f -printf '%T@ %p\n' 2>/dev/null | sort -rn | sed -n '1s/^[^ ]* //p' || true); \
-	[[ -n $$log ]] || { echo "make tail: no log under $(REPORT_LOG_DIR)/ yet (make submit writes one per job)" >&2; exit 2; }; \
+	@dir=$${LOG_DIR:-logs}; [[ $$dir == /* ]] || dir=./$$dir; log=$$(find "$$dir" -type f -printf '%T@ %p\n' 2>/dev/null | sort -rn | sed -n '1s/^[^ ]* //p' || true); \
+	[[ -n $$log ]] || { echo "make tail: no log under $$dir/ yet (make submit writes one per job)" >&2; exit 2; }; \
 	echo "==> $$log <==" >&2; \
 	exec tail -n 50 -F -- "$$log"

@@ -25,6 +25,7 @@ def srun_env(rank: int, world_size: int, nodes: int, job_id: str, port: int) -> 
     per_node = world_size // nodes
     return {
         "SLURM_JOB_ID": job_id,
+        "SLURM_STEP_ID": "0",  # started by srun: a step (train.distenv refuses a batch shell claiming tasks)
         "SLURM_NTASKS": str(world_size),
         "SLURM_PROCID": str(rank),
         "SLURM_LOCALID": str(rank % per_node),

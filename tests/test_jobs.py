@@ -186,7 +186,7 @@ def test_srun_line_container_mode(standin):
     assert {w.name.split("-")[0] for w in (ROOT / ".wheels").glob("*.whl")} >= {"pyg_slurm_train", "python_hostlist"}
     assert "--ntasks-per-node=1" in install and "--container-name=pyg-train" in install
     assert install[-2:] == ["/workspace/container/install-project.sh", "/workspace"]
-    assert train[0] == "OMP_NUM_THREADS=8" and train[1] == "DATA_DIR=/data" and train[2] == "srun"
+    assert train[0] == "OMP_NUM_THREADS=1" and train[1] == "DATA_DIR=/data" and train[2] == "srun"
     for option in ("--nodes=2", "--ntasks=4", "--ntasks-per-node=2", "--gpus-per-task=1", "--gpu-bind=none",
                    "--container-image=nvcr.io#nvidia/pyg:25.05-py3", f"--container-mounts={ROOT}:/workspace,{ROOT}/data:/data",
                    "--container-workdir=/workspace", "--no-container-mount-home", "--container-name=pyg-train",
@@ -290,3 +290,92 @@ def test_scripts_are_shellcheck_clean():
         pytest.skip(f"{SHELLCHECK} is missing: run `make setup`")
     p = subprocess.run([str(SHELLCHECK), "-x", *map(str, SCRIPTS)], capture_output=True, text=True, cwd=ROOT)
     assert p.returncode == 0, p.stdout + p.stderr
+
+
+# A stand-in sinfo: partitions gpu (default; 2 nodes, 64 CPUs, 4 A100 each, 2 days) and cpu (3 nodes of 8 CPUs, 1 h).
+STANDIN_SINFO = r"""#!/bin/bash
+fmt= part= per_node=
+while (($#)); do
+    case $1 in -o) fmt=$2; shift ;; -p) part=$2; shift ;; -N) per_node=1 ;; esac
+    shift
+done
+case $fmt in
+%P) printf 'gpu*\ncpu\n' ;;
+%l) case $part in gpu) echo 2-00:00:00 ;; cpu) echo 1:00:00 ;; esac ;;
+'%N %c %G')
+    case $part in
+    gpu) printf 'g1 64 gpu:a100:4(S:0-1)\ng2 64 gpu:a100:4(S:0-1),tmpdisk:100\n' ;;
+    cpu) printf 'c1 8 (null)\nc2 8 (null)\nc3 8 (null)\n' ;;
+    esac ;;
+esac
+"""
+
+
+@pytest.fixture
+def cluster_standin(standin):
+    env, record = standin
+    sinfo = Path(env["PATH"].split(":")[0]) / "sinfo"
+    sinfo.write_text(STANDIN_SINFO)
+    sinfo.chmod(0o755)
+    return env, record
+
+
+@pytest.mark.parametrize("args,named", [
+    (["PARTITION=nosuch"], ["PARTITION='nosuch'", "gpu", "cpu"]),
+    (["NODES=3", "GPUS=3"], ["NODES=3", "'gpu' has only 2 node(s)"]),
+    (["NODES=2", "GPUS=10"], ["GPUS=10", "5 GPUs per node", "at most 4 GPU(s)"]),
+    (["NODES=1", "GPUS=4", "CPUS_PER_TASK=32"], ["CPUS_PER_TASK=32", "128 CPUs per node", "at most 64 CPUs"]),
+    (["PARTITION=cpu", "GPUS_PER_TASK=0", "NODES=2", "GPUS=4", "CPUS_PER_TASK=8"],
+     ["CPUS_PER_TASK=8", "16 CPUs per node", "at most 8 CPUs", "CPUS_PER_TASK=4"]),
+    (["PARTITION=cpu", "NODES=1", "GPUS=1"], ["at most 0 GPU(s)", "GPUS_PER_TASK=0"]),
+    (["TIME=3-00:00:00"], ["TIME='3-00:00:00'", "2-00:00:00"]),
+    (["PARTITION=cpu", "GPUS_PER_TASK=0", "TIME=61"], ["TIME='61'", "'cpu' (1:00:00)"]),
+    (["TIME=1:2:3:4"], ["TIME='1:2:3:4' is not a SLURM time"]),
+    (["TIME=soon"], ["TIME='soon' is not a SLURM time"]),
+    (["PARTITION=a b"], ["PARTITION='a b'"]),
+])
+def test_requests_the_cluster_cannot_run_are_refused(cluster_standin, args, named):
+    env, record = cluster_standin
+    for dry in ([], ["DRY_RUN=1"]):  # a dry run checks as much as a real one
+        p = make(env, "submit", "IMAGE=none", "CONFIG=tiny", *args, *dry)
+        assert p.returncode == 2, p.stdout + p.stderr
+        for text in named:
+            assert text in p.stderr, (text, p.stderr)
+        assert "nothing was submitted" in p.stderr
+    assert not record.exists()
+
+
+@pytest.mark.parametrize("args", [
+    ["NODES=2", "GPUS=8", "CPUS_PER_TASK=16", "TIME=2-00:00:00"],
+    ["PARTITION=cpu", "GPUS_PER_TASK=0", "NODES=3", "GPUS=6", "CPUS_PER_TASK=4", "TIME=59:59"],
+    ["NODES=1", "GPUS=4", "TIME=90"],  # minutes; CPUS_PER_TASK empty: the cluster's default (1)
+])
+def test_requests_that_fit_are_submitted(cluster_standin, args):
+    env, record = cluster_standin
+    p = make(env, "submit", "IMAGE=none", "CONFIG=tiny", *args)
+    assert p.returncode == 0, p.stderr
+    assert "Submitted job 4242" in p.stdout and record.exists()
+
+
+def test_without_sinfo_it_says_what_was_not_checked(standin, tmp_path):
+    env, _ = standin
+    tools = tmp_path / "tools"  # every program of PATH but sinfo
+    tools.mkdir()
+    for folder in reversed(env["PATH"].split(":")):
+        for program in Path(folder).glob("*") if Path(folder).is_dir() else ():
+            if program.name != "sinfo":
+                (tools / program.name).unlink(missing_ok=True)
+                (tools / program.name).symlink_to(program)
+    env["PATH"] = str(tools)
+    p = make(env, "submit", "IMAGE=none", "CONFIG=tiny", "DRY_RUN=1")
+    assert p.returncode == 0, p.stderr
+    assert "sinfo is not on PATH" in p.stderr and "time limit were not checked" in p.stderr
+
+
+def test_default_cpus_per_task_is_the_clusters():
+    """No --cpus-per-task unless asked: the old default of 8 pended forever on small nodes."""
+    p = subprocess.run(["make", "--no-print-directory", "submit", "IMAGE=none", "DRY_RUN=1"], cwd=ROOT,
+                       env={k: v for k, v in os.environ.items() if k not in KNOBS}, capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert "--cpus-per-task" not in sbatch_words(p.stdout)

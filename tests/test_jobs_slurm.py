@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from train.distenv import port_for_job
+
 ROOT = Path(__file__).resolve().parents[1]
 # The fixture comes from the plugin; this works whether or not tests/conftest.py loads it too.
 pytest_plugins = ["tests.conftest_slurm"]
@@ -124,7 +126,7 @@ def test_printed_srun_line_runs_in_salloc(slurm_cluster, tmp_path, capsys):
     report(capsys, f"salloc -N2 -n4 + the `make srun` line: rc {r.returncode} after {time.monotonic() - started:.1f} s", text)
     assert r.returncode == 0, text
     job = re.search(r"Granted job allocation (\d+)", r.stderr).group(1)
-    port = 10000 + int(job) % 10000  # derived by the package from SLURM_JOB_ID: nothing exported it
+    port = port_for_job(job)  # derived by the package from SLURM_JOB_ID: nothing exported it
     assert placement(text) == {0: ("n1", f"n1:{port}"), 1: ("n1", f"n1:{port}"),
                                2: ("n2", f"n1:{port}"), 3: ("n2", f"n1:{port}")}, text
     finals = [json.loads(body) for _, _, body in FINAL.findall(text)]

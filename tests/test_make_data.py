@@ -35,7 +35,7 @@ def test_registry_image_is_a_one_task_srun(tmp_path):
 
 def test_mistakes_are_named(tmp_path):
     missing = make_data("DATASET=reddit", f"IMAGE={tmp_path / 'absent.sqsh'}", "DATA_MODE=enroot")
-    assert missing.returncode != 0 and "absent.sqsh does not exist" in missing.stderr
+    assert missing.returncode == 2 and "absent.sqsh' does not exist" in missing.stderr
     empty = make_data()
     assert empty.returncode != 0 and "DATASET is empty" in empty.stderr
     bad_mode = make_data("DATASET=reddit", "DATA_MODE=docker")

@@ -340,7 +340,7 @@ def _start_job(args: list[str], job_id: str, port: int, envs: list[dict] | None 
 def test_uneven_nodes_share_where_there_is_someone_to_share_with(tmp_path):
     """2 ranks on node 0 share; the single rank of node 1 loads its own; all take part in the same collectives."""
     job, port = JOB_IDS[4], free_port()
-    envs = [{"SLURM_JOB_ID": job, "SLURM_NTASKS": "3", "SLURM_PROCID": str(rank), "SLURM_LOCALID": str(local),
+    envs = [{"SLURM_JOB_ID": job, "SLURM_STEP_ID": "0", "SLURM_NTASKS": "3", "SLURM_PROCID": str(rank), "SLURM_LOCALID": str(local),
              "SLURM_NODEID": str(node), "SLURM_JOB_NUM_NODES": "2", "SLURM_TASKS_PER_NODE": "2,1",
              "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
             for rank, (node, local) in enumerate([(0, 0), (0, 1), (1, 0)])]

@@ -8,6 +8,7 @@ key and lists what would be valid, so a typo never silently trains the wrong mod
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -120,9 +121,9 @@ POSITIVE: tuple[str, ...] = (
     "data.num_nodes", "data.num_classes", "data.num_features", "sampler.batch_size",
     "sampler.eval_batch_size", "model.hidden", "model.num_layers", "trainer.epochs",
     "trainer.eval_every", "trainer.log_every", "trainer.keep_checkpoints",
-    "dist.init_timeout_seconds", "dist.collective_timeout_seconds", "data.load_timeout_seconds",
+    "dist.init_timeout_seconds", "dist.collective_timeout_seconds", "data.load_timeout_seconds", "optim.lr",
 )
-NON_NEGATIVE: tuple[str, ...] = ("optim.lr", "optim.weight_decay", "trainer.max_steps_per_epoch", "sampler.num_workers",
+NON_NEGATIVE: tuple[str, ...] = ("optim.weight_decay", "trainer.max_steps_per_epoch", "sampler.num_workers",
                                   "trainer.checkpoint_every", "trainer.checkpoint_every_minutes",
                                   "trainer.max_restarts", "trainer.step_delay_seconds")
 
@@ -216,6 +217,9 @@ def _validate(config: Config) -> None:
     for key, choices in CHOICES.items():
         if flat[key] not in choices:
             raise UserError(f"{key}={flat[key]!r} is not valid; expected one of: {', '.join(choices)}.")
+    for key, value in flat.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise UserError(f"{key}={value!r} must be a finite number.")
     for key in POSITIVE:
         if flat[key] <= 0:
             raise UserError(f"{key}={flat[key]!r} must be > 0.")

@@ -18,6 +18,7 @@ import torch.distributed as dist
 from train.config import DistConfig
 from train.distenv import DistEnv
 from train.errors import UserError
+from train.portholder import port_holder
 
 
 def choose_backend(requested: str, cuda_available: bool) -> str:
@@ -86,12 +87,19 @@ def _connect_store(env: DistEnv, timeout: datetime.timedelta) -> dist.TCPStore:
             env.master_addr,
             env.master_port,
             world_size=env.world_size,
-            is_master=env.rank == 0,
+            is_master=env.rank == 0 and not env.agent_store,
             timeout=timeout,
             wait_for_workers=True,
         )
     except (RuntimeError, OSError) as exc:
         role = "could not listen on" if env.rank == 0 else "could not reach the master at"
+        holder = port_holder(env.master_port) if env.rank == 0 else None
+        if holder:
+            raise UserError(
+                f"rank 0 could not listen on {env.master_addr}:{env.master_port}: the port is held by {holder}, "
+                f"e.g. another job whose first node is this one (the port came from {env.sources.get('master_port')}). "
+                "Set MASTER_PORT to a free port for this run."
+            ) from None
         raise UserError(
             f"rank {env.rank} {role} {env.master_addr}:{env.master_port} within "
             f"{timeout.total_seconds():.0f} s ({str(exc).splitlines()[0]}). Check that MASTER_ADDR names the "

@@ -64,8 +64,18 @@ def run_dir(config: Config, env: DistEnv) -> Path:
     """output.dir, else runs/$SLURM_JOB_ID under SLURM, else runs/<timestamp> agreed by all ranks."""
     if config.output.dir:
         path = config.output.dir
-    elif env.job_id:
-        path = f"runs/{env.job_id}"  # a requeued job keeps its id, so it finds its checkpoints
+    elif env.job_id:  # runs/<jobid> if it is this job's (a requeue resumes it), else its own (train/rundir.py)
+        from train.preemption import restart_count
+        from train.rundir import choose, job_identity
+
+        chosen = [None, None]
+        if env.is_main:
+            found, note = choose(Path("runs"), job_identity(env.job_id), restart_count() > 0)
+            chosen = [str(found), note]
+        dist.broadcast_object_list(chosen, src=0)
+        if env.is_main and chosen[1]:
+            print(chosen[1], flush=True)
+        path = chosen[0]
     else:
         stamp = [time.strftime("%Y%m%d-%H%M%S")]
         dist.broadcast_object_list(stamp, src=0)
@@ -350,8 +360,6 @@ def _train(config: Config, env: DistEnv, backend: str, device: torch.device, sig
 
     out_dir = run_dir(config, env)
     if env.is_main:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        dump_config(config, out_dir / "config.yaml")
         print(f"run dir {out_dir}  world_size {env.world_size}  backend {backend}  device {device}", flush=True)
     # Every rank says where it runs, so a multi-node log shows the placement (and who is missing).
     # ... and which variables gave the rendezvous (enroot's PyTorch hook may set them too).
@@ -364,6 +372,13 @@ def _train(config: Config, env: DistEnv, backend: str, device: torch.device, sig
     trainer = Trainer(config, env, device, data, out_dir)
     checkpointer = Checkpointer(trainer, out_dir)
     checkpointer.resume()
+    if env.is_main:  # only now: a refused run (data, checkpoint) leaves no run directory, and no config.yaml over another's
+        out_dir.mkdir(parents=True, exist_ok=True)
+        dump_config(config, out_dir / "config.yaml")
+        if env.job_id and not config.output.dir:
+            from train.rundir import job_identity, write_identity
+
+            write_identity(out_dir, job_identity(env.job_id))  # whose directory this is (train/rundir.py)
     settle_gradient_buckets(trainer)  # same DDP bucket layout for every step: resumed == uninterrupted
     if env.is_main:  # metrics.jsonl lists exactly the epochs of the run state (none on a fresh start)
         atomic_write_text(out_dir / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in trainer.state.history))

@@ -1,0 +1,97 @@
+"""A run directory belongs to one job: job ids repeat across clusters and controller restarts."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from train.rundir import choose, job_identity, write_identity
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def ident(cluster="a", job="2", submission="s1"):
+    return job_identity(job, {"SLURM_CLUSTER_NAME": cluster, "PYG_SUBMISSION_ID": submission})
+
+
+def existing(runs: Path, name: str, identity: dict | None, files=("config.yaml",)) -> Path:
+    d = runs / name
+    d.mkdir(parents=True)
+    for f in files:
+        (d / f).write_text("x")
+    if identity is not None:
+        write_identity(d, identity)
+    return d
+
+
+# (id, the directories already there: name -> identity, ours, requeued, expected directory name)
+CASES = [
+    ("fresh", {}, ident(), False, "2"),
+    ("requeue-of-the-same-submission", {"2": ident()}, ident(), True, "2"),
+    ("same-submission-restart-count-0", {"2": ident()}, ident(), False, "2"),
+    ("other-cluster-same-id", {"2": ident(cluster="b", submission="x")}, ident(), False, "2-a-1"),
+    ("restarted-controller-same-cluster", {"2": ident(submission="old")}, ident(), False, "2-a-1"),
+    ("requeue-does-not-take-another-submission", {"2": ident(submission="old")}, ident(), True, "2-a-1"),
+    ("no-submission-id-requeue", {"2": ident(submission="")}, ident(submission=""), True, "2"),
+    ("no-submission-id-new-job", {"2": ident(submission="")}, ident(submission=""), False, "2-a-1"),
+    ("legacy-dir-new-job", {"2": None}, ident(), False, "2-a-1"),
+    ("legacy-dir-requeue", {"2": None}, ident(), True, "2"),
+    ("requeue-finds-its-own-suffixed-dir", {"2": ident(cluster="b"), "2-a-1": ident(submission="old"),
+                                             "2-a-2": ident()}, ident(), True, "2-a-2"),
+    ("next-free-suffix", {"2": ident(cluster="b"), "2-a-1": ident(submission="old")}, ident(), False, "2-a-2"),
+]
+
+
+@pytest.mark.parametrize("dirs,ours,requeued,expected", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_choose(tmp_path, dirs, ours, requeued, expected):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    for name, identity in dirs.items():
+        existing(runs, name, identity)
+    chosen, note = choose(runs, ours, requeued)
+    assert chosen == runs / expected
+    assert (note is None) == (expected == "2")
+    if note and "belongs to another job" in note:
+        assert str(runs / "2") in note and str(chosen) in note
+
+
+def fit(cwd: Path, **environ: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "MASTER_", "TORCHELASTIC_", "PYG_"))
+           and k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE")}
+    env.update(PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", SLURM_JOB_ID="2", **environ)
+    return subprocess.run([sys.executable, "-m", "train", "fit", "--config", "tiny", "data.num_nodes=600",
+                           "trainer.epochs=2"], cwd=cwd, env=env, capture_output=True, text=True, timeout=240)
+
+
+def digest(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_two_clusters_sharing_the_project_each_train_from_scratch(tmp_path):
+    first = fit(tmp_path, SLURM_CLUSTER_NAME="alpha", PYG_SUBMISSION_ID="s-alpha")
+    assert first.returncode == 0, first.stderr
+    before = digest(tmp_path / "runs" / "2")
+    second = fit(tmp_path, SLURM_CLUSTER_NAME="beta", PYG_SUBMISSION_ID="s-beta")
+    assert second.returncode == 0, second.stderr
+    out = second.stdout + second.stderr
+    assert "belongs to another job" in out and "runs/2-beta-1" in out
+    assert "resuming" not in out  # trained from scratch
+    assert digest(tmp_path / "runs" / "2") == before  # the other job's run is untouched
+    assert json.loads((tmp_path / "runs" / "2-beta-1" / "job.json").read_text())["cluster"] == "beta"
+    assert (tmp_path / "runs" / "2-beta-1" / "summary.json").is_file()
+
+
+def test_a_requeued_job_resumes_its_own_run(tmp_path):
+    first = fit(tmp_path, SLURM_CLUSTER_NAME="alpha", PYG_SUBMISSION_ID="s1")
+    assert first.returncode == 0, first.stderr
+    again = fit(tmp_path, SLURM_CLUSTER_NAME="alpha", PYG_SUBMISSION_ID="s1", SLURM_RESTART_COUNT="1")
+    assert again.returncode == 0, again.stderr
+    assert "resuming from" in again.stdout and "belongs to another job" not in again.stdout
+    assert not list((tmp_path / "runs").glob("2-*"))

@@ -1,0 +1,73 @@
+"""Which run directory a job writes: its own, never another job's.
+
+Job ids are not unique: two clusters that share the project directory both have a job 2, and a
+restarted controller numbers from 1 again. A run directory therefore records the job it belongs
+to (`job.json`: cluster name, job id, and the submission id `make submit` exports as
+PYG_SUBMISSION_ID, the same for every requeue of that submission). Without `output.dir`:
+
+- `runs/<jobid>` is used when it does not exist, or when it records this very job: the same
+  submission id, or, when there is none, the same cluster and job id and this run is a requeue
+  (SLURM_RESTART_COUNT > 0), which automatic resume then continues;
+- otherwise the directory is another job's: this one gets `runs/<jobid>-<cluster>-<n>` (the
+  first free n; a requeue finds that one again by its job.json) and says so.
+
+`output.dir` is the user's explicit choice, resumed as given.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+IDENTITY_FILE = "job.json"
+SUBMISSION_VAR = "PYG_SUBMISSION_ID"
+
+
+def job_identity(job_id: str, environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """What tells this job from another with the same id."""
+    return {"cluster": environ.get("SLURM_CLUSTER_NAME", "").strip() or "unknown", "job_id": job_id,
+            "submission": environ.get(SUBMISSION_VAR, "").strip()}
+
+
+def read_identity(directory: Path) -> dict | None:
+    try:
+        value = json.loads((directory / IDENTITY_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def belongs_to(directory: Path, identity: Mapping[str, str], requeued: bool) -> bool:
+    """Is `directory` (which exists) this job's own?"""
+    recorded = read_identity(directory)
+    if recorded is None:  # empty, made before job.json existed, or by a run that stopped before writing it
+        return requeued or not any(directory.iterdir())
+    if recorded.get("cluster") != identity["cluster"] or recorded.get("job_id") != identity["job_id"]:
+        return False
+    if identity["submission"] or recorded.get("submission"):
+        return recorded.get("submission") == identity["submission"]
+    return requeued  # same cluster and id, no submission id: only a requeue is the same job
+
+
+def choose(runs: Path, identity: Mapping[str, str], requeued: bool) -> tuple[Path, str | None]:
+    """(the job's run directory under `runs`, a note when it is not runs/<jobid>)."""
+    base = runs / identity["job_id"]
+    if not base.exists() or belongs_to(base, identity, requeued):
+        return base, None
+    stem = f"{identity['job_id']}-{identity['cluster']}-"
+    taken = sorted(p for p in runs.glob(f"{stem}*") if p.name[len(stem):].isdigit())
+    for candidate in taken:
+        if belongs_to(candidate, identity, requeued):
+            return candidate, f"run directory {candidate} (job {identity['job_id']} of cluster {identity['cluster']})"
+    number = 1 + max((int(p.name[len(stem):]) for p in taken), default=0)
+    chosen = runs / f"{stem}{number}"
+    recorded = read_identity(base) or {}
+    return chosen, (f"{base} belongs to another job (cluster {recorded.get('cluster', '?')}, job "
+                    f"{recorded.get('job_id', '?')}{', an earlier submission' if recorded else ''}): this job writes "
+                    f"{chosen} and starts from scratch (to continue that run, pass output.dir={base})")
+
+
+def write_identity(directory: Path, identity: Mapping[str, str]) -> None:
+    (directory / IDENTITY_FILE).write_text(json.dumps(dict(identity), sort_keys=True) + "\n")
