@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 
 from tests import ngc_standin
+from train.distenv import port_for_job
 from tests.test_data import write_reddit_raw
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -319,7 +320,7 @@ def baseline(pyxis_cluster, built_image, login_env, tmp_path_factory, request) -
     run = tmp / "run"
     job, log, started = submit(login_env, tmp, "baseline", f"IMAGE={built_image['path']}", "DOCTOR=1",
                                f"ARGS={TRAIN} output.dir={run}")
-    state, seen = wait(pyxis_cluster, job, log, {"batch": r"^MASTER_ADDR:MASTER_PORT=",
+    state, seen = wait(pyxis_cluster, job, log, {"batch": r"^job \d+ on ",
                                                  "ranks": PLACEMENT.pattern, "step": r"^0: epoch 0 step 1/"})
     return {"job": job, "log": log, "state": state, "run": run, "seen": seen, "started": started}
 
@@ -338,7 +339,7 @@ def test_submit_two_nodes_four_ranks_in_the_image_completes(baseline, capsys):
 def test_container_start_cost_against_bare_mode(pyxis_cluster, built_image, login_env, tmp_path, capsys):
     """The same job with and without the container: the time from the batch script to the first
     training step, side by side (no doctor step in either)."""
-    marks = {"batch": r"^MASTER_ADDR:MASTER_PORT=", "step": r"^0: epoch 0 step 1/"}
+    marks = {"batch": r"^job \d+ on ", "step": r"^0: epoch 0 step 1/"}
     took = {}
     for mode, image in (("container", str(built_image["path"])), ("bare", "none")):
         job, log, _ = submit(login_env, tmp_path, mode, f"IMAGE={image}",
@@ -354,22 +355,30 @@ def test_container_start_cost_against_bare_mode(pyxis_cluster, built_image, logi
 
 def test_pytorch_hook_enabled_ranks_agree_and_the_log_names_the_source(pyxis_cluster, built_image,
                                                                       login_env, tmp_path, capsys):
-    pyxis_cluster.set_pytorch_hook(True)
-    try:
-        job, log, _ = submit(login_env, tmp_path, "hook", f"IMAGE={built_image['path']}",
-                             f"ARGS={TRAIN} trainer.epochs=1 output.dir={tmp_path / 'run'}")
-        state, _ = wait(pyxis_cluster, job, log)
-    finally:
-        pyxis_cluster.set_pytorch_hook(False)
-    text = read(log)
-    assert state == "COMPLETED", text
-    assert_ran_in_image(text)
-    exported = re.search(r"^MASTER_ADDR:MASTER_PORT=(\S+)$", text, re.M).group(1)
-    sources = {src for *_x, src in PLACEMENT.findall(text)}
-    # the batch script's values are passed with --container-env and so win over the hook's
-    assert {m for _h, m in placement(text).values()} == {exported}, text
-    assert sources == {"MASTER_ADDR/MASTER_PORT"}, sources
-    say(capsys, f"enroot PyTorch hook on: job {job} COMPLETED, ranks used {exported} from {sources.pop()}")
+    """With enroot's PyTorch hook the ranks use its MASTER_ADDR/MASTER_PORT (61000 + job id % 4536);
+    without it they derive the same address from the step and the package's port: either way
+    every rank agrees, and each says which variables gave it."""
+    seen = {}
+    for hook in (True, False):
+        pyxis_cluster.set_pytorch_hook(hook)
+        try:
+            job, log, _ = submit(login_env, tmp_path, f"hook-{hook}", f"IMAGE={built_image['path']}",
+                                 f"ARGS={TRAIN} trainer.epochs=1 output.dir={tmp_path / f'run-{hook}'}")
+            state, _ = wait(pyxis_cluster, job, log)
+        finally:
+            pyxis_cluster.set_pytorch_hook(False)
+        text = read(log)
+        assert state == "COMPLETED", text
+        assert_ran_in_image(text)
+        masters = {m for _h, m in placement(text).values()}
+        sources = {src for *_x, src in PLACEMENT.findall(text)}
+        if hook:
+            assert masters == {f"n1:{61000 + int(job) % 4536}"} and sources == {"MASTER_ADDR/MASTER_PORT"}, text
+        else:
+            assert masters == {f"n1:{port_for_job(job)}"}, text
+            assert len(sources) == 1 and "MASTER_ADDR" not in sources.pop(), text
+        seen[hook] = f"{masters.pop()} from {', '.join(sorted({src for *_x, src in PLACEMENT.findall(text)}))}"
+    say(capsys, f"enroot PyTorch hook on: ranks used {seen[True]}; off: {seen[False]}")
 
 
 def test_make_srun_line_runs_in_salloc_with_the_hook(pyxis_cluster, built_image, login_env, tmp_path, capsys):

@@ -59,7 +59,7 @@ def wait(cluster, job: str, log: Path) -> str:
 def report(capsys, headline: str, text: str) -> None:
     """Show the outcome and the rank placement in the test log (CI's log), even when passing."""
     shown = [ln for ln in text.splitlines()
-             if PLACEMENT.match(ln) or FINAL.match(ln) or ln.startswith(("MASTER_ADDR", "training step", "srun: error"))
+             if PLACEMENT.match(ln) or FINAL.match(ln) or ln.startswith(("job ", "training step", "srun: error"))
              or "injected failure" in ln]
     with capsys.disabled():
         print(f"\n[jobs] {headline}\n" + "\n".join(f"[jobs]   {ln}" for ln in shown), flush=True)
@@ -81,9 +81,9 @@ def test_make_submit_two_nodes_four_ranks_completes(slurm_cluster, tmp_path, cap
     text = log.read_text()
     report(capsys, f"make submit NODES=2 GPUS=4: job {job} {state} after {time.monotonic() - started:.1f} s", text)
     assert state == "COMPLETED", text
-    # the master is the first node, at the seed's port
-    port = 10000 + int(job) % 10000
-    assert f"MASTER_ADDR:MASTER_PORT=n1:{port}" in text
+    # the master is the step's first node, at the package's port for the job (nothing exported)
+    port = port_for_job(job)
+    assert "MASTER_ADDR" not in text
     # 4 ranks, 2 per node, all rendezvoused at n1
     where = placement(text)
     assert where == {0: ("n1", f"n1:{port}"), 1: ("n1", f"n1:{port}"),
