@@ -300,6 +300,7 @@ class Trainer:
             "final_val_acc": evaluated[-1]["val_acc"] if evaluated else None,
             "best_val_acc": best["val_acc"] if best else None,
             "best_val_epoch": best["epoch"] if best else None,
+            "test_acc_at_best_val": best["test_acc"] if best else None,  # the usual protocol's figure
             "final_loss": history[-1]["loss"] if history else None,
             "mean_epoch_seconds": sum(r["epoch_seconds"] for r in history) / len(history) if history else None,
             "world_size": self.env.world_size,
@@ -384,8 +385,8 @@ def _train(config: Config, env: DistEnv, backend: str, device: torch.device, sig
         torch.save({k: v.detach().cpu() for k, v in trainer.model.state_dict().items()}, buffer)
         atomic_write(out_dir / "model.pt", buffer.getvalue())  # the final weights, plain torch.load-able
         atomic_write_text(out_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
-        print(f"final test accuracy {summary['final_test_acc']:.4f} "
-              f"(best val {summary['best_val_acc']:.4f} at epoch {summary['best_val_epoch']})", flush=True)
+        print(f"final test accuracy {summary['final_test_acc']:.4f} (best val {summary['best_val_acc']:.4f} at epoch "
+              f"{summary['best_val_epoch']}, test there {summary['test_acc_at_best_val']:.4f})", flush=True)
         from train.report import write_report
 
         write_report(out_dir)  # curves.png and a summary table; a failure to draw only warns
