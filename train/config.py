@@ -23,8 +23,9 @@ CONFIG_DIR = Path(__file__).parent / "configs"
 
 @dataclass(frozen=True)
 class DataConfig:
-    name: str = "synthetic"  # synthetic | Reddit | any PyG dataset listed in train.data.DATASETS
+    name: str = "synthetic"  # synthetic | files | Reddit, Cora, ogbn-products, ... (train.data.DATASETS)
     root: str = ""  # "" -> $DATA_DIR, else ./data
+    path: str = ""  # data.name=files: a folder of arrays or a saved PyG Data (.pt), see train/graphfiles.py
     share: str = "node"  # node: one copy per node in shared memory; process: each rank loads its own
     share_dir: str = ""  # "" -> /dev/shm, else node-local disk ($SLURM_TMPDIR, $TMPDIR, /tmp) when it is too small
     share_keep: bool = False  # keep the shared files until exit (to inspect them); default: unlink once all ranks mapped them
@@ -234,6 +235,9 @@ def _validate(config: Config) -> None:
         )
     if not 0 <= config.model.dropout < 1:
         raise UserError(f"model.dropout={config.model.dropout!r} must be in [0, 1).")
+    if config.data.name == "files" and not config.data.path:
+        raise UserError("data.name=files needs data.path: a folder of arrays (edge_index, x, y and the split) "
+                        "or a .pt file holding a saved PyG Data.")
     if not 0 < config.data.train_fraction + config.data.val_fraction < 1:
         raise UserError("data.train_fraction + data.val_fraction must be between 0 and 1 (the rest is test).")
 

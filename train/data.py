@@ -1,4 +1,4 @@
-"""Graphs to train on: a deterministic synthetic default, or PyG's real datasets by name.
+"""Graphs to train on: a deterministic synthetic default, PyG's and OGB's datasets by name, or your own files.
 
 Every loader returns a PyG `Data` with `x`, `y`, `edge_index` and the split as index
 tensors `train_idx`, `val_idx`, `test_idx`. Preparing (downloading, processing) a real
@@ -67,6 +67,7 @@ DATASETS: dict[str, DatasetSpec] = {
        for name, info in OGB_NODE_DATASETS.items()},
 }
 SYNTHETIC = "synthetic"
+FILES = "files"  # the user's own graph at data.path (train/graphfiles.py)
 
 
 def data_root(config: DataConfig, environ=os.environ) -> Path:
@@ -75,8 +76,9 @@ def data_root(config: DataConfig, environ=os.environ) -> Path:
 
 
 def check_dataset_name(name: str) -> None:
-    if name != SYNTHETIC and name not in DATASETS:
-        raise UserError(f"data.name={name!r} is not known; expected one of: {SYNTHETIC}, {', '.join(DATASETS)}.")
+    if name not in (SYNTHETIC, FILES) and name not in DATASETS:
+        raise UserError(f"data.name={name!r} is not known; expected one of: {SYNTHETIC}, {', '.join(DATASETS)}, "
+                        f"or {FILES} (your own graph at data.path).")
 
 
 def synthetic_graph(config: DataConfig) -> Data:
@@ -175,8 +177,8 @@ def prepare_dataset(config: DataConfig, environ=os.environ) -> Path:
     """Download and process a real dataset into the data root (run once, on a login node)."""
     check_dataset_name(config.name)
     root = data_root(config, environ)
-    if config.name == SYNTHETIC or is_prepared(config.name, root):
-        return root  # generated from the seed, or processed already: loading it is the caller's job
+    if config.name in (SYNTHETIC, FILES) or is_prepared(config.name, root):
+        return root  # generated, the user's own files (checked as they load), or processed already
     root.mkdir(parents=True, exist_ok=True)
     _open(config.name, root)
     return root
@@ -187,6 +189,10 @@ def load_graph(config: DataConfig, environ=os.environ) -> Data:
     check_dataset_name(config.name)
     if config.name == SYNTHETIC:
         return synthetic_graph(config)
+    if config.name == FILES:
+        from train.graphfiles import load_files
+
+        return load_files(config.path)
     root = data_root(config, environ)
     root.mkdir(parents=True, exist_ok=True)
     return _open(config.name, root)
