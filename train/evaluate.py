@@ -148,8 +148,14 @@ def _layer_rows(model: GNN, index: int, data: Data, nodes: Tensor, batch_size: i
             continue
         n_id, edge_index, seeds = batch
         h = inputs(n_id).to(device)
-        out = model.layer(index, h, None if edge_index is None else edge_index.to(device))
-        outs.append(out[:seeds].cpu())
+        if edge_index is not None:
+            # One hop: every edge points at a seed (the first `seeds` of n_id), so the layer is
+            # computed for the seeds alone; a slice of a whole-neighbourhood output would keep
+            # that output alive until the end of the layer (a batch's neighbourhood per batch).
+            out = model.layer(index, (h, h[:seeds]), edge_index.to(device))
+        else:
+            out = model.layer(index, h, None)
+        outs.append(out.cpu())
     if not outs:
         return torch.empty(0, model.sizes[index + 1])
     return torch.cat(outs)
