@@ -107,3 +107,12 @@ def test_shipped_ogb_configs_load_and_validate(name, layers):
 def test_importing_train_data_does_not_import_ogb():
     code = "import sys, train.data; assert 'ogb' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=120)
+
+
+def test_dataset_folder_names_where_each_dataset_lives(tmp_path):
+    from train.data import dataset_folder
+
+    assert dataset_folder(DataConfig(name="ogbn-products", root=str(tmp_path))) == tmp_path / "ogbn_products"
+    assert dataset_folder(DataConfig(name="Cora", root=str(tmp_path))) == tmp_path / "Planetoid" / "Cora"
+    assert dataset_folder(DataConfig(name="files", path=str(tmp_path / "g"))) == tmp_path / "g"
+    assert dataset_folder(DataConfig()) is None

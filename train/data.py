@@ -168,6 +168,16 @@ def _open(name: str, root: Path) -> Data:
                         f"{advice[0].upper()}{advice[1:]} and {prepare_again(name)}.") from None
 
 
+def dataset_folder(config: DataConfig, environ=os.environ) -> Path | None:
+    """Where dataset `config.name` lives on disk (data.path for files; None for synthetic), for checks."""
+    check_dataset_name(config.name)
+    if config.name == SYNTHETIC:
+        return None
+    if config.name == FILES:
+        return Path(config.path)
+    return DATASETS[config.name].folder(data_root(config, environ))
+
+
 def is_prepared(name: str, root: Path) -> bool:
     spec = DATASETS[name]
     return all((spec.folder(root) / f).is_file() for f in spec.processed)
