@@ -126,3 +126,22 @@ def test_eval_config_mistakes_are_named(overrides, needle):
     with pytest.raises(UserError) as info:
         load_config("tiny", overrides)
     assert needle in str(info.value)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (evaluation on cuda with nccl)")
+def test_full_and_sampled_evaluation_on_cuda_equal_the_cpu_reference():
+    from train.evaluate import evaluate
+    from train.sharing import plan_sampling
+
+    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
+    try:
+        device = torch.device("cuda", 0)
+        data = _graph()
+        for overrides in (CASES["sage"], CASES["sampled-full-fanouts"]):
+            config = load_config("tiny", ["sampler.eval_batch_size=64", *overrides])
+            model = build_model(config.model, data.num_features, 5, seed=3).to(device)
+            sampling = plan_sampling(data, config.sampler, device)
+            assert evaluate(model, data, config, _Env(0, 1), device, sampling) == single_process_accuracy(CASES["sage"])
+    finally:
+        dist.destroy_process_group()
