@@ -140,7 +140,8 @@ def _layer_rows(model: GNN, index: int, data: Data, nodes: Tensor, batch_size: i
     batches = _batches(model, data, nodes, batch_size)
     rounds = torch.tensor([-(-nodes.numel() // batch_size)], device=device)
     dist.all_reduce(rounds, op=dist.ReduceOp.MAX)
-    outs = []
+    out = torch.empty(nodes.numel(), model.sizes[index + 1])  # filled in place: no list to concatenate
+    done = 0
     for _ in range(int(rounds)):
         batch = next(batches, None)
         if batch is None:  # out of nodes: still answer the other ranks' requests
@@ -150,15 +151,13 @@ def _layer_rows(model: GNN, index: int, data: Data, nodes: Tensor, batch_size: i
         h = inputs(n_id).to(device)
         if edge_index is not None:
             # One hop: every edge points at a seed (the first `seeds` of n_id), so the layer is
-            # computed for the seeds alone; a slice of a whole-neighbourhood output would keep
-            # that output alive until the end of the layer (a batch's neighbourhood per batch).
-            out = model.layer(index, (h, h[:seeds]), edge_index.to(device))
+            # computed for the seeds alone, not for the whole neighbourhood.
+            rows = model.layer(index, (h, h[:seeds]), edge_index.to(device))
         else:
-            out = model.layer(index, h, None)
-        outs.append(out.cpu())
-    if not outs:
-        return torch.empty(0, model.sizes[index + 1])
-    return torch.cat(outs)
+            rows = model.layer(index, h, None)
+        out[done : done + seeds] = rows.cpu()
+        done += seeds
+    return out
 
 
 def _full_counts(model, data, config, env, device) -> dict[str, tuple[int, int]]:
