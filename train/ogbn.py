@@ -50,10 +50,10 @@ OGB_NODE_DATASETS: dict[str, OgbInfo] = {
 
 def _processed_globals() -> list:
     import numpy as np
-    from torch_geometric.data.data import DataEdgeAttr, DataTensorAttr
+    from torch_geometric.data.data import Data, DataEdgeAttr, DataTensorAttr
     from torch_geometric.data.storage import GlobalStorage
 
-    return [DataEdgeAttr, DataTensorAttr, GlobalStorage, np._core.multiarray.scalar, np.dtype,
+    return [Data, DataEdgeAttr, DataTensorAttr, GlobalStorage, np._core.multiarray.scalar, np.dtype,
             np.dtypes.Int64DType, np.dtypes.Int32DType]
 
 
