@@ -22,6 +22,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "data": ("train.cli_data", "download and prepare a dataset (run on a login node)"),
     "doctor": ("train.doctor", "check the allocation, devices, network and data before a run"),
     "report": ("train.report", "draw curves.png and print a summary for a run directory"),
+    "plan": ("train.plan", "print the memory a run will need per node, rank and GPU; refuse one that cannot fit"),
 }
 
 

@@ -24,8 +24,9 @@ CONFIG_DIR = Path(__file__).parent / "configs"
 
 @dataclass(frozen=True)
 class DataConfig:
-    name: str = "synthetic"  # synthetic | Reddit | any PyG dataset listed in train.data.DATASETS
+    name: str = "synthetic"  # synthetic | files | Reddit, Cora, ogbn-products, ... (train.data.DATASETS)
     root: str = ""  # "" -> $DATA_DIR, else ./data
+    path: str = ""  # data.name=files: a folder of arrays or a saved PyG Data (.pt), see train/graphfiles.py
     share: str = "node"  # node: one copy per node in shared memory; process: each rank loads its own
     share_dir: str = ""  # "" -> /dev/shm, else node-local disk ($SLURM_TMPDIR, $TMPDIR, /tmp) when it is too small
     share_keep: bool = False  # keep the shared files until exit (to inspect them); default: unlink once all ranks mapped them
@@ -84,6 +85,12 @@ class TrainerConfig:
 
 
 @dataclass(frozen=True)
+class EvalConfig:
+    mode: str = "full"  # full: layer-wise over full neighbourhoods, each layer sharded (exact); sampled: NeighborLoader
+    fanouts: list[int] = field(default_factory=list)  # eval.mode=sampled: one per layer; [] -> sampler.num_neighbors
+
+
+@dataclass(frozen=True)
 class DistConfig:
     backend: str = "auto"  # auto | nccl | gloo
     init_timeout_seconds: float = 300.0
@@ -103,6 +110,7 @@ class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
     dist: DistConfig = field(default_factory=DistConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
 
@@ -114,6 +122,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "data.share": ("node", "process"),
     "sampler.device": ("cpu", "cuda"),
     "model.name": ("sage", "mlp"),
+    "eval.mode": ("full", "sampled"),
     "dist.backend": ("auto", "nccl", "gloo"),
     "output.progress": ("auto", "bar", "lines"),
 }
@@ -236,8 +245,18 @@ def _validate(config: Config) -> None:
             f"sampler.num_neighbors={fanouts!r} has {len(fanouts)} hops but model.num_layers="
             f"{config.model.num_layers}; give one fanout per layer."
         )
+    eval_fanouts = config.eval.fanouts
+    if any(n == 0 or n < -1 for n in eval_fanouts):
+        raise UserError(f"eval.fanouts={eval_fanouts!r} must be positive fanouts (or -1 for all), or [] for "
+                        "sampler.num_neighbors.")
+    if eval_fanouts and config.model.name == "sage" and len(eval_fanouts) != config.model.num_layers:
+        raise UserError(f"eval.fanouts={eval_fanouts!r} has {len(eval_fanouts)} hops but model.num_layers="
+                        f"{config.model.num_layers}; give one fanout per layer (or [] for sampler.num_neighbors).")
     if not 0 <= config.model.dropout < 1:
         raise UserError(f"model.dropout={config.model.dropout!r} must be in [0, 1).")
+    if config.data.name == "files" and not config.data.path:
+        raise UserError("data.name=files needs data.path: a folder of arrays (edge_index, x, y and the split) "
+                        "or a .pt file holding a saved PyG Data.")
     if not 0 < config.data.train_fraction + config.data.val_fraction < 1:
         raise UserError("data.train_fraction + data.val_fraction must be between 0 and 1 (the rest is test).")
 

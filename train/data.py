@@ -1,4 +1,4 @@
-"""Graphs to train on: a deterministic synthetic default, or PyG's real datasets by name.
+"""Graphs to train on: a deterministic synthetic default, PyG's and OGB's datasets by name, or your own files.
 
 Every loader returns a PyG `Data` with `x`, `y`, `edge_index` and the split as index
 tensors `train_idx`, `val_idx`, `test_idx`. Preparing (downloading, processing) a real
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -18,45 +19,55 @@ from torch_geometric.utils import coalesce, to_undirected
 
 from train.config import DataConfig
 from train.errors import UserError
+from train.ogbn import OGB_NODE_DATASETS, open_ogb
+from train.rawfiles import prepare_again, problems
 
 
-def _reddit(root: Path):
-    from torch_geometric.datasets import Reddit
+@dataclass(frozen=True)
+class DatasetSpec:
+    """A dataset on disk: where its folder is, which files processing reads, how to open it.
 
-    return Reddit(str(root / "Reddit"))
+    `needed` and `processed` are relative to the folder; they let an error name the one file
+    that is missing or damaged instead of ending in the library's traceback.
+    """
 
-
-def _reddit2(root: Path):
-    from torch_geometric.datasets import Reddit2
-
-    return Reddit2(str(root / "Reddit2"))
-
-
-def _flickr(root: Path):
-    from torch_geometric.datasets import Flickr
-
-    return Flickr(str(root / "Flickr"))
+    folder: Callable[[Path], Path]  # data root -> the dataset's folder
+    needed: tuple[str, ...]  # the files processing reads (raw files, split files)
+    processed: tuple[str, ...]  # what a processed dataset holds
+    open: Callable[[Path], Data]  # data root -> Data with split indices (downloads when files are absent)
 
 
-def _planetoid(name: str) -> Callable[[Path], object]:
-    def load(root: Path):
-        from torch_geometric.datasets import Planetoid
+def _pyg(class_name: str, sub: str, raw: tuple[str, ...], *args) -> DatasetSpec:
+    """A `torch_geometric.datasets` class stored under root/`sub`, with the masks as its split."""
 
-        return Planetoid(str(root / "Planetoid"), name)
+    def open_(root: Path) -> Data:
+        import torch_geometric.datasets as datasets
 
-    return load
+        return from_pyg_masks(getattr(datasets, class_name)(str(root / sub.split("/")[0]), *args)[0])
+
+    return DatasetSpec(lambda root: root / sub, tuple(f"raw/{f}" for f in raw), ("processed/data.pt",), open_)
 
 
-# PyG datasets by the name used in `data.name`; each takes the data root.
-DATASETS: dict[str, Callable[[Path], object]] = {
-    "Reddit": _reddit,
-    "Reddit2": _reddit2,
-    "Flickr": _flickr,
+def _planetoid(name: str) -> DatasetSpec:
+    raw = tuple(f"ind.{name.lower()}.{part}" for part in ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index"))
+    return _pyg("Planetoid", f"Planetoid/{name}", raw, name)
+
+
+_SAINT = ("adj_full.npz", "feats.npy", "class_map.json", "role.json")
+# Datasets by the name used in `data.name`.
+DATASETS: dict[str, DatasetSpec] = {
+    "Reddit": _pyg("Reddit", "Reddit", ("reddit_data.npz", "reddit_graph.npz")),
+    "Reddit2": _pyg("Reddit2", "Reddit2", _SAINT),
+    "Flickr": _pyg("Flickr", "Flickr", _SAINT),
     "Cora": _planetoid("Cora"),
     "CiteSeer": _planetoid("CiteSeer"),
     "PubMed": _planetoid("PubMed"),
+    **{name: DatasetSpec(lambda root, d=info.folder: root / d, info.needed, info.processed,
+                         lambda root, n=name: open_ogb(n, root))
+       for name, info in OGB_NODE_DATASETS.items()},
 }
 SYNTHETIC = "synthetic"
+FILES = "files"  # the user's own graph at data.path (train/graphfiles.py)
 
 
 def data_root(config: DataConfig, environ=os.environ) -> Path:
@@ -65,8 +76,9 @@ def data_root(config: DataConfig, environ=os.environ) -> Path:
 
 
 def check_dataset_name(name: str) -> None:
-    if name != SYNTHETIC and name not in DATASETS:
-        raise UserError(f"data.name={name!r} is not known; expected one of: {SYNTHETIC}, {', '.join(DATASETS)}.")
+    if name not in (SYNTHETIC, FILES) and name not in DATASETS:
+        raise UserError(f"data.name={name!r} is not known; expected one of: {SYNTHETIC}, {', '.join(DATASETS)}, "
+                        f"or {FILES} (your own graph at data.path).")
 
 
 def synthetic_graph(config: DataConfig) -> Data:
@@ -111,8 +123,8 @@ def synthetic_graph(config: DataConfig) -> Data:
     )
 
 
-def _from_pyg_dataset(dataset) -> Data:
-    data = dataset[0]
+def from_pyg_masks(data) -> Data:
+    """x, y, a coalesced edge_index and the split as indices, from a PyG graph with split masks."""
     out = Data(x=data.x, y=data.y.view(-1), edge_index=coalesce(data.edge_index, num_nodes=data.num_nodes))
     for split in ("train", "val", "test"):
         mask = getattr(data, f"{split}_mask")
@@ -122,21 +134,63 @@ def _from_pyg_dataset(dataset) -> Data:
     return out
 
 
+def _open(name: str, root: Path) -> Data:
+    """Open (processing on first use, downloading when absent) dataset `name`, naming a bad file.
+
+    Before processing, the files it reads are checked (cheaply for large ones); a missing one
+    is named when the download that PyG or OGB then tries fails, as it does offline; a failure
+    while processing or reading the processed file is traced back to the file that caused it.
+    """
+    spec = DATASETS[name]
+    folder = spec.folder(root)
+    processed = is_prepared(name, root)
+    if not processed and any((folder / f).exists() for f in spec.needed):
+        damaged = [p for p in problems(folder, spec.needed) if not p.endswith(" is missing")]
+        if damaged:
+            raise UserError(f"dataset {name!r}: {'; '.join(damaged)}. Delete it and {prepare_again(name)}.")
+    try:
+        return spec.open(root)
+    except UserError:
+        raise
+    except (OSError, ConnectionError) as exc:  # URLError is an OSError; so is a file not found
+        missing = [p for p in problems(folder, spec.needed, thorough=False) if p.endswith(" is missing")]
+        what = f"{'; '.join(missing)}" if missing else f"{str(folder)!r} could not be read"
+        raise UserError(
+            f"dataset {name!r} is not prepared under {str(root)!r}: {what}, and it could not be downloaded "
+            f"({exc}). Compute nodes often have no internet: {prepare_again(name)}."
+        ) from None
+    except Exception as exc:
+        found = problems(folder, spec.processed if processed else spec.needed, thorough=True)
+        if not found:
+            raise
+        advice = f"delete {str(folder / 'processed')!r}" if processed else "delete it"
+        raise UserError(f"dataset {name!r}: {'; '.join(found)} ({type(exc).__name__} while loading). "
+                        f"{advice[0].upper()}{advice[1:]} and {prepare_again(name)}.") from None
+
+
+def dataset_folder(config: DataConfig, environ=os.environ) -> Path | None:
+    """Where dataset `config.name` lives on disk (data.path for files; None for synthetic), for checks."""
+    check_dataset_name(config.name)
+    if config.name == SYNTHETIC:
+        return None
+    if config.name == FILES:
+        return Path(config.path)
+    return DATASETS[config.name].folder(data_root(config, environ))
+
+
+def is_prepared(name: str, root: Path) -> bool:
+    spec = DATASETS[name]
+    return all((spec.folder(root) / f).is_file() for f in spec.processed)
+
+
 def prepare_dataset(config: DataConfig, environ=os.environ) -> Path:
     """Download and process a real dataset into the data root (run once, on a login node)."""
     check_dataset_name(config.name)
     root = data_root(config, environ)
-    if config.name == SYNTHETIC:
-        return root  # generated on the fly from the seed, nothing to prepare
+    if config.name in (SYNTHETIC, FILES) or is_prepared(config.name, root):
+        return root  # generated, the user's own files (checked as they load), or processed already
     root.mkdir(parents=True, exist_ok=True)
-    try:
-        DATASETS[config.name](root)
-    except (OSError, ConnectionError) as exc:  # URLError is an OSError
-        raise UserError(
-            f"dataset {config.name!r} is not prepared under {str(root)!r} and could not be downloaded "
-            f"({exc}). Compute nodes often have no internet: run `python -m train data --config ...` "
-            "(or `make data`) on a login node first, with the same data.root / DATA_DIR."
-        ) from None
+    _open(config.name, root)
     return root
 
 
@@ -145,7 +199,13 @@ def load_graph(config: DataConfig, environ=os.environ) -> Data:
     check_dataset_name(config.name)
     if config.name == SYNTHETIC:
         return synthetic_graph(config)
-    return _from_pyg_dataset(DATASETS[config.name](prepare_dataset(config, environ)))
+    if config.name == FILES:
+        from train.graphfiles import load_files
+
+        return load_files(config.path)
+    root = data_root(config, environ)
+    root.mkdir(parents=True, exist_ok=True)
+    return _open(config.name, root)
 
 
 def num_classes(data: Data) -> int:

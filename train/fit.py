@@ -29,10 +29,11 @@ from train.data import num_classes, prepare_dataset
 from train.distenv import DistEnv
 from train.distributed import process_group
 from train.errors import UserError
+from train.evaluate import evaluate
 from train.model import GNN, build_model
 from train.sampler import make_node_loader
-from train.shards import derive_seed, epoch_order, rank_shard, shard_sizes
-from train.sharing import graph_csc, obtain_shared_or_private, plan_sampling, shared_graphs
+from train.shards import derive_seed, epoch_order, rank_shard
+from train.sharing import obtain_shared_or_private, plan_sampling, shared_graphs
 
 
 @dataclass
@@ -207,59 +208,9 @@ class Trainer:
                 raise RuntimeError(f"injected failure on rank {self.env.rank} at step {global_step}")
 
     # ---- evaluation ----------------------------------------------------------------------------
-    @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
-        """Accuracy on val and test: every rank computes its shard; counts are all-reduced.
-
-        Layer-wise inference over full neighbourhoods (as the seed's evaluation), so each
-        node's prediction does not depend on batching or world size: the result equals a
-        single-process evaluation. Each rank computes a slice of every hidden layer and
-        the slices are all-gathered before the next layer.
-        """
-        model, data = self.model, self.data
-        model.eval()
-        world, rank = self.env.world_size, self.env.rank
-        num_layers = len(model.layers)
-        hidden = data.x
-        for index in range(num_layers - 1):
-            mine = rank_shard(torch.arange(data.num_nodes), rank, world)
-            part = self._layer_on(index, hidden, mine)
-            hidden = self._all_gather_rows(part, data.num_nodes)
-        result = {}
-        for split in ("val", "test"):
-            nodes = rank_shard(data[f"{split}_idx"], rank, world)
-            logits = self._layer_on(num_layers - 1, hidden, nodes)
-            counts = torch.tensor([int((logits.argmax(-1).cpu() == data.y[nodes]).sum()), nodes.numel()],
-                                  dtype=torch.float64, device=self.device)
-            dist.all_reduce(counts)
-            result[f"{split}_acc"] = float(counts[0] / counts[1]) if counts[1] else float("nan")
-        model.train()
-        return result
-
-    def _layer_on(self, index: int, hidden: torch.Tensor, nodes: torch.Tensor) -> torch.Tensor:
-        """Layer `index` for `nodes`, from the previous layer's output `hidden` of all nodes."""
-        outs = []
-        if not self.model.uses_graph:
-            for chunk in nodes.split(self.config.sampler.eval_batch_size):
-                outs.append(self.model.layer(index, hidden[chunk].to(self.device), None).cpu())
-        else:
-            structure = Data(edge_index=self.data.edge_index, num_nodes=self.data.num_nodes)  # no features to gather
-            loader = make_node_loader(structure, nodes, [-1], self.config.sampler.eval_batch_size, csc=graph_csc(self.data))
-            for batch in loader:
-                h = hidden[batch.n_id].to(self.device)
-                outs.append(self.model.layer(index, h, batch.edge_index.to(self.device))[: batch.batch_size].cpu())
-        if not outs:  # more ranks than nodes in this split
-            return torch.empty(0, self.model.sizes[index + 1])
-        return torch.cat(outs)
-
-    def _all_gather_rows(self, part: torch.Tensor, total: int) -> torch.Tensor:
-        """Concatenate every rank's rows in rank order (shards may differ in size by one)."""
-        sizes = shard_sizes(total, self.env.world_size)
-        padded = torch.zeros(max(sizes), part.size(1), dtype=part.dtype, device=self.device)
-        padded[: part.size(0)] = part.to(self.device)
-        gathered = [torch.empty_like(padded) for _ in sizes]
-        dist.all_gather(gathered, padded)
-        return torch.cat([g[:n] for g, n in zip(gathered, sizes)]).cpu()
+        """Val and test accuracy on all ranks (train/evaluate.py: full and exact, or sampled)."""
+        return evaluate(self.model, self.data, self.config, self.env, self.device, self.sampling)
 
     # ---- the run -------------------------------------------------------------------------------
     def fit(self, on_step_end=None, on_epoch_end=None) -> dict:
@@ -310,6 +261,7 @@ class Trainer:
             "final_val_acc": evaluated[-1]["val_acc"] if evaluated else None,
             "best_val_acc": best["val_acc"] if best else None,
             "best_val_epoch": best["epoch"] if best else None,
+            "test_acc_at_best_val": best["test_acc"] if best else None,  # the usual protocol's figure
             "final_loss": history[-1]["loss"] if history else None,
             "mean_epoch_seconds": sum(r["epoch_seconds"] for r in history) / len(history) if history else None,
             "world_size": self.env.world_size,
@@ -403,8 +355,8 @@ def _train(config: Config, env: DistEnv, backend: str, device: torch.device, sig
         torch.save({k: v.detach().cpu() for k, v in trainer.model.state_dict().items()}, buffer)
         atomic_write(out_dir / "model.pt", buffer.getvalue())  # the final weights, plain torch.load-able
         atomic_write_text(out_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
-        print(f"final test accuracy {summary['final_test_acc']:.4f} "
-              f"(best val {summary['best_val_acc']:.4f} at epoch {summary['best_val_epoch']})", flush=True)
+        print(f"final test accuracy {summary['final_test_acc']:.4f} (best val {summary['best_val_acc']:.4f} at epoch "
+              f"{summary['best_val_epoch']}, test there {summary['test_acc_at_best_val']:.4f})", flush=True)
         from train.report import write_report
 
         write_report(out_dir)  # curves.png and a summary table; a failure to draw only warns

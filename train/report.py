@@ -86,6 +86,7 @@ def summarize(rows: list[dict], summary: dict | None = None, config: dict | None
         "world_size": world,
         "best_val_acc": best["val_acc"] if best else None,
         "best_val_epoch": best["epoch"] if best else None,
+        "test_acc_at_best_val": best.get("test_acc") if best else None,
         "final_test_acc": last_eval.get("test_acc") if last_eval else None,
         "final_test_epoch": last_eval["epoch"] if last_eval else None,
         "final_loss": rows[-1].get("loss") if rows else None,
@@ -106,6 +107,7 @@ def format_summary(s: dict, run_dir: str) -> str:
         ("run", f"{run_dir} ({status}): {s['dataset'] or '?'}, {s['model'] or '?'}, world size {s['world_size'] or '?'}"),
         ("epochs", f"{s['epochs_done']}{planned}"),
         ("best val accuracy", acc(s["best_val_acc"], s["best_val_epoch"])),
+        ("test acc, best val", acc(s["test_acc_at_best_val"], s["best_val_epoch"])),
         ("final test accuracy", acc(s["final_test_acc"], s["final_test_epoch"])),
         ("final loss", "-" if s["final_loss"] is None else f"{s['final_loss']:.4f}"),
         ("time per epoch", "-" if s["mean_epoch_seconds"] is None

@@ -1,0 +1,63 @@
+"""Small OGB node datasets written in OGB's own on-disk format, so the real `ogb` loader reads them."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import numpy as np
+
+from train.ogbn import OGB_NODE_DATASETS
+
+
+def _csv_gz(path: Path, rows: np.ndarray) -> None:
+    rows = rows.reshape(len(rows), -1)
+    fmt = "%d" if np.issubdtype(rows.dtype, np.integer) else "%.6f"
+    with gzip.open(path, "wt") as fh:
+        np.savetxt(fh, rows, fmt=fmt, delimiter=",")
+
+
+def write_ogb(root: Path, name: str, num_nodes: int = 300, num_features: int = 8, num_classes: int = 5,
+              num_edges: int = 1500, seed: int = 0, unlabeled_fraction: float = 0.0) -> dict[str, np.ndarray]:
+    """`root/<ogbn_folder>/` as OGB's zip unpacks: raw files, split/<kind>/*.csv.gz and RELEASE_v1.txt.
+
+    Labels follow the features (class = argmax of the first `num_classes` features, edges mostly
+    inside a class), so a model can learn them. Returns the arrays written, for comparison.
+    """
+    info = OGB_NODE_DATASETS[name]
+    rng = np.random.default_rng(seed)
+    folder = root / info.folder
+    raw, split = folder / "raw", folder / "split" / info.split
+    raw.mkdir(parents=True)
+    split.mkdir(parents=True)
+    y = rng.integers(0, num_classes, num_nodes)
+    x = rng.normal(size=(num_nodes, num_features)).astype(np.float32)
+    x[np.arange(num_nodes), y % num_features] += 2.0
+    src = rng.integers(0, num_nodes, num_edges)
+    by_class = [np.flatnonzero(y == c) for c in range(num_classes)]
+    dst = np.array([rng.choice(by_class[y[s]]) if rng.random() < 0.8 else rng.integers(0, num_nodes) for s in src])
+    edge = np.stack([src, dst], axis=1).astype(np.int64)
+    perm = rng.permutation(num_nodes)
+    labeled = perm[: int(num_nodes * (1 - unlabeled_fraction))]
+    n_train, n_val = len(labeled) // 2, len(labeled) // 4
+    parts = {"train": np.sort(labeled[:n_train]), "valid": np.sort(labeled[n_train:n_train + n_val]),
+             "test": np.sort(labeled[n_train + n_val:])}
+    labels = y.astype(np.float64)
+    labels[perm[len(labeled):]] = np.nan
+    if "data.npz" in info.raw:  # the binary format (ogbn-papers100M)
+        np.savez_compressed(raw / "data.npz", edge_index=edge.T, node_feat=x,
+                            num_nodes_list=np.array([num_nodes]), num_edges_list=np.array([num_edges]),
+                            node_year=rng.integers(1990, 2020, (num_nodes, 1)))
+        np.savez_compressed(raw / "node-label.npz", node_label=labels.reshape(-1, 1).astype(np.float32))
+    else:
+        _csv_gz(raw / "edge.csv.gz", edge)
+        _csv_gz(raw / "node-feat.csv.gz", x)
+        _csv_gz(raw / "node-label.csv.gz", y.astype(np.int64))
+        _csv_gz(raw / "num-node-list.csv.gz", np.array([num_nodes]))
+        _csv_gz(raw / "num-edge-list.csv.gz", np.array([num_edges]))
+        if "node_year.csv.gz" in info.raw:
+            _csv_gz(raw / "node_year.csv.gz", rng.integers(1990, 2020, num_nodes))
+    for part, idx in parts.items():
+        _csv_gz(split / f"{part}.csv.gz", idx)
+    (folder / "RELEASE_v1.txt").write_text("# Release note for OGB dataset v1\n")
+    return {"x": x, "y": y, "edge": edge, "labels": labels, **parts}

@@ -1,0 +1,147 @@
+"""Evaluation: full mode, each hidden layer sharded over the ranks, equals a single-process pass;
+sampled mode with full fanouts equals it too; the rows a rank fetches are exactly the ones it asks for."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from train.config import DataConfig, load_config
+from train.data import synthetic_graph
+from train.distenv import free_port
+from train.errors import UserError
+from train.model import build_model
+from train.sampler import build_csc
+from train.sharing import attach_csc
+
+
+class _Env:
+    def __init__(self, rank, world):
+        self.rank, self.world_size = rank, world
+
+
+def _graph():
+    data = synthetic_graph(DataConfig(num_nodes=701, num_features=12, num_classes=5, avg_degree=6))
+    return attach_csc(data, build_csc(data.edge_index, data.num_nodes))
+
+
+SAGE = ["model.num_layers=3", "sampler.num_neighbors=[5,5,5]"]
+CASES = {  # name -> config overrides, all evaluated in the same processes
+    "sage": SAGE,
+    "mlp": ["model.name=mlp", "model.num_layers=3"],
+    "sampled-full-fanouts": [*SAGE, "eval.mode=sampled", "eval.fanouts=[-1,-1,-1]"],
+    "sampled": [*SAGE, "eval.mode=sampled", "eval.fanouts=[2,2,2]"],
+}
+
+
+def _worker(rank, world, port, out_dir):
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    try:
+        from train.evaluate import RowOwners, evaluate, fetch_rows
+        from train.sharing import plan_sampling
+
+        data = _graph()
+        result = {}
+        for name, overrides in CASES.items():
+            config = load_config("tiny", ["sampler.eval_batch_size=64", *overrides])
+            model = build_model(config.model, data.num_features, 5, seed=3)
+            sampling = plan_sampling(data, config.sampler, torch.device("cpu"))
+            result[name] = evaluate(model, data, config, _Env(rank, world), torch.device("cpu"), sampling)
+            if name == "sampled":
+                result["sampled-again"] = evaluate(model, data, config, _Env(rank, world), torch.device("cpu"), sampling)
+        full = torch.arange(data.num_nodes * 3, dtype=torch.float32).view(-1, 3)
+        owners = RowOwners(data.num_nodes, world)
+        mine = full[owners.rows(rank)]
+        ids = torch.randperm(data.num_nodes, generator=torch.Generator().manual_seed(rank))[: 50 + 40 * rank]
+        got = fetch_rows(ids, mine, int(owners.starts[rank]), owners, torch.device("cpu"))
+        result["fetch"] = {"ok": bool(torch.equal(got, full[ids])), "shard_rows": mine.size(0)}
+        (Path(out_dir) / f"{rank}.json").write_text(json.dumps(result))
+    finally:
+        dist.destroy_process_group()
+
+
+_RESULTS: dict[int, list[dict]] = {}
+
+
+def ranks(tmp_path_factory, world: int) -> list[dict]:
+    """Every case evaluated by `world` real processes over gloo (once per world size per session)."""
+    if world not in _RESULTS:
+        out = tmp_path_factory.mktemp(f"eval-{world}")
+        mp.start_processes(_worker, args=(world, free_port(), str(out)), nprocs=world, start_method="spawn")
+        _RESULTS[world] = [json.loads((out / f"{r}.json").read_text()) for r in range(world)]
+    return _RESULTS[world]
+
+
+def single_process_accuracy(overrides):
+    """The reference: the whole graph through the model at once (full neighbourhoods), one process."""
+    config = load_config("tiny", list(overrides))
+    data = _graph()
+    model = build_model(config.model, data.num_features, 5, seed=3).eval()
+    with torch.no_grad():
+        pred = model(data.x, data.edge_index).argmax(-1)
+    return {f"{s}_acc": int((pred[data[f"{s}_idx"]] == data.y[data[f"{s}_idx"]]).sum()) / data[f"{s}_idx"].numel()
+            for s in ("val", "test")}
+
+
+@pytest.mark.parametrize("world", [1, 2, 3])
+@pytest.mark.parametrize("model", ["sage", "mlp"])
+def test_full_evaluation_equals_a_single_process_pass(tmp_path_factory, world, model):
+    expected = single_process_accuracy(CASES[model])
+    assert [r[model] for r in ranks(tmp_path_factory, world)] == [expected] * world
+
+
+@pytest.mark.parametrize("world", [1, 3])
+def test_sampled_evaluation_with_full_fanouts_equals_full_mode(tmp_path_factory, world):
+    for result in ranks(tmp_path_factory, world):
+        assert result["sampled-full-fanouts"] == result["sage"]
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_sampled_evaluation_is_seeded_and_agreed_by_all_ranks(tmp_path_factory, world):
+    results = ranks(tmp_path_factory, world)
+    assert all(r["sampled"] == r["sampled-again"] == results[0]["sampled"] for r in results)
+    assert 0.0 <= results[0]["sampled"]["test_acc"] <= 1.0
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_fetch_rows_returns_exactly_the_asked_rows_from_their_owners(tmp_path_factory, world):
+    fetched = [r["fetch"] for r in ranks(tmp_path_factory, world)]
+    assert all(f["ok"] for f in fetched)
+    shard = [f["shard_rows"] for f in fetched]
+    assert sum(shard) == 701 and max(shard) - min(shard) <= 1  # each rank holds 1/world of a layer
+
+
+@pytest.mark.parametrize("overrides,needle", [
+    (["eval.mode=exact"], "eval.mode='exact' is not valid; expected one of: full, sampled"),
+    (["eval.fanouts=[5]"], "eval.fanouts=[5] has 1 hops but model.num_layers=2"),
+    (["eval.fanouts=[5,0]"], "eval.fanouts=[5, 0] must be positive fanouts"),
+    (["eval.every=3"], "unknown config key 'eval.every'; valid eval keys: mode, fanouts"),
+])
+def test_eval_config_mistakes_are_named(overrides, needle):
+    with pytest.raises(UserError) as info:
+        load_config("tiny", overrides)
+    assert needle in str(info.value)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (evaluation on cuda with nccl)")
+def test_full_and_sampled_evaluation_on_cuda_equal_the_cpu_reference():
+    from train.evaluate import evaluate
+    from train.sharing import plan_sampling
+
+    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
+    try:
+        device = torch.device("cuda", 0)
+        data = _graph()
+        for overrides in (CASES["sage"], CASES["sampled-full-fanouts"]):
+            config = load_config("tiny", ["sampler.eval_batch_size=64", *overrides])
+            model = build_model(config.model, data.num_features, 5, seed=3).to(device)
+            sampling = plan_sampling(data, config.sampler, device)
+            assert evaluate(model, data, config, _Env(0, 1), device, sampling) == single_process_accuracy(CASES["sage"])
+    finally:
+        dist.destroy_process_group()

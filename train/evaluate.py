@@ -1,0 +1,185 @@
+"""Validation and test accuracy over all ranks, with memory that shrinks as ranks are added.
+
+`eval.mode: full` (default) is layer-wise inference over full neighbourhoods, so a node's
+prediction does not depend on batching or world size: the result equals a single-process
+evaluation. Each rank keeps only ITS rows of every hidden layer (a contiguous shard of the
+nodes, N / world_size rows); the rows of other ranks that a batch's neighbourhood needs are
+fetched from their owners per batch with one all_to_all, never the whole layer. So the per-rank
+memory is two shards of a layer plus one batch's neighbourhood, where an all-gather held all N
+rows on every rank (114 GB per rank for ogbn-papers100M with 256 hidden).
+
+`eval.mode: sampled` runs the model on NeighborLoader mini-batches over each rank's share of the
+split's nodes with `eval.fanouts` (default: sampler.num_neighbors), seeded, for graphs where the
+full-neighbourhood pass costs too much: an estimate, no longer independent of the fanouts.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+from torch_geometric.data import Data
+
+from train.config import Config
+from train.distenv import DistEnv
+from train.model import GNN
+from train.sampler import make_node_loader
+from train.shards import derive_seed, rank_shard, shard_sizes
+from train.sharing import SamplingPlan, graph_csc
+
+SPLITS = ("val", "test")
+
+
+@torch.no_grad()
+def evaluate(model: GNN, data: Data, config: Config, env: DistEnv, device: torch.device,
+             sampling: SamplingPlan) -> dict[str, float]:
+    """{"val_acc": ..., "test_acc": ...}, the same on every rank; collective over all ranks."""
+    was_training = model.training
+    model.eval()
+    try:
+        if config.eval.mode == "sampled":
+            counts = _sampled_counts(model, data, config, env, device, sampling)
+        else:
+            counts = _full_counts(model, data, config, env, device)
+    finally:
+        model.train(was_training)
+    totals = torch.tensor([c for split in SPLITS for c in counts[split]], dtype=torch.float64, device=device)
+    dist.all_reduce(totals)
+    result = {}
+    for i, split in enumerate(SPLITS):
+        correct, total = float(totals[2 * i]), float(totals[2 * i + 1])
+        result[f"{split}_acc"] = correct / total if total else float("nan")
+    return result
+
+
+def eval_fanouts(config: Config) -> list[int]:
+    return list(config.eval.fanouts or config.sampler.num_neighbors)
+
+
+# ---- sampled ---------------------------------------------------------------------------------------
+
+def _sampled_counts(model, data, config, env, device, sampling) -> dict[str, tuple[int, int]]:
+    counts = {}
+    batch_size = config.sampler.eval_batch_size
+    for number, split in enumerate(SPLITS):
+        nodes = rank_shard(data[f"{split}_idx"], env.rank, env.world_size)
+        correct = 0
+        if not model.uses_graph:
+            for chunk in nodes.split(batch_size):
+                logits = model(data.x[chunk].to(device), None)
+                correct += int((logits.argmax(-1).cpu() == data.y[chunk]).sum())
+        else:
+            loader = make_node_loader(sampling.data, nodes, eval_fanouts(config), batch_size,
+                                      seed=derive_seed(config.trainer.seed, 2, number), csc=sampling.csc,
+                                      device=sampling.device, num_workers=sampling.num_workers,
+                                      pin_memory=sampling.pin_memory)
+            for batch in loader:
+                batch = sampling.complete(batch, device).to(device, non_blocking=True)
+                logits = model(batch.x, batch.edge_index)[: batch.batch_size]
+                correct += int((logits.argmax(-1) == batch.y[: batch.batch_size]).sum())
+        counts[split] = (correct, nodes.numel())
+    return counts
+
+
+# ---- full neighbourhoods, each layer sharded ------------------------------------------------------
+
+class RowOwners:
+    """Which rank owns which rows of a layer: contiguous shards of 0..N-1, as `rank_shard` cuts them."""
+
+    def __init__(self, num_nodes: int, world_size: int):
+        sizes = torch.tensor(shard_sizes(num_nodes, world_size), dtype=torch.long)
+        self.starts = torch.cumsum(sizes, 0) - sizes
+        self.ends = self.starts + sizes
+        self.world_size = world_size
+
+    def owner(self, nodes: Tensor) -> Tensor:
+        return torch.bucketize(nodes, self.ends, right=True)
+
+    def rows(self, rank: int) -> Tensor:
+        return torch.arange(int(self.starts[rank]), int(self.ends[rank]))
+
+
+def fetch_rows(ids: Tensor, mine: Tensor, my_start: int, owners: RowOwners, device: torch.device) -> Tensor:
+    """Rows `ids` of a layer sharded over the ranks (this rank holds `mine`, from row `my_start`).
+
+    Collective: every rank calls it the same number of times, with its own (maybe empty) `ids`.
+    Two all_to_all exchanges: the ids each owner must send, then the rows.
+    """
+    owner = owners.owner(ids)
+    order = torch.argsort(owner, stable=True)
+    send_ids = ids[order]
+    send_counts = torch.bincount(owner, minlength=owners.world_size)
+    recv_counts = torch.empty_like(send_counts, device=device)
+    dist.all_to_all_single(recv_counts, send_counts.to(device))
+    recv_counts = recv_counts.cpu()
+    wanted = torch.empty(int(recv_counts.sum()), dtype=torch.long, device=device)
+    dist.all_to_all_single(wanted, send_ids.to(device), recv_counts.tolist(), send_counts.tolist())
+    reply = mine[wanted.cpu() - my_start].to(device)
+    got = torch.empty(ids.numel(), mine.size(1), dtype=mine.dtype, device=device)
+    dist.all_to_all_single(got, reply, send_counts.tolist(), recv_counts.tolist())
+    out = torch.empty_like(got)
+    out[order.to(device)] = got
+    return out
+
+
+def _batches(model: GNN, data: Data, nodes: Tensor, batch_size: int):
+    """(n_id, edge_index or None, number of seeds) per batch: the seeds' full neighbourhoods."""
+    if not model.uses_graph:
+        for chunk in nodes.split(batch_size):
+            yield chunk, None, chunk.numel()
+        return
+    structure = Data(edge_index=data.edge_index, num_nodes=data.num_nodes)  # no features to gather
+    for batch in make_node_loader(structure, nodes, [-1], batch_size, csc=graph_csc(data)):
+        yield batch.n_id, batch.edge_index, batch.batch_size
+
+
+def _layer_rows(model: GNN, index: int, data: Data, nodes: Tensor, batch_size: int, device: torch.device,
+                inputs) -> Tensor:
+    """Layer `index` for `nodes`; `inputs(n_id)` gives the previous layer's rows. Collective when
+    `inputs` fetches: the number of batches is agreed so that every rank serves every round."""
+    batches = _batches(model, data, nodes, batch_size)
+    rounds = torch.tensor([-(-nodes.numel() // batch_size)], device=device)
+    dist.all_reduce(rounds, op=dist.ReduceOp.MAX)
+    out = torch.empty(nodes.numel(), model.sizes[index + 1])  # filled in place: no list to concatenate
+    done = 0
+    for _ in range(int(rounds)):
+        batch = next(batches, None)
+        if batch is None:  # out of nodes: still answer the other ranks' requests
+            inputs(torch.empty(0, dtype=torch.long))
+            continue
+        n_id, edge_index, seeds = batch
+        h = inputs(n_id).to(device)
+        if edge_index is not None:
+            # One hop: every edge points at a seed (the first `seeds` of n_id), so the layer is
+            # computed for the seeds alone, not for the whole neighbourhood.
+            rows = model.layer(index, (h, h[:seeds]), edge_index.to(device))
+        else:
+            rows = model.layer(index, h, None)
+        out[done : done + seeds] = rows.cpu()
+        done += seeds
+    return out
+
+
+def _full_counts(model, data, config, env, device) -> dict[str, tuple[int, int]]:
+    world, rank = env.world_size, env.rank
+    batch_size = config.sampler.eval_batch_size
+    owners = RowOwners(data.num_nodes, world)
+    my_start = int(owners.starts[rank])
+    num_layers = len(model.layers)
+
+    def from_features(n_id: Tensor) -> Tensor:
+        return data.x[n_id]  # every rank maps the whole feature matrix (shared per node)
+
+    inputs, mine = from_features, None
+    for index in range(num_layers - 1):
+        mine = _layer_rows(model, index, data, owners.rows(rank), batch_size, device, inputs)
+
+        def inputs(n_id: Tensor, shard=mine) -> Tensor:
+            return fetch_rows(n_id, shard, my_start, owners, device)
+
+    counts = {}
+    for split in SPLITS:
+        nodes = rank_shard(data[f"{split}_idx"], rank, world)
+        logits = _layer_rows(model, num_layers - 1, data, nodes, batch_size, device, inputs)
+        counts[split] = (int((logits.argmax(-1) == data.y[nodes]).sum()), nodes.numel())
+    return counts

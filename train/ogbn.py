@@ -1,0 +1,104 @@
+"""OGB node-property datasets (ogbn-arxiv, ogbn-products, ogbn-papers100M) through `ogb`'s PyG loader.
+
+The `ogb` package is an optional dependency (`pip install '.[ogb]'`), imported only when an
+OGB dataset is opened. Its loader downloads a zip, processes it into
+`<root>/<ogbn_name>/processed/` and gives the official split; this module only adapts what it
+returns to the project's `Data` (labels as a flat long tensor, split as index tensors) and
+takes away its two interactive prompts, which a batch job or `make data` cannot answer.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch_geometric.data import Data
+
+from train.errors import UserError
+from train.rawfiles import prepare_again
+
+OGB_VERSION = "1.3.6"  # the version pinned in requirements.lock; the one whose on-disk format is tested
+UNLABELED = -1  # papers100M labels only ~1.5 M of its 111 M nodes (NaN in OGB's file)
+
+
+@dataclass(frozen=True)
+class OgbInfo:
+    folder: str  # under the data root, as ogb names it
+    split: str  # the official split's folder under <folder>/split/
+    raw: tuple[str, ...]  # the raw files its processing reads
+
+    @property
+    def needed(self) -> tuple[str, ...]:
+        return tuple(f"raw/{f}" for f in self.raw) + tuple(f"split/{self.split}/{s}.csv.gz" for s in SPLIT_FILES)
+
+    @property
+    def processed(self) -> tuple[str, ...]:
+        return ("processed/geometric_data_processed.pt",)
+
+
+SPLIT_FILES = ("train", "valid", "test")
+_CSV = ("edge.csv.gz", "node-feat.csv.gz", "node-label.csv.gz", "num-node-list.csv.gz", "num-edge-list.csv.gz")
+OGB_NODE_DATASETS: dict[str, OgbInfo] = {
+    "ogbn-arxiv": OgbInfo("ogbn_arxiv", "time", _CSV + ("node_year.csv.gz",)),
+    "ogbn-products": OgbInfo("ogbn_products", "sales_ranking", _CSV),
+    "ogbn-papers100M": OgbInfo("ogbn_papers100M", "time", ("data.npz", "node-label.npz")),
+}
+
+
+def _processed_globals() -> list:
+    import numpy as np
+    from torch_geometric.data.data import Data, DataEdgeAttr, DataTensorAttr
+    from torch_geometric.data.storage import GlobalStorage
+
+    return [Data, DataEdgeAttr, DataTensorAttr, GlobalStorage, np._core.multiarray.scalar, np.dtype,
+            np.dtypes.Int64DType, np.dtypes.Int32DType]
+
+
+def _dataset_class():
+    """`PygNodePropPredDataset` without its prompts (imported here: `ogb` is optional)."""
+    try:
+        from ogb.nodeproppred import PygNodePropPredDataset
+        from ogb.utils.url import download_url, extract_zip
+    except ImportError as exc:
+        raise UserError(f"the OGB datasets need the `ogb` package, which is not installed ({exc}): "
+                        f"pip install ogb=={OGB_VERSION} (or pip install '.[ogb]').") from None
+
+    class NodeDataset(PygNodePropPredDataset):
+        def __init__(self, name: str, root: str):
+            # ogb 1.3.6 torch.loads its processed file with torch's default, weights_only since 2.6:
+            # allow what it holds (PyG's storage classes, num_nodes as a numpy integer), only that.
+            with torch.serialization.safe_globals(_processed_globals()):
+                super().__init__(name, root=root)
+
+        def download(self) -> None:
+            # ogb asks "y/N" on stdin before any file over 1 GB; `make data DATASET=...` is the yes.
+            path = download_url(self.meta_info["url"], self.original_root)
+            extract_zip(path, self.original_root)
+            os.unlink(path)
+            shutil.rmtree(self.root)
+            shutil.move(os.path.join(self.original_root, self.download_name), self.root)
+
+    return NodeDataset
+
+
+def open_ogb(name: str, root: Path) -> Data:
+    """ogbn-`name` under `root` as x, y (long, UNLABELED where OGB has none), edge_index and its split."""
+    info = OGB_NODE_DATASETS[name]
+    folder = root / info.folder
+    dataset_class = _dataset_class()
+    release = folder / "RELEASE_v1.txt"
+    if folder.is_dir() and not release.is_file():
+        # ogb would ask on stdin whether to delete the folder ("the dataset has been updated").
+        raise UserError(f"dataset {name!r}: {str(folder)!r} holds no {release.name}, so it is not a complete OGB "
+                        f"download. Delete the folder and {prepare_again(name)}.")
+    dataset = dataset_class(name, root=str(root))
+    split = dataset.get_idx_split()
+    graph = dataset[0]
+    y = graph.y.view(-1)
+    if y.is_floating_point():
+        y = torch.where(torch.isnan(y), torch.full_like(y, UNLABELED), y).long()
+    return Data(x=graph.x, y=y, edge_index=graph.edge_index,
+                train_idx=split["train"].long(), val_idx=split["valid"].long(), test_idx=split["test"].long())

@@ -1,0 +1,110 @@
+"""Name the missing or damaged file of a prepared dataset, and say how to prepare it again.
+
+PyG and OGB end in a bare `EOFError`, `UnpicklingError` or `BadZipFile` when a raw file was cut
+short (an interrupted copy to the shared file system), quietly process a truncated text file,
+and re-download everything (or, offline, fail without a name) when one file is missing. These
+checks read each file through its format, so the error names the file instead.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import pickle
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+# Files whose bytes are fixed forever: the Planetoid release (github.com/kimiyoung/planetoid, the
+# files PyG downloads). A truncated `ind.*.test.index` still parses, so only a checksum tells.
+KNOWN_SHA256: dict[str, str] = {
+    "ind.cora.allx": "9419ba2f26f5c35243db64aba110e0f35a04851609e0dc5433450676ca6b8543",
+    "ind.cora.ally": "2b998f5cc7fedc86e7f97ca2498f47a1ffc1462c29e2d578b23bf3f62b6e7d71",
+    "ind.cora.graph": "58f13302f39dde8852dad6fe6d15b89b077b6d7f837626bce671ef80344b383d",
+    "ind.cora.test.index": "297ce89af2b51a6a194181c7dbe1796c6a1cf9cd9349a88383b1b1e227867875",
+    "ind.cora.tx": "b9afbaa4a400df991f6f02ef677e1e44da55ffc04801fd02f9e673987829226a",
+    "ind.cora.ty": "41f5ac76596a1699cc33f53084a2419e92961c42bb75f36fc38e616d348532ad",
+    "ind.cora.x": "23cfa55d91c6f624233f5eb7b6e3f141f1bd2b2ae39608a63cf5d084bb27baab",
+    "ind.cora.y": "94465c14eb53e04ca262198dcbb2521ee8af60fb3f3d546cd6ca24a511b0e7d1",
+}
+# Up to this size a file is read to its end before processing; larger ones get the cheap checks
+# (a zip's directory, an .npy header against the file size) and are read fully only after a failure.
+THOROUGH_BYTES = 256 << 20
+_CHUNK = 16 << 20
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        while block := fh.read(_CHUNK):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _read_format(path: Path, thorough: bool) -> None:
+    """Raise when `path` cannot be read as what its name says it is."""
+    name = path.name
+    if name.startswith("ind.") and name.endswith(".test.index"):
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if line.strip() and not line.strip().isdigit():
+                raise ValueError(f"line {number} is not a node index: {line[:40]!r}")
+    elif name.startswith("ind."):  # the Planetoid pickles (scipy matrices, numpy arrays, dicts)
+        with path.open("rb") as fh:
+            pickle.load(fh, encoding="latin1")
+    elif name.endswith(".npz"):
+        with zipfile.ZipFile(path) as archive:  # a cut-short zip has no central directory
+            if thorough and (bad := archive.testzip()) is not None:
+                raise ValueError(f"member {bad!r} fails its CRC check")
+    elif name.endswith(".npy"):
+        np.load(path, mmap_mode="r")  # the header's shape must fit in the file
+    elif name.endswith(".json"):
+        json.loads(path.read_text())
+    elif name.endswith(".gz") and thorough:
+        with gzip.open(path, "rb") as fh:
+            while fh.read(_CHUNK):
+                pass
+    elif name.endswith(".pt") and thorough:
+        with zipfile.ZipFile(path) as archive:  # torch.save's format is a zip archive
+            if (bad := archive.testzip()) is not None:
+                raise ValueError(f"member {bad!r} fails its CRC check")
+
+
+def file_problem(path: Path, thorough: bool | None = None) -> str | None:
+    """What is wrong with `path` (missing, checksum, unreadable), or None when it reads.
+
+    thorough=None reads small files fully and checks only the structure of large ones.
+    """
+    if not path.is_file():
+        return "missing"
+    size = path.stat().st_size
+    if size == 0:
+        return "empty (0 bytes)"
+    if thorough is None:
+        thorough = size <= THOROUGH_BYTES
+    expected = KNOWN_SHA256.get(path.name)
+    if expected is not None and _sha256(path) != expected:
+        return f"not the published file (its SHA-256 differs; {size} bytes: cut short or replaced?)"
+    try:
+        _read_format(path, thorough)
+    except Exception as exc:  # noqa: BLE001 - any failure to read is the finding
+        return f"damaged ({type(exc).__name__}: {exc or 'cut short'})"
+    return None
+
+
+def problems(directory: Path, files: tuple[str, ...] | list[str], thorough: bool | None = None) -> list[str]:
+    """`"<path> is <problem>"` for each of `files` (relative to `directory`) that is missing or damaged."""
+    found = []
+    for relative in files:
+        path = directory / relative
+        problem = file_problem(path, thorough)
+        if problem is not None:
+            found.append(f"{path} is {problem}")
+    return found
+
+
+def prepare_again(name: str) -> str:
+    """How to prepare dataset `name` again: one sentence, the same in every message."""
+    return (f"prepare it again on a login node (with internet): `make data DATASET={name}` or "
+            f"`python -m train data --config CONFIG data.name={name}`, with the same data.root / DATA_DIR")
