@@ -124,3 +124,9 @@ def test_json_is_written_whole_or_not_at_all(tmp_path):
     path = tmp_path / "deep" / "r.json"
     gpu_check.write_json(path, {"t": time.time()})
     assert json.loads(path.read_text())["t"] > 0 and not list(path.parent.glob(".*.tmp"))
+
+
+def test_only_modules_with_gpu_tests_are_collected():
+    files = gpu_check.gpu_test_files()
+    assert "tests/test_timing.py" in files and "tests/test_sampler.py" in files
+    assert "tests/test_report.py" not in files  # no GPU test there (and it imports PIL)
