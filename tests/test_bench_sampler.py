@@ -136,3 +136,27 @@ def test_bad_options_are_a_message(argv, message):
     proc = subprocess.run([sys.executable, "-m", "bench", "sampler", *argv], cwd=ROOT, capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": str(ROOT), "BENCH_ANCHOR": "none"}, timeout=120)
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def _anchor_sh(*args, env=None):
+    return subprocess.run(["bash", str(ROOT / "bench" / "anchor.sh"), *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60, env={**os.environ, **(env or {})})
+
+
+def test_anchor_without_sources_says_why_and_builds_nothing(tmp_path):
+    venv = tmp_path / "anchor-venv"
+    proc = _anchor_sh(str(venv), env={"PYG_LIB_SRC": str(tmp_path / "nowhere")})
+    assert proc.returncode == 3
+    assert f"cannot build the pyg-lib anchor: no {tmp_path / 'nowhere'}/build.sh (set PYG_LIB_SRC" in proc.stderr
+    assert not venv.exists()
+
+
+def test_anchor_check_builds_nothing_and_says_when_it_is_not_current(tmp_path):
+    venv = tmp_path / "anchor-venv"
+    venv.mkdir()
+    (venv / ".anchor-hash").write_text("0000000000000000\n")  # built from other sources
+    proc = _anchor_sh("--check", str(venv))
+    assert proc.returncode == 3 and "is not built for the current sources (make anchor" in proc.stderr
+    assert sorted(p.name for p in venv.iterdir()) == [".anchor-hash"]
+    python, reason = anchor_python(venv)
+    assert python is None and reason.startswith(f"{venv} is not built for the current sources")
