@@ -17,7 +17,7 @@ from tests.localjob import ROOT, free_port, run_local_job
 from train.timing import MEASURED, PHASES, AllReduceProbe, PhaseTimer
 
 RESULT = "TIMING_RESULT "
-DELAY = 0.05  # seconds added to one part per step (or per evaluation)
+DELAY = 0.1  # seconds added to one part per step (10 steps per epoch: 1 s, well above a busy machine's noise)
 SLOWED = ("sample", "gather", "copy", "compute", "allreduce", "eval")
 
 
@@ -76,6 +76,25 @@ def test_iterate_charges_the_wait_for_the_next_item_and_other_threads_are_ignore
     thread.start()
     thread.join()
     assert timer.seconds["gather"] == 0.0  # not this thread's clock
+
+
+def test_a_timed_loader_still_pickles_for_spawned_workers():
+    """A loader sent to spawned (not forked) workers is pickled with its timed filter; the copy
+    gathers the same batches and its time is not charged to the training thread."""
+    import pickle
+
+    from torch_geometric.data import Data
+
+    from train.sampler import make_node_loader
+
+    data = Data(x=torch.randn(50, 4), y=torch.arange(50), edge_index=torch.randint(50, (2, 200)))
+    timer = PhaseTimer()
+    loader = timer.wrap_loader(make_node_loader(data, torch.arange(20), [3], 10, seed=1, force_torch_sampler=True))
+    copy = pickle.loads(pickle.dumps(loader))
+    assert copy.filter_fn.timer is None
+    for a, b in zip(timer.iterate(loader), copy):
+        assert torch.equal(a.x, b.x) and torch.equal(a.n_id, b.n_id)
+    assert timer.seconds["gather"] > 0 and timer.seconds["sample"] > 0
 
 
 @contextlib.contextmanager

@@ -106,11 +106,7 @@ class PhaseTimer:
         """Charge a PyG NodeLoader's feature gathering (`filter_fn`) to `gather` (in this process)."""
         filter_fn = getattr(loader, "filter_fn", None)
         if filter_fn is not None:
-            def timed_filter(out, _inner=filter_fn):
-                with self.phase("gather"):
-                    return _inner(out)
-
-            loader.filter_fn = timed_filter
+            loader.filter_fn = _TimedCall(self, "gather", filter_fn)
         return loader
 
     def totals(self, wall_seconds: float | None = None) -> dict[str, float]:
@@ -119,6 +115,23 @@ class PhaseTimer:
         out = dict(self.seconds)
         out["other"] = max(wall - sum(out.values()), 0.0)
         return out
+
+
+class _TimedCall:
+    """`inner(...)` charged to `phase`. Picklable (a loader sent to spawned workers carries it): the
+    copy drops the timer, as a worker's time is not on the training thread's clock anyway."""
+
+    def __init__(self, timer: PhaseTimer | None, phase: str, inner):
+        self.timer, self.phase, self.inner = timer, phase, inner
+
+    def __call__(self, *args, **kwargs):
+        if self.timer is None:
+            return self.inner(*args, **kwargs)
+        with self.timer.phase(self.phase):
+            return self.inner(*args, **kwargs)
+
+    def __getstate__(self) -> dict:
+        return {"timer": None, "phase": self.phase, "inner": self.inner}
 
 
 class AllReduceProbe:
