@@ -247,6 +247,9 @@ def measure_graph(name: str, args, with_pyg_lib: bool) -> dict:
                                                  for k in ("edges_per_s", "batches_per_s")}
             per_threads[str(threads)] = measured
         result["fanouts"][key] = per_threads
+        samplers.clear()  # drop this fanout's samplers (pyg-lib's own CSC) before the next is built
+        loaders.clear()
+        native = seed_loader = None  # noqa: F841
     return result
 
 
