@@ -277,6 +277,8 @@ def run(args) -> dict:
     graphs = {}
     for name in sizes:
         graphs[name] = measure_graph(name, args, with_pyg_lib)
+        for row in _rows({name: graphs[name]}):  # as it goes: a later, larger graph may not fit in memory
+            print("  " + "  ".join(map(str, row)), flush=True)
     torch.set_num_threads(1)
     checks = uniformity(_uniformity_samplers(with_pyg_lib))
 
