@@ -25,7 +25,9 @@ def main(argv: list[str] | None = None) -> int:
     for name in names or BENCHES:
         started = time.perf_counter()
         print(f"\n=== bench {name} ===", flush=True)
-        importlib.import_module(f"bench.{name}").main(argv)
+        code = importlib.import_module(f"bench.{name}").main(argv)
+        if code:  # e.g. a benchmark re-run in the pyg-lib anchor's Python that failed there
+            return code
         print(f"=== bench {name}: {time.perf_counter() - started:.0f} s ===", flush=True)
     return 0
 

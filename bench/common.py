@@ -17,7 +17,7 @@ from pathlib import Path
 from train.distenv import free_port  # also for bench.gpu, which imports it from here
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "results"
+RESULTS = Path(os.environ.get("BENCH_RESULTS") or ROOT / "bench" / "results")  # BENCH_RESULTS: e.g. a test's tmp dir
 RESULT_TAG = "BENCH_RESULT "
 EXIT_GRACE_S = 120  # after rank 0 has reported, the other ranks only have to exit
 

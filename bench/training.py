@@ -9,11 +9,14 @@ one after the other, twice (A B A B) so that warm-up and drift hit both alike:
   over this rank's `train_idx.split(ceil(N / world))` part with drop_last, and the plain
   `zero_grad / forward / cross_entropy / backward / step` loop.
 
-What differs from the seed here: the seed uses PyG's `NeighborLoader`, which needs pyg-lib
-or torch-sparse; where neither is installed (a plain pip install) the baseline samples with
-the project's `TorchNeighborSampler` building its own CSC, as `NeighborLoader` would. Both
-use `sampler.num_workers` loader workers (the seed uses 4 workers per GPU; a 2-core machine
-has no room for that).
+The seed uses PyG's `NeighborLoader` on pyg-lib (NVIDIA's container ships it). `make bench`
+builds pyg-lib into .venv-anchor (bench/anchor.sh) and this benchmark re-runs itself there, so
+the baseline is exactly that (with `persistent_workers` when it has workers), and the project
+samples as it would in the container (pyg-lib on the node-shared graph). Where the anchor
+cannot be built, the baseline samples with the project's `TorchNeighborSampler` building its own
+CSC, as `NeighborLoader` would, and the table says so. Both use `sampler.num_workers` loader
+workers (the seed uses 4 workers per GPU; a 2-core machine has no room for that). The project's
+timed steps are also split into phases (train/timing.py) to show where its time goes.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -43,6 +47,7 @@ def _project_steps(trainer, epoch: int, steps: int) -> tuple[int, float]:
         return len(marks) > steps
 
     trainer.state.step = 0
+    trainer.timer.reset()
     trainer.train_epoch(epoch, on_step_end=on_step_end)
     return marks[-1][1] - marks[0][1], marks[-1][0] - marks[0][0]
 
@@ -107,24 +112,33 @@ def worker(args) -> None:
         data = obtain_graph(config, env)
         trainer = Trainer(config, env, device, data, out_dir=Path(out))
         measured = {"project": [0, 0.0], "baseline": [0, 0.0]}
+        phases: dict[str, float] = {}
         for round_ in range(args.rounds):
             for name in ("project", "baseline"):
                 dist.barrier()
                 if name == "project":
                     seeds, seconds = _project_steps(trainer, round_, args.steps)
+                    for phase, value in trainer.timer.totals().items():  # includes the untimed warm-up step
+                        phases[phase] = phases.get(phase, 0.0) + value
                 else:
                     seeds, seconds = _baseline_steps(data, config, env, device, round_, args.steps)
                 measured[name][0] += seeds
                 measured[name][1] += seconds
         rows: list = [None] * env.world_size
-        dist.all_gather_object(rows, {"rank": env.rank, **{k: {"seeds": v[0], "seconds": v[1]}
-                                                           for k, v in measured.items()}})
+        dist.all_gather_object(rows, {"rank": env.rank, "project_phase_seconds": phases,
+                                      **{k: {"seeds": v[0], "seconds": v[1]} for k, v in measured.items()}})
         if env.rank == 0:
             emit({"ranks": rows})
 
 
 def run(args) -> dict:
-    print(f"training: {args.ranks} local ranks, project loop against the seed's loop ...", flush=True)
+    from bench.anchor import have_pyg_lib
+    from train.sampler import have_native_sampler
+
+    baseline_loader = ("PyG NeighborLoader on pyg-lib" if have_pyg_lib() else "PyG NeighborLoader (torch-sparse)"
+                       if have_native_sampler() else
+                       f"stand-in: TorchNeighborSampler with its own CSC (no pyg-lib: {args.anchor_reason or 'not installed'})")
+    print(f"training: {args.ranks} local ranks, project loop against the seed's loop ({baseline_loader}) ...", flush=True)
     result = launch_local_ranks("bench.training", ["--worker", *_passthrough(args)], args.ranks, timeout=args.timeout)
     rows, per_loop = [], {}
     for name in ("project", "baseline"):
@@ -138,8 +152,13 @@ def run(args) -> dict:
     print(f"Training throughput: {args.ranks} ranks (gloo, CPU), synthetic graph {args.nodes:,} nodes, avg degree "
           f"{args.degree}, {args.features} features, SAGE hidden 256, fanouts [25, 10], batch {args.batch_size}")
     print(table(["loop", "timed steps/rank", "seeds/s per rank", "slowest rank", "fastest rank"], rows))
-    print(f"\nproject/baseline seeds per second = {ratio:.3f}")
-    path = write_result("training", {"params": {**vars(args)}, "loops": per_loop,
+    print(f"\nproject/baseline seeds per second = {ratio:.3f}; baseline loader: {baseline_loader}")
+    phases = {k: sum(r["project_phase_seconds"][k] for r in result["ranks"]) / len(result["ranks"])
+              for k in result["ranks"][0]["project_phase_seconds"]}
+    total = sum(phases.values()) or 1.0
+    print("project's step time (mean rank): " + ", ".join(f"{k} {v / total:.0%}" for k, v in phases.items()))
+    path = write_result("training", {"params": {**vars(args)}, "loops": per_loop, "baseline_loader": baseline_loader,
+                                      "project_phase_seconds": phases,
                                       "ratios": {"project_over_baseline": ratio}, "raw": result})
     print(f"wrote {path}")
     return {"project_over_baseline": ratio}
@@ -162,7 +181,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv=None) -> int:
-    return bench_main(__doc__, add_arguments, run, argv, worker=worker)
+    from bench.anchor import run_in_anchor
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    reason = ""
+    if "--worker" not in argv:
+        code, reason = run_in_anchor("bench.training", argv)
+        if code is not None:
+            return code
+
+    def run_here(args):
+        args.anchor_reason = reason
+        return run(args)
+
+    return bench_main(__doc__, add_arguments, run_here, argv, worker=worker)
 
 
 if __name__ == "__main__":

@@ -1,10 +1,16 @@
-# `make bench`: benchmarks of what the project costs against the seed's way, measured in one run.
+# `make bench`: benchmarks of what the project costs against the strongest anchor, measured in one run.
 # Tables go to stdout, figures with the machine's description to bench/results/<name>-<time>.json.
 # Never run by `make test`. Sized for a 2-core, 24 GiB machine (a few minutes each).
 BENCH ?= memory sampler training gpu
 BENCH_ARGS ?=
+# pyg-lib's saved sources (README.md and build.sh there); empty: ../shared/pyg-lib (bench/anchor.sh).
+PYG_LIB_SRC ?=
 
-.PHONY: bench
+.PHONY: bench anchor
 
-bench: setup ## Benchmarks BENCH (memory sampler training gpu); BENCH_ARGS e.g. "--nodes 200000"; JSON in bench/results/
+anchor: ## Build pyg-lib (PyG's C++ sampler) into .venv-anchor from PYG_LIB_SRC, once per source change (~3 min)
+	@bash bench/anchor.sh
+
+bench: setup ## Benchmarks BENCH (memory sampler training gpu) against pyg-lib where it builds; BENCH_ARGS e.g. "--scale 0.1"
+	@bash bench/anchor.sh || echo "bench: the pyg-lib anchor is not available (above); the benchmarks run without it"
 	@$(call split,names,BENCH); $(call split,args,BENCH_ARGS); "$$VENV/bin/python" -m bench "$${names[@]}" "$${args[@]}"

@@ -19,11 +19,9 @@ import os
 import re
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import textwrap
-import time
 import zipfile
 from pathlib import Path
 

@@ -18,8 +18,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def row(epoch, loss, train, val=None, test=None, seconds=2.0, rate=4000.0, world=2):
+    phases = {"sample": 0.8 * seconds, "gather": 0.1 * seconds, "copy": 0.0, "compute": 0.05 * seconds,
+              "allreduce": 0.05 * seconds, "eval": 0.5 if val is not None else 0.0, "other": 0.0}
     return {"epoch": epoch, "loss": loss, "train_acc": train, "val_acc": val, "test_acc": test,
-            "epoch_seconds": seconds, "seeds_per_second": rate, "world_size": world}
+            "epoch_seconds": seconds, "seeds_per_second": rate, "world_size": world,
+            "phase_seconds": phases, "wall_seconds": sum(phases.values())}
 
 
 def write_run(run: Path, finished: bool = True, epochs: int = 6) -> Path:
@@ -66,7 +69,49 @@ def test_report_draws_a_png_and_prints_the_summary(tmp_path):
     assert "final loss           0.5200" in out
     assert "time per epoch       2.00 s (mean; 12.0 s in all)" in out
     assert "throughput           4000 seeds/s, 2000 per GPU (rank)" in out
+    # mean per epoch: sample 1.6 s, gather 0.2, compute 0.1, allreduce 0.1, eval 0.25 (3 of 6 epochs) = 2.25 s
+    assert ("step time            sample 71% | gather 9% | copy 0% | compute 4% | allreduce 4% | eval 11% | other 0% "
+            "(of 2.25 s per epoch with evaluation, mean over ranks)") in out
     assert not list(run.glob(".*.tmp"))  # written atomically
+
+
+def test_runs_without_phase_times_still_report(tmp_path):
+    """Runs recorded before the step-time breakdown existed: the table says so, the panel is empty."""
+    run = write_run(tmp_path / "run")
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    (run / "metrics.jsonl").write_text("".join(json.dumps({k: v for k, v in r.items() if k not in
+                                                           ("phase_seconds", "wall_seconds")}) + "\n" for r in rows))
+    proc = report(run)
+    assert proc.returncode == 0, proc.stderr
+    assert "step time            - (not recorded by this run)" in proc.stdout
+    assert summarize(read_metrics(run / "metrics.jsonl"))["phase_seconds"] is None
+    with Image.open(run / "curves.png") as image:
+        assert image.size == (1200, 400)
+
+
+def test_the_time_panel_stacks_every_phase(tmp_path):
+    """The fourth panel of curves.png: one stacked bar per epoch, one colour per phase."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from train.report import plot_phases
+    from train.timing import PHASES
+
+    rows = read_metrics(write_run(tmp_path / "run") / "metrics.jsonl")
+    fig, ax = plt.subplots()
+    try:
+        plot_phases(ax, rows)
+        labels = [t.get_text() for t in ax.get_legend().get_texts()]
+        assert labels == list(PHASES)
+        tops = {}
+        for patch in ax.patches:  # bar patches: x centre = epoch, stacked heights add up to the wall time
+            epoch = round(patch.get_x() + patch.get_width() / 2)
+            tops[epoch] = max(tops.get(epoch, 0.0), patch.get_y() + patch.get_height())
+        assert tops == {r["epoch"]: pytest.approx(r["wall_seconds"]) for r in rows}
+    finally:
+        plt.close(fig)
 
 
 def test_report_while_running(tmp_path):
@@ -123,6 +168,7 @@ def test_fit_draws_curves_at_the_end(tmp_path):
     with Image.open(out / "curves.png") as image:
         assert image.format == "PNG" and image.size == (1200, 400)
     assert "best val accuracy" in proc.stdout and "epochs               2 of 2" in proc.stdout
+    assert "step time            sample " in proc.stdout  # measured by the run itself
 
 
 def make(*args, env=None):

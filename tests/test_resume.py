@@ -107,7 +107,7 @@ def assert_same_weights(a: Path, b: Path) -> None:
 
 def history(run_dir: Path) -> list[dict]:
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in r.items() if k not in ("epoch_seconds", "seeds_per_second")} for r in rows]
+    return [{k: v for k, v in r.items() if not k.endswith("_seconds") and k != "seeds_per_second"} for r in rows]
 
 
 @pytest.fixture(scope="module")

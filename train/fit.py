@@ -34,6 +34,7 @@ from train.model import GNN, build_model
 from train.sampler import make_node_loader
 from train.shards import derive_seed, epoch_order, rank_shard
 from train.sharing import obtain_shared_or_private, plan_sampling, shared_graphs
+from train.timing import AllReduceProbe, PhaseTimer, reduce_mean
 
 
 @dataclass
@@ -137,6 +138,8 @@ class Trainer:
         self.stop_requested = False  # set by a preemption handler; checked at step boundaries
         self.joinables: list = []  # more Joinables that take part in every step (preemption.StepAgreement)
         self.sampling = plan_sampling(data, config.sampler, device)  # sampler.device: where batches are sampled
+        self.timer = PhaseTimer(device)  # where each epoch's time goes (train/timing.py)
+        self.allreduce_probe = AllReduceProbe(self.model, device)
         if self.sampling.note and env.is_main:
             print(self.sampling.note, flush=True)
 
@@ -147,18 +150,24 @@ class Trainer:
 
     def batches(self, seeds: torch.Tensor, epoch: int):
         cfg = self.config.sampler
+        timer = self.timer
         if not self.model.uses_graph:  # the MLP needs no neighbours
             for chunk in seeds.split(cfg.batch_size):
-                yield Data(x=self.data.x[chunk], y=self.data.y[chunk], n_id=chunk,
-                           edge_index=torch.empty(2, 0, dtype=torch.long), batch_size=chunk.numel())
+                with timer.phase("gather"):
+                    batch = Data(x=self.data.x[chunk], y=self.data.y[chunk], n_id=chunk,
+                                 edge_index=torch.empty(2, 0, dtype=torch.long), batch_size=chunk.numel())
+                yield batch
             return
         plan = self.sampling
-        for batch in make_node_loader(
+        loader = make_node_loader(
             plan.data, seeds, list(cfg.num_neighbors), cfg.batch_size,
             seed=derive_seed(self.config.trainer.seed, 1), epoch=epoch, csc=plan.csc, device=plan.device,
             num_workers=plan.num_workers, pin_memory=plan.pin_memory,
-        ):
-            yield plan.complete(batch, self.device)
+        )
+        for batch in timer.iterate(timer.wrap_loader(loader), "sample"):
+            with timer.phase("gather"):
+                batch = plan.complete(batch, self.device)
+            yield batch
 
     def steps_in_epoch(self, epoch: int) -> int:
         steps = math.ceil(self.epoch_shard(epoch).numel() / self.config.sampler.batch_size)
@@ -180,14 +189,17 @@ class Trainer:
                 self._maybe_fail()
                 # Dropout draws from the global RNG: seed it per step so a resumed run draws the same.
                 torch.manual_seed(derive_seed(self.config.trainer.seed, epoch, self.state.step, self.env.rank))
-                batch = batch.to(self.device, non_blocking=True)
-                self.optimizer.zero_grad(set_to_none=True)
-                out = self.ddp(batch.x, batch.edge_index)[: batch.batch_size]
-                target = batch.y[: batch.batch_size]
-                loss = F.cross_entropy(out, target)
-                loss.backward()
-                self.optimizer.step()
-                loss_value = float(loss.detach())
+                with self.timer.phase("copy"):
+                    batch = batch.to(self.device, non_blocking=True)
+                with self.timer.phase("compute"):
+                    self.optimizer.zero_grad(set_to_none=True)
+                    out = self.ddp(batch.x, batch.edge_index)[: batch.batch_size]
+                    target = batch.y[: batch.batch_size]
+                    loss = F.cross_entropy(out, target)
+                    allreduce_wait = self.allreduce_probe.backward(loss)  # loss.backward(), timed
+                    self.optimizer.step()
+                    loss_value = float(loss.detach())
+                self.timer.move(allreduce_wait, "compute", "allreduce")
                 stats.loss_sum += loss_value * batch.batch_size
                 stats.correct += int((out.argmax(-1) == target).sum())
                 stats.seeds += batch.batch_size
@@ -221,6 +233,7 @@ class Trainer:
                 return {"stopped": True, "epoch": self.state.epoch, "step": self.state.step}
             epoch = self.state.epoch
             started = time.perf_counter()
+            self.timer.reset()
             stats = self.train_epoch(epoch, on_step_end)
             if self.stop_requested:
                 return {"stopped": True, "epoch": epoch, "step": self.state.step}
@@ -237,7 +250,11 @@ class Trainer:
                 "world_size": self.env.world_size,
             }
             if (epoch + 1) % cfg.eval_every == 0 or epoch + 1 == cfg.epochs:
-                row.update(self.evaluate())
+                with self.timer.phase("eval"):
+                    row.update(self.evaluate())
+            wall = time.perf_counter() - started  # training and evaluation; phases below add up to it
+            row["phase_seconds"] = reduce_mean(self.timer.totals(wall), self.env.world_size, self.device)
+            row["wall_seconds"] = sum(row["phase_seconds"].values())
             dist.barrier()
             self.state.history.append(row)
             if self.env.is_main:

@@ -172,7 +172,7 @@ def make_plan(config: Config, size: GraphSize, nodes: int, ranks: int, gpus: boo
     loader = per_node * runtime + loading  # the ranks wait while local rank 0 loads
     node = {
         "graph, shared once (/dev/shm or node-local disk)": shared,
-        f"while loading: local rank 0's private copy and CSC build": loading,
+        "while loading: local rank 0's private copy and CSC build": loading,
         f"while training: {per_node} ranks x {rank_total / GIB:.1f} GiB": per_node * rank_total,
     }
     node = {k: v for k, v in node.items() if v}

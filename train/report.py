@@ -18,6 +18,7 @@ from pathlib import Path
 import yaml
 
 from train.errors import UserError
+from train.timing import PHASES
 
 CURVES = "curves.png"
 FIGSIZE = (12.0, 4.0)  # inches; with DPI the PNG is 1200 x 400 pixels
@@ -77,6 +78,8 @@ def summarize(rows: list[dict], summary: dict | None = None, config: dict | None
     per_rank = [r["seeds_per_second"] / max(int(r.get("world_size") or 1), 1) for r in rates]
     world = rows[-1].get("world_size") if rows else (summary or {}).get("world_size")
     planned = (config.get("trainer") or {}).get("epochs")
+    timed = [r["phase_seconds"] for r in rows if isinstance(r.get("phase_seconds"), dict)]
+    phases = {k: statistics.fmean(_number(t.get(k)) or 0.0 for t in timed) for k in PHASES} if timed else None
     return {
         "finished": summary is not None,
         "epochs_done": len(rows),
@@ -94,6 +97,7 @@ def summarize(rows: list[dict], summary: dict | None = None, config: dict | None
         "total_seconds": sum(seconds) if seconds else None,
         "seeds_per_second": statistics.fmean(r["seeds_per_second"] for r in rates) if rates else None,
         "seeds_per_second_per_rank": statistics.fmean(per_rank) if per_rank else None,
+        "phase_seconds": phases,  # mean per epoch (and over ranks) of each phase, train/timing.py
     }
 
 
@@ -115,13 +119,24 @@ def format_summary(s: dict, run_dir: str) -> str:
         ("throughput", "-" if s["seeds_per_second"] is None
          else f"{s['seeds_per_second']:.0f} seeds/s, {s['seeds_per_second_per_rank']:.0f} per GPU (rank)"),
     ]
+    rows.append(("step time", format_phases(s["phase_seconds"])))
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
 
 
+def format_phases(phases: dict | None) -> str:
+    """`sample 40% | gather 5% | ... (2.10 s per epoch with evaluation)`: where the time goes."""
+    total = sum(phases.values()) if phases else 0.0
+    if not total:
+        return "- (not recorded by this run)"
+    shares = " | ".join(f"{k} {phases[k] / total:.0%}" for k in PHASES)
+    return f"{shares} (of {total:.2f} s per epoch with evaluation, mean over ranks)"
+
+
 # ---- drawing ------------------------------------------------------------------------------------
 def plot_curves(rows: list[dict], path: Path, title: str) -> Path:
-    """Loss, train/val/test accuracy and seeds per second per epoch, as one PNG of FIGSIZE*DPI pixels.
+    """Loss, train/val/test accuracy, seeds per second and where the time went, per epoch, as one PNG of
+    FIGSIZE*DPI pixels.
     Written to a temporary file and renamed, so a viewer never sees half a picture."""
     try:
         import matplotlib
@@ -136,7 +151,7 @@ def plot_curves(rows: list[dict], path: Path, title: str) -> Path:
         points = [(r["epoch"], _number(r.get(key))) for r in rows]
         return [e for e, v in points if v is not None], [v for _, v in points if v is not None]
 
-    fig, (ax_loss, ax_acc, ax_rate) = plt.subplots(1, 3, figsize=FIGSIZE, dpi=DPI)
+    fig, (ax_loss, ax_acc, ax_rate, ax_time) = plt.subplots(1, 4, figsize=FIGSIZE, dpi=DPI)
     try:
         ax_loss.plot(*series("loss"), marker="o", color="tab:red")
         ax_loss.set(title="training loss", xlabel="epoch", ylabel="cross-entropy")
@@ -148,7 +163,8 @@ def plot_curves(rows: list[dict], path: Path, title: str) -> Path:
         ax_acc.legend(loc="lower right")
         ax_rate.plot(*series("seeds_per_second"), marker="o", color="tab:purple")
         ax_rate.set(title="throughput (all ranks)", xlabel="epoch", ylabel="seeds / s")
-        for ax in (ax_loss, ax_acc, ax_rate):
+        plot_phases(ax_time, rows)
+        for ax in (ax_loss, ax_acc, ax_rate, ax_time):
             ax.grid(alpha=0.3)
             ax.xaxis.get_major_locator().set_params(integer=True)
         fig.suptitle(title)
@@ -159,6 +175,23 @@ def plot_curves(rows: list[dict], path: Path, title: str) -> Path:
     finally:
         plt.close(fig)
     return path
+
+
+def plot_phases(ax, rows: list[dict]) -> None:
+    """Stacked bars per epoch: seconds in each phase (train/timing.py), mean over ranks."""
+    timed = [(r["epoch"], r["phase_seconds"]) for r in rows if isinstance(r.get("phase_seconds"), dict)]
+    ax.set(title="time per epoch (mean rank)", xlabel="epoch", ylabel="seconds")
+    if not timed:
+        ax.text(0.5, 0.5, "not recorded\nby this run", ha="center", va="center", transform=ax.transAxes)
+        return
+    epochs = [e for e, _ in timed]
+    bottom = [0.0] * len(timed)
+    for name in PHASES:
+        heights = [_number(t.get(name)) or 0.0 for _, t in timed]
+        ax.bar(epochs, heights, bottom=bottom, label=name, width=0.8)
+        bottom = [b + h for b, h in zip(bottom, heights)]
+    ax.set_ylim(0, max(bottom) * 1.6 or 1.0)  # room above the bars for the legend
+    ax.legend(loc="upper center", fontsize="xx-small", ncol=3, handlelength=1.0, columnspacing=0.8)
 
 
 # ---- entry points -------------------------------------------------------------------------------

@@ -1,0 +1,362 @@
+"""`make gpu-check` (`python -m bench.gpu_check`): what a first lent GPU should tell us, in one run.
+
+Checks, each bounded in time and isolated (a failure is recorded, the next check still runs):
+  env          python, torch, CUDA, GPU, PyG, pyg-lib, NCCL as this interpreter sees them
+  cuda_tests   the GPU-only tests (`pytest -m gpu`)
+  nccl         a single-rank `python -m train fit` over NCCL (tiny config)
+  sampler      sampled edges/s, `sampler.device=cuda` against the CPU sampler, on a Reddit-sized
+               synthetic graph (232,965 nodes, ~114.6M edges), fanouts [25, 10], batch 1024
+  pinned       feature gathering for a batch: gather into pinned memory + non-blocking copy against
+               a pageable gather + copy (GB/s of features delivered to the GPU)
+  training     `python -m train fit` on one rank at the seed's settings (configs/reddit.yaml: SAGE 256,
+               [25, 10], batch 1024, 4 loader workers) on the synthetic Reddit-sized graph: seeds/s,
+               epoch time, and where the time goes (phase_seconds)
+Without CUDA the checks that need it are skipped with the reason; the others run, so the script is
+exercised before any GPU exists (`--small` for a quick run). Writes one JSON (the figures, the
+machine, each check's status) and prints a table. Exit 0 when no check failed, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+REDDIT_NODES, REDDIT_EDGES, REDDIT_FEATURES, REDDIT_CLASSES = 232_965, 114_615_892, 602, 41
+FANOUTS = [25, 10]
+
+
+class Skip(Exception):
+    """A check that cannot run here; the message is the reason."""
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _need_cuda() -> None:
+    if not _cuda():
+        raise Skip("no CUDA device visible to this Python (set GPU_PYTHON to a CUDA-enabled interpreter)")
+
+
+def _clean_env(**extra: str) -> dict[str, str]:
+    """The environment of a one-process run: no SLURM or launcher variables, this repository importable."""
+    drop = ("SLURM_", "MASTER_", "TORCHELASTIC_", "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
+    path = os.environ.get("PYTHONPATH")
+    env.update(PYTHONPATH=f"{ROOT}:{path}" if path else str(ROOT), PYTHONUNBUFFERED="1", **extra)
+    return env
+
+
+def _run(cmd: list[str], timeout: float, **extra_env: str) -> subprocess.CompletedProcess:
+    proc = subprocess.run(cmd, cwd=ROOT, env=_clean_env(**extra_env), capture_output=True, text=True,
+                          timeout=max(timeout, 1.0))
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd[:6])} ... exited {proc.returncode}:\n{(proc.stdout + proc.stderr)[-2000:]}")
+    return proc
+
+
+# ---- the checks: each returns its figures, raises Skip with a reason, or fails ---------------------
+
+def check_env(args, budget: float) -> dict:
+    import torch
+    import torch.distributed as dist
+    import torch_geometric
+    import torch_geometric.typing
+
+    info = {"python": sys.executable, "python_version": sys.version.split()[0], "torch": torch.__version__,
+            "torch_cuda": torch.version.cuda, "cuda_available": torch.cuda.is_available(),
+            "torch_geometric": torch_geometric.__version__, "pyg_lib": bool(torch_geometric.typing.WITH_PYG_LIB),
+            "nccl_available": dist.is_available() and dist.is_nccl_available()}
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        info.update(gpu=props.name, gpu_count=torch.cuda.device_count(),
+                    gpu_memory_gib=round(props.total_memory / 2**30, 1), capability=f"{props.major}.{props.minor}",
+                    float32_matmul_precision=torch.get_float32_matmul_precision(),
+                    cuda_matmul_allow_tf32=torch.backends.cuda.matmul.allow_tf32)
+    return info
+
+
+def gpu_test_files(tests_dir: Path = ROOT / "tests") -> list[str]:
+    """The test modules that hold GPU tests: only they are collected, so a module whose imports this
+    Python lacks (e.g. PIL for the report tests) cannot fail the check."""
+    return sorted(str(p.relative_to(ROOT)) for p in tests_dir.glob("test_*.py") if "mark.gpu" in p.read_text())
+
+
+def check_cuda_tests(args, budget: float) -> dict:
+    _need_cuda()
+    import importlib.util
+
+    if importlib.util.find_spec("pytest") is None:
+        raise Skip(f"pytest is not installed in {sys.executable} (pip install pytest to run the GPU tests)")
+    files = gpu_test_files()
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", *files],
+                          cwd=ROOT, env=_clean_env(), capture_output=True, text=True, timeout=budget)
+    tail = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
+    counts = {}
+    for part in tail.strip("= ").split(","):
+        words = part.split()
+        if len(words) >= 2 and words[0].isdigit():
+            counts[words[1]] = int(words[0])
+    if proc.returncode not in (0, 5):  # 5: nothing collected
+        raise RuntimeError(f"pytest -m gpu exited {proc.returncode}: {tail}\n{proc.stdout[-3000:]}")
+    return {"summary": tail, "files": files, **counts}
+
+
+def check_nccl(args, budget: float) -> dict:
+    _need_cuda()
+    import torch.distributed as dist
+
+    if not dist.is_nccl_available():
+        raise Skip("this torch build has no NCCL")
+    with tempfile.TemporaryDirectory() as out:
+        started = time.perf_counter()
+        proc = _run([sys.executable, "-m", "train", "fit", "--config", "tiny", "dist.backend=nccl", "trainer.epochs=1",
+                     "output.progress=lines", f"output.dir={out}"], budget)
+        rows = [json.loads(line) for line in Path(out, "metrics.jsonl").read_text().splitlines()]
+    if "backend nccl" not in proc.stdout:
+        raise RuntimeError(f"the run did not report backend nccl:\n{proc.stdout[-1500:]}")
+    return {"seconds_to_finish": time.perf_counter() - started, "val_acc": rows[-1].get("val_acc")}
+
+
+def _graph(args):
+    """The synthetic graph of the sampler and pinned checks (Reddit-sized unless --small), built once."""
+    if getattr(args, "_graph", None) is None:
+        from train.config import DataConfig
+        from train.data import synthetic_graph
+        from train.sampler import build_csc
+
+        started = time.perf_counter()
+        data = synthetic_graph(DataConfig(num_nodes=args.nodes, avg_degree=args.degree, num_features=args.features,
+                                          num_classes=REDDIT_CLASSES))
+        args._graph = data, build_csc(data.edge_index, data.num_nodes), time.perf_counter() - started
+    return args._graph
+
+
+def _sampler_rate(data, csc, device: str, seeds, batches: int, batch_size: int) -> float:
+    import torch
+    from torch_geometric.data import Data
+    from torch_geometric.sampler import NodeSamplerInput
+
+    from train.sampler import TorchNeighborSampler
+
+    placed = tuple(t.to(device) if t is not None else None for t in csc)
+    sampler = TorchNeighborSampler(Data(num_nodes=data.num_nodes), FANOUTS, seed=1, csc=placed)
+    chunks = list(seeds.split(batch_size))[: batches + 2]
+    edges, started = 0, 0.0
+    for i, batch in enumerate(chunks):
+        if i == 2:  # two warm-up batches
+            if device == "cuda":
+                torch.cuda.synchronize()
+            started = time.perf_counter()
+        out = sampler.sample_from_nodes(NodeSamplerInput(input_id=None, node=batch.to(device)))
+        if i >= 2:
+            edges += sum(out.num_sampled_edges)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return edges / (time.perf_counter() - started)
+
+
+def check_sampler(args, budget: float) -> dict:
+    import torch
+
+    data, csc, built_s = _graph(args)
+    gen = torch.Generator().manual_seed(0)
+    seeds = data.train_idx[torch.randperm(data.train_idx.numel(), generator=gen)]
+    result = {"nodes": data.num_nodes, "edges": data.edge_index.size(1), "graph_build_s": built_s,
+              "fanouts": FANOUTS, "batch_size": args.batch_size, "batches": args.batches,
+              "cpu_threads": torch.get_num_threads(),
+              "cpu_edges_per_s": _sampler_rate(data, csc, "cpu", seeds, args.batches, args.batch_size)}
+    if _cuda():
+        result["cuda_edges_per_s"] = _sampler_rate(data, csc, "cuda", seeds, args.batches, args.batch_size)
+        result["cuda_over_cpu"] = result["cuda_edges_per_s"] / result["cpu_edges_per_s"]
+    else:
+        result["cuda"] = "skipped: no CUDA device"
+    return result
+
+
+def check_pinned(args, budget: float) -> dict:
+    _need_cuda()
+    import torch
+
+    from train.sharing import gather_pinned
+
+    data, csc, _ = _graph(args)
+    x = data.x
+    index = torch.randint(data.num_nodes, (args.gather_rows,))
+    rates = {}
+    for name in ("pageable", "pinned", "pageable", "pinned"):  # A B A B; the second of each counts
+        torch.cuda.synchronize()
+        started = time.perf_counter()
+        for _ in range(args.gather_repeats):
+            rows = gather_pinned(x, index) if name == "pinned" else x.index_select(0, index)
+            rows.to("cuda", non_blocking=name == "pinned")
+        torch.cuda.synchronize()
+        rates[name] = args.gather_repeats * index.numel() * x.size(1) * x.element_size() / (time.perf_counter() - started)
+    return {"rows_per_batch": index.numel(), "features": x.size(1), "pageable_gb_per_s": rates["pageable"] / 1e9,
+            "pinned_gb_per_s": rates["pinned"] / 1e9, "pinned_over_pageable": rates["pinned"] / rates["pageable"]}
+
+
+def check_training(args, budget: float) -> dict:
+    """One rank of `python -m train fit` at the seed's settings: epoch 0 warms up, epoch 1 is measured,
+    epoch 2 adds the evaluation. A run past the budget is stopped and its finished epochs still count."""
+    cuda = _cuda()
+    overrides = ["data.name=synthetic", f"data.num_nodes={args.nodes}", f"data.avg_degree={args.degree}",
+                 f"data.num_features={args.features}", f"data.num_classes={REDDIT_CLASSES}",
+                 f"sampler.num_workers={args.workers}", f"sampler.batch_size={args.batch_size}",
+                 "trainer.epochs=3", f"trainer.eval_every={10**6}", f"trainer.max_steps_per_epoch={args.steps}",
+                 "trainer.checkpoint_every=0", "output.progress=lines", f"trainer.log_every={10**6}",
+                 f"dist.backend={'nccl' if cuda else 'gloo'}"]
+    with tempfile.TemporaryDirectory() as out, tempfile.TemporaryFile("w+") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "train", "fit", "--config", "reddit", *overrides,
+                                 f"output.dir={out}"], cwd=ROOT, env=_clean_env(), stdout=log, stderr=subprocess.STDOUT,
+                                text=True)
+        try:
+            code = proc.wait(timeout=budget)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            code = None
+        log.seek(0)
+        output = log.read()
+        metrics = Path(out, "metrics.jsonl")
+        rows = [json.loads(line) for line in metrics.read_text().splitlines()] if metrics.is_file() else []
+    if code not in (0, None) or len(rows) < 2:
+        why = f"exited {code}" if code is not None else f"stopped after {budget:.0f} s with {len(rows)} epoch(s) done"
+        raise RuntimeError(f"python -m train fit {why}:\n{output[-2000:]}")
+    warm = rows[1]
+    train_seeds = int(args.nodes * 0.6)  # data.train_fraction's default
+    full_steps = -(-train_seeds // args.batch_size)
+    steps = min(args.steps, full_steps) if args.steps else full_steps
+    result = {"device": "cuda" if cuda else "cpu (no CUDA: the same run on the CPU over gloo)",
+              "config": "reddit (seed's settings) on a synthetic graph", "steps_per_epoch_measured": steps,
+              "seeds_per_second": warm["seeds_per_second"], "epoch_seconds": warm["epoch_seconds"],
+              "full_epoch_seconds_projected": warm["epoch_seconds"] * full_steps / max(steps, 1),
+              "phase_seconds": warm["phase_seconds"]}
+    if len(rows) > 2:
+        result.update(eval_seconds=rows[2]["phase_seconds"]["eval"], val_acc=rows[2]["val_acc"])
+    else:
+        result["eval_seconds"] = f"not finished within {budget:.0f} s"
+    return result
+
+
+CHECKS = {"env": check_env, "cuda_tests": check_cuda_tests, "nccl": check_nccl, "sampler": check_sampler,
+          "pinned": check_pinned, "training": check_training}
+# Seconds each check may take at most (the overall --budget caps them all together).
+LIMITS = {"env": 60, "cuda_tests": 150, "nccl": 90, "sampler": 150, "pinned": 60, "training": 240}
+
+
+def run_checks(args, checks=CHECKS, limits=LIMITS, clock=time.monotonic) -> dict:
+    """Every check in order, each within min(its limit, what is left of the budget); never raises."""
+    deadline = clock() + args.budget
+    results = {}
+    for name, check in checks.items():
+        left = deadline - clock()
+        started = clock()
+        if left < 5:
+            results[name] = {"status": "skipped", "reason": f"out of time (--budget {args.budget:.0f} s spent)"}
+            continue
+        try:
+            figures = check(args, min(limits.get(name, left), left))
+            results[name] = {"status": "ok", **figures}
+        except Skip as exc:
+            results[name] = {"status": "skipped", "reason": str(exc)}
+        except subprocess.TimeoutExpired as exc:
+            results[name] = {"status": "failed", "reason": f"timed out after {exc.timeout:.0f} s"}
+        except Exception as exc:  # noqa: BLE001 - one broken check must not hide the others
+            results[name] = {"status": "failed", "reason": f"{type(exc).__name__}: {exc}",
+                             "traceback": traceback.format_exc()[-3000:]}
+        results[name]["seconds"] = round(clock() - started, 2)
+        print(f"gpu-check: {name} {results[name]['status']} ({results[name]['seconds']:.1f} s)", flush=True)
+    return results
+
+
+def _brief(result: dict) -> str:
+    """The figures of one check in one line (numbers rounded)."""
+    if result["status"] != "ok":
+        return result.get("reason", "").splitlines()[0][:110]
+    parts = []
+    for key, value in result.items():
+        if key in ("status", "seconds", "traceback", "python") or isinstance(value, (dict, list)):
+            continue
+        if isinstance(value, float):
+            value = f"{value:.3g}" if abs(value) < 1000 else f"{value:,.0f}"
+        parts.append(f"{key}={value}")
+    return ", ".join(parts)
+
+
+def summary_table(results: dict) -> str:
+    from bench.common import table
+
+    return table(["check", "status", "seconds", "figures"],
+                 [[name, r["status"], r["seconds"], _brief(r)] for name, r in results.items()])
+
+
+def write_json(path: Path, record: dict) -> None:
+    """Written to a temporary file and renamed: the JSON is complete or absent."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(record, indent=2, default=str) + "\n")
+    os.replace(tmp, path)
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", type=Path, default=None,
+                        help="where to write the result (default bench/results/gpu-check-<time>.json)")
+    parser.add_argument("--small", action="store_true", help="a quick run on a small graph (for tests and smoke checks)")
+    parser.add_argument("--only", default="", help=f"comma-separated subset of: {', '.join(CHECKS)}")
+    parser.add_argument("--budget", type=float, default=450.0, help="seconds for all checks together (default 450)")
+    parser.add_argument("--nodes", type=int, default=None)
+    parser.add_argument("--features", type=int, default=None)
+    args = parser.parse_args(argv)
+    small = args.small
+    args.nodes = args.nodes or (3000 if small else REDDIT_NODES)
+    args.degree = 10.0 if small else REDDIT_EDGES / REDDIT_NODES
+    args.features = args.features or (16 if small else REDDIT_FEATURES)
+    args.batch_size = 256 if small else 1024
+    args.batches = 4 if small else 20
+    args.steps = 3 if small else 60  # training steps per epoch (the epoch is capped; the full one is projected)
+    args.workers = 0 if small else 4
+    args.gather_rows, args.gather_repeats = (1000, 2) if small else (200_000, 10)
+    if args.only:
+        unknown = [c for c in args.only.split(",") if c not in CHECKS]
+        if unknown:
+            parser.error(f"--only: unknown check(s) {', '.join(unknown)}; valid: {', '.join(CHECKS)}")
+    for name in ("nodes", "features"):
+        if getattr(args, name) <= 0:
+            parser.error(f"--{name} must be > 0, got {getattr(args, name)}")
+    if args.budget <= 0:
+        parser.error(f"--budget must be > 0 seconds, got {args.budget}")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    checks = {k: v for k, v in CHECKS.items() if not args.only or k in args.only.split(",") or k == "env"}
+    started = time.perf_counter()
+    results = run_checks(args, checks)
+    from bench.common import machine
+
+    record = {"bench": "gpu-check", "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+              "seconds": round(time.perf_counter() - started, 1), "small": args.small,
+              "ok": all(r["status"] != "failed" for r in results.values()), "machine": machine(), "checks": results}
+    path = args.json or ROOT / "bench" / "results" / f"gpu-check-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    write_json(path, record)
+    print()
+    print(summary_table(results))
+    print(f"\ngpu-check {'passed' if record['ok'] else 'FAILED'} in {record['seconds']:.0f} s; wrote {path}")
+    return 0 if record["ok"] else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

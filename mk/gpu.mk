@@ -1,0 +1,11 @@
+# `make gpu-check`: one run that tells what a lent GPU does with this project (bench/gpu_check.py).
+# Needs no `make setup` on the GPU machine: GPU_PYTHON names a Python with CUDA torch and PyG (e.g. the
+# system python3 there, or NVIDIA's PyG container); unset, the venv or python3 is used when it sees CUDA,
+# else the checks run on the CPU and the CUDA ones are skipped with the reason.
+GPU_PYTHON ?=
+GPU_CHECK_ARGS ?=
+
+.PHONY: gpu-check
+
+gpu-check: ## Check a GPU in < 8 min: CUDA tests, nccl, GPU sampler, pinned gather, 1-GPU training; GPU_PYTHON, GPU_CHECK_ARGS (e.g. --small)
+	@$(call split,args,GPU_CHECK_ARGS); VENV_PY="$$(realpath -m -- "$$VENV/bin/python")" bash bench/gpu_check.sh "$${args[@]}"

@@ -1,0 +1,132 @@
+"""`make gpu-check` (bench/gpu_check.py) runs where no GPU exists: the CUDA checks are skipped with
+their reason, the rest measure, and one JSON plus a table come out. Its scheduling (one failing or
+slow check never hides the others; the overall budget holds) is tested with stand-in checks."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+
+import pytest
+import torch
+
+from bench import gpu_check
+from tests.localjob import ROOT
+
+CUDA_CHECKS = ("cuda_tests", "nccl", "pinned")
+
+
+def make(*args, env=None, timeout=600):
+    clean = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "GPU_PYTHON")}
+    return subprocess.run(["make", "--no-print-directory", *args], cwd=ROOT, env={**clean, **(env or {})},
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU behaviour (CUDA parts skipped); a GPU is here")
+def test_make_gpu_check_runs_on_cpu_and_writes_one_json(tmp_path):
+    out = tmp_path / "check.json"
+    proc = make("gpu-check", f"GPU_CHECK_ARGS=--small --json {out}")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    record = json.loads(out.read_text())
+    checks = record["checks"]
+    assert list(checks) == list(gpu_check.CHECKS)
+    assert record["ok"] is True and record["small"] is True and record["machine"]["cuda"] is False
+    for name in CUDA_CHECKS:
+        assert checks[name]["status"] == "skipped" and "no CUDA device" in checks[name]["reason"], checks[name]
+    env = checks["env"]
+    assert env["status"] == "ok" and env["cuda_available"] is False and env["torch"] == torch.__version__
+    sampler = checks["sampler"]
+    assert sampler["status"] == "ok" and sampler["cpu_edges_per_s"] > 0 and sampler["cuda"].startswith("skipped")
+    assert sampler["nodes"] == 3000 and sampler["edges"] > 0
+    training = checks["training"]
+    assert training["status"] == "ok" and training["device"].startswith("cpu")
+    assert training["seeds_per_second"] > 0 and training["epoch_seconds"] > 0
+    assert set(training["phase_seconds"]) >= {"sample", "gather", "copy", "compute", "allreduce", "eval", "other"}
+    assert training["eval_seconds"] > 0 and 0 <= training["val_acc"] <= 1
+    # the printed table: one line per check with its status
+    for name, result in checks.items():
+        assert any(line.split()[:2] == [name, result["status"]] for line in proc.stdout.splitlines()), name
+    assert "gpu-check passed" in proc.stdout and str(out) in proc.stdout
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+@pytest.mark.parametrize("value, message", [
+    ("/no/such/python", "GPU_PYTHON=/no/such/python is not an executable Python"),
+    ("/bin/true", "GPU_PYTHON=/bin/true cannot import torch"),
+])
+def test_a_bad_gpu_python_is_a_message(value, message, tmp_path):
+    proc = make("gpu-check", f"GPU_PYTHON={value}", f"GPU_CHECK_ARGS=--small --json {tmp_path / 'x.json'}",
+                timeout=60)
+    assert proc.returncode != 0 and message in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "x.json").exists()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--only", "sampler,warp"], "unknown check(s) warp"),
+    (["--budget", "0"], "--budget must be > 0"),
+    (["--nodes", "-5"], "--nodes must be > 0"),
+])
+def test_bad_options_exit_2_with_the_valid_values(argv, message, capsys):
+    with pytest.raises(SystemExit) as exc:
+        gpu_check.parse_args(argv)
+    assert exc.value.code == 2 and message in capsys.readouterr().err
+
+
+def _args(budget=100.0):
+    return gpu_check.parse_args(["--small", "--budget", str(budget)])
+
+
+def test_a_failing_check_is_recorded_and_the_next_still_runs():
+    ran = []
+
+    def broken(args, budget):
+        raise ValueError("boom")
+
+    def skipped(args, budget):
+        raise gpu_check.Skip("needs a unicorn")
+
+    def fine(args, budget):
+        ran.append(budget)
+        return {"figure": 1.5}
+
+    def slow(args, budget):
+        raise subprocess.TimeoutExpired("cmd", budget)
+
+    results = gpu_check.run_checks(_args(), {"a": broken, "b": skipped, "c": slow, "d": fine}, limits={"d": 7})
+    assert results["a"]["status"] == "failed" and results["a"]["reason"] == "ValueError: boom"
+    assert "Traceback" in results["a"]["traceback"]
+    assert results["b"] == {"status": "skipped", "reason": "needs a unicorn", "seconds": results["b"]["seconds"]}
+    assert results["c"]["status"] == "failed" and results["c"]["reason"].startswith("timed out after")
+    assert results["d"]["status"] == "ok" and results["d"]["figure"] == 1.5 and ran == [7]  # its own limit
+    table = gpu_check.summary_table(results)
+    assert "ValueError: boom" in table and "needs a unicorn" in table and "figure=1.5" in table
+
+
+def test_the_budget_bounds_all_checks_together():
+    now = [0.0]
+
+    def takes(seconds):
+        def check(args, budget):
+            assert budget <= 20 - now[0]  # never more than what is left
+            now[0] += seconds
+            return {}
+        return check
+
+    results = gpu_check.run_checks(_args(budget=20), {"a": takes(12), "b": takes(5), "c": takes(1)},
+                                   clock=lambda: now[0])
+    assert [results[k]["status"] for k in "abc"] == ["ok", "ok", "skipped"]
+    assert "out of time" in results["c"]["reason"]
+
+
+def test_json_is_written_whole_or_not_at_all(tmp_path):
+    path = tmp_path / "deep" / "r.json"
+    gpu_check.write_json(path, {"t": time.time()})
+    assert json.loads(path.read_text())["t"] > 0 and not list(path.parent.glob(".*.tmp"))
+
+
+def test_only_modules_with_gpu_tests_are_collected():
+    files = gpu_check.gpu_test_files()
+    assert "tests/test_timing.py" in files and "tests/test_sampler.py" in files
+    assert "tests/test_report.py" not in files  # no GPU test there (and it imports PIL)
