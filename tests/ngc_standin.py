@@ -39,7 +39,8 @@ CACHE_DIR = Path(os.environ.get("PYG_TRAIN_TEST_CACHE", "/var/cache/pyg-train-te
 # The project's own small dependencies that NGC's PyG images do not ship: the project's install
 # (make image, or INSTALL_PROJECT=1 at job start) must bring them.
 LEFT_OUT = frozenset({"python-hostlist", "python_hostlist"})
-# torch needs a newer setuptools than Debian's (66): NGC images ship one that satisfies it.
+# torch needs a newer setuptools than Debian's (66): NGC images ship one that satisfies it
+# (added unless requirements.lock pins one itself).
 EXTRA_PINS = ("setuptools==80.9.0",)
 SUITE = "bookworm"
 SITE_PACKAGES = "usr/local/lib/python3.11/dist-packages"
@@ -156,7 +157,10 @@ def build_standin(log=print) -> Standin:
 
             t = time.monotonic()
             reqs = Path(tmp) / "image-requirements.txt"
-            reqs.write_text("\n".join([*_lock_pins(LOCK.read_text()), *EXTRA_PINS]) + "\n")
+            pins = _lock_pins(LOCK.read_text())
+            pinned = {pin.split("==", 1)[0].lower() for pin in pins}
+            extra = [pin for pin in EXTRA_PINS if pin.split("==", 1)[0].lower() not in pinned]
+            reqs.write_text("\n".join([*pins, *extra]) + "\n")
             log("ngc stand-in: pip install the lock's torch and PyG into the image")
             _run(["python3", "-m", "pip", "install", "--quiet", "--no-deps", "--no-compile",
                   "--target", str(rootfs / SITE_PACKAGES), "-r", str(reqs)],
