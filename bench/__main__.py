@@ -15,6 +15,11 @@ BENCHES = ("memory", "sampler", "training", "gpu")
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    # `--check-names NAMES...`: only say whether the names are known (make bench asks before it
+    # spends minutes building the pyg-lib anchor).
+    check_only = bool(argv) and argv[0] == "--check-names"
+    if check_only:
+        argv.pop(0)
     names = []
     while argv and not argv[0].startswith("-"):
         names.append(argv.pop(0))
@@ -22,6 +27,8 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"error: unknown benchmark {', '.join(unknown)}; expected some of: {', '.join(BENCHES)}.", file=sys.stderr)
         return 2
+    if check_only:
+        return 0
     for name in names or BENCHES:
         started = time.perf_counter()
         print(f"\n=== bench {name} ===", flush=True)
