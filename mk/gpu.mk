@@ -8,4 +8,4 @@ GPU_CHECK_ARGS ?=
 .PHONY: gpu-check
 
 gpu-check: ## Check a GPU in < 8 min: CUDA tests, nccl, GPU sampler, pinned gather, 1-GPU training; GPU_PYTHON, GPU_CHECK_ARGS (e.g. --small)
-	@$(call split,args,GPU_CHECK_ARGS); VENV_PY="$$(realpath -m -- "$$VENV/bin/python")" bash bench/gpu_check.sh "$${args[@]}"
+	@$(call split,args,GPU_CHECK_ARGS); VENV_PY="$$(realpath -m -s -- "$$VENV/bin/python")" bash bench/gpu_check.sh "$${args[@]}"

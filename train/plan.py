@@ -17,8 +17,6 @@ import shutil
 import subprocess
 from dataclasses import dataclass, field
 
-import torch
-
 from train.config import Config, load_config
 from train.errors import UserError
 
@@ -97,6 +95,7 @@ def _files_size(path: str) -> GraphSize:
 
 def shared_graph_bytes(size: GraphSize) -> int:
     """What data.share=node writes once per node (train/sharing.py's graph_tensors), from meta tensors."""
+    import torch  # here: `python -m train` imports this module to build its parser
     from torch_geometric.data import Data
 
     from train.sharing import graph_tensors

@@ -31,10 +31,20 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 
-import torch
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 PHASES = ("sample", "gather", "copy", "compute", "allreduce", "eval", "other")
 MEASURED = PHASES[:-1]  # `other` is what the wall clock saw beyond these
+
+
+def _torch():
+    """torch, imported on first use: `python -m train` imports this module (via report) to build
+    its parser, and a refused command must not wait for torch to load."""
+    import torch
+    return torch
 
 
 class PhaseTimer:
@@ -45,7 +55,7 @@ class PhaseTimer:
     """
 
     def __init__(self, device: torch.device | str = "cpu", clock=time.perf_counter):
-        self.device = torch.device(device)
+        self.device = _torch().device(device)
         self.sync = self.device.type == "cuda"
         self.clock = clock
         self._owner = (os.getpid(), threading.get_ident())
@@ -62,7 +72,7 @@ class PhaseTimer:
 
     def _now(self) -> float:
         if self.sync:
-            torch.cuda.synchronize(self.device)
+            _torch().cuda.synchronize(self.device)
         return self.clock()
 
     def _charge(self, now: float) -> None:
@@ -144,7 +154,7 @@ class AllReduceProbe:
     """
 
     def __init__(self, module: torch.nn.Module, device: torch.device | str = "cpu"):
-        self.device = torch.device(device)
+        self.device = _torch().device(device)
         self.cuda = self.device.type == "cuda"
         self._last_ready: float | torch.cuda.Event | None = None
         self._handles = [p.register_post_accumulate_grad_hook(self._ready)
@@ -152,7 +162,7 @@ class AllReduceProbe:
 
     def _ready(self, _param) -> None:
         if self.cuda:
-            event = torch.cuda.Event(enable_timing=True)
+            event = _torch().cuda.Event(enable_timing=True)
             event.record()
             self._last_ready = event
         else:
@@ -166,7 +176,7 @@ class AllReduceProbe:
         if ready is None:
             return 0.0
         if self.cuda:
-            done = torch.cuda.Event(enable_timing=True)
+            done = _torch().cuda.Event(enable_timing=True)
             done.record()
             done.synchronize()
             return max(ready.elapsed_time(done) / 1000.0, 0.0)
@@ -183,7 +193,7 @@ def reduce_mean(phases: dict[str, float], world_size: int, device: torch.device)
     import torch.distributed as dist
 
     keys = list(phases)
-    values = torch.tensor([phases[k] for k in keys], dtype=torch.float64, device=device)
+    values = _torch().tensor([phases[k] for k in keys], dtype=_torch().float64, device=device)
     if world_size > 1 and dist.is_available() and dist.is_initialized():
         dist.all_reduce(values)
         values /= world_size
