@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,3 +52,23 @@ def run_in_anchor(module: str, argv: list[str]) -> tuple[int | None, str]:
 
 
 __all__ = ["ANCHOR_VENV", "anchor_python", "have_pyg_lib", "run_in_anchor"]
+
+
+def anchored_main(module: str, doc: str, add_arguments, run, argv=None, worker=None) -> int:
+    """A benchmark's main: re-run in the anchor's Python where it is built (`run_in_anchor`),
+    else here, with the reason the anchor is absent in `args.anchor_reason`. A worker process
+    (`--worker`) never re-runs itself."""
+    from bench.common import bench_main
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    reason = ""
+    if "--worker" not in argv:
+        code, reason = run_in_anchor(module, argv)
+        if code is not None:
+            return code
+
+    def run_here(args):
+        args.anchor_reason = reason
+        return run(args)
+
+    return bench_main(doc, add_arguments, run_here, argv, worker=worker)

@@ -25,11 +25,10 @@ import argparse
 import itertools
 import math
 import random
-import sys
 import time
 from collections import Counter
 
-from bench.common import bench_main, table, write_result
+from bench.common import table, write_result
 
 FANOUTS = ([25, 10], [15, 10, 5])
 # name: (nodes, average degree, features)
@@ -345,18 +344,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv=None) -> int:
-    from bench.anchor import run_in_anchor
+    from bench.anchor import anchored_main
 
-    argv = list(sys.argv[1:] if argv is None else argv)
-    code, reason = run_in_anchor("bench.sampler", argv)
-    if code is not None:
-        return code
-
-    def run_here(args):
-        args.anchor_reason = reason
-        return run(args)
-
-    return bench_main(__doc__, add_arguments, run_here, argv)
+    return anchored_main("bench.sampler", __doc__, add_arguments, run, argv)
 
 
 if __name__ == "__main__":

@@ -24,12 +24,11 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-from bench.common import bench_main, emit, launch_local_ranks, table, write_result
+from bench.common import emit, launch_local_ranks, table, write_result
 
 
 def overrides(args) -> list[str]:
@@ -181,20 +180,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv=None) -> int:
-    from bench.anchor import run_in_anchor
+    from bench.anchor import anchored_main
 
-    argv = list(sys.argv[1:] if argv is None else argv)
-    reason = ""
-    if "--worker" not in argv:
-        code, reason = run_in_anchor("bench.training", argv)
-        if code is not None:
-            return code
-
-    def run_here(args):
-        args.anchor_reason = reason
-        return run(args)
-
-    return bench_main(__doc__, add_arguments, run_here, argv, worker=worker)
+    return anchored_main("bench.training", __doc__, add_arguments, run, argv, worker=worker)
 
 
 if __name__ == "__main__":
