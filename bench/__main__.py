@@ -10,7 +10,7 @@ import importlib
 import sys
 import time
 
-BENCHES = ("memory", "sampler", "training", "gpu")
+BENCHES = ("memory", "evalmem", "sampler", "training", "gpu")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -37,6 +37,12 @@ def overrides(args) -> list[str]:
             "trainer.epochs=1", "output.progress=lines", "trainer.log_every=1000000"]
 
 
+def target_overrides(args) -> list[str]:
+    return [f"data.num_nodes={args.target_nodes}", f"data.num_features={args.target_features}",
+            f"sampler.batch_size={args.target_batch_size}", "sampler.num_neighbors=[25,10]", "model.hidden=256",
+            f"trainer.epochs={args.max_epochs}", "output.progress=lines", "trainer.log_every=1000000"]
+
+
 def _project_steps(trainer, epoch: int, steps: int) -> tuple[int, float]:
     """`steps` steps of the project's loop after one untimed warm-up step; (seeds, seconds)."""
     marks: list[tuple[float, int]] = []
@@ -51,52 +57,143 @@ def _project_steps(trainer, epoch: int, steps: int) -> tuple[int, float]:
     return marks[-1][1] - marks[0][1], marks[-1][0] - marks[0][0]
 
 
-def _baseline_steps(data, config, env, device, epoch: int, steps: int) -> tuple[int, float]:
-    """The seed's loop; `steps` steps after one untimed warm-up step; (seeds, seconds)."""
+def seed_model(data, config, device):
+    """The seed's model, optimizer and DDP wrapper, with the project's initial weights (same seed)."""
     import torch
-    import torch.nn.functional as F
     from torch.nn.parallel import DistributedDataParallel
 
     from train.data import num_classes
     from train.model import build_model
-    from train.sampler import have_native_sampler, make_node_loader
 
     model = build_model(config.model, data.num_features, num_classes(data), config.trainer.seed).to(device)
-    model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
-    optimizer = torch.optim.Adam(model.parameters(), lr=config.optim.lr)
+    ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    return model, ddp, torch.optim.Adam(model.parameters(), lr=config.optim.lr,
+                                        weight_decay=config.optim.weight_decay)
+
+
+def seed_loader(data, config, env, epoch: int):
+    """The seed's loader: a shuffled NeighborLoader over this rank's part of train_idx, drop_last."""
+    import torch
+
+    from train.sampler import have_native_sampler, make_node_loader
+
     train_idx = data.train_idx
     train_idx = train_idx.split(math.ceil(train_idx.size(0) / env.world_size))[env.rank]
     cfg = config.sampler
     if have_native_sampler():
         from torch_geometric.loader import NeighborLoader
 
-        loader = NeighborLoader(data, input_nodes=train_idx, num_neighbors=list(cfg.num_neighbors),
-                                batch_size=cfg.batch_size, shuffle=True, drop_last=True,
-                                num_workers=cfg.num_workers, persistent_workers=cfg.num_workers > 0)
-    else:
-        torch.manual_seed(epoch)
-        shuffled = train_idx[torch.randperm(train_idx.numel())]
-        shuffled = shuffled[: shuffled.numel() // cfg.batch_size * cfg.batch_size]  # drop_last
-        loader = make_node_loader(data, shuffled, list(cfg.num_neighbors), cfg.batch_size,
-                                  num_workers=cfg.num_workers, force_torch_sampler=True)
-    model.train()
-    marks, seeds = [], 0
-    for batch in loader:
+        return NeighborLoader(data, input_nodes=train_idx, num_neighbors=list(cfg.num_neighbors),
+                              batch_size=cfg.batch_size, shuffle=True, drop_last=True,
+                              num_workers=cfg.num_workers, persistent_workers=cfg.num_workers > 0)
+    torch.manual_seed(epoch)
+    shuffled = train_idx[torch.randperm(train_idx.numel())]
+    shuffled = shuffled[: shuffled.numel() // cfg.batch_size * cfg.batch_size]  # drop_last
+    return make_node_loader(data, shuffled, list(cfg.num_neighbors), cfg.batch_size,
+                            num_workers=cfg.num_workers, force_torch_sampler=True)
+
+
+def seed_loop(ddp, optimizer, loader, device, steps: int | None) -> tuple[int, float, dict[str, float]]:
+    """The seed's `zero_grad / forward / cross_entropy / backward / step` loop over `loader`.
+
+    With `steps`: that many steps after one untimed warm-up step; else the whole loader, all timed.
+    Returns (seeds, seconds, where they went: waiting for the loader's next batch, and the step itself).
+    """
+    import torch.nn.functional as F
+
+    ddp.train()
+    warmup = steps is not None
+    seeds, seconds = 0, 0.0
+    split = {"loader": 0.0, "step": 0.0}  # the seed's loop has no timer: wall clocks around its two halves
+    batches = iter(loader)
+    done = 0
+    while steps is None or done <= steps:
+        started = time.perf_counter()
+        batch = next(batches, None)
+        if batch is None:
+            break
+        fetched = time.perf_counter()
         batch = batch.to(device)
         optimizer.zero_grad()
-        out = model(batch.x, batch.edge_index)[: batch.batch_size]
+        out = ddp(batch.x, batch.edge_index)[: batch.batch_size]
         loss = F.cross_entropy(out, batch.y[: batch.batch_size])
         loss.backward()
         optimizer.step()
-        marks.append(time.perf_counter())
-        if len(marks) > 1:
+        ended = time.perf_counter()
+        if not (warmup and done == 0):
             seeds += batch.batch_size
-        if len(marks) > steps:
-            break
-    return seeds, marks[-1] - marks[0]
+            seconds += ended - started
+            split["loader"] += fetched - started
+            split["step"] += ended - fetched
+        done += 1
+    return seeds, seconds, split
+
+
+def _baseline_steps(data, config, env, device, epoch: int, steps: int) -> tuple[int, float, dict[str, float]]:
+    """The seed's loop; `steps` steps after one untimed warm-up step."""
+    _model, ddp, optimizer = seed_model(data, config, device)
+    return seed_loop(ddp, optimizer, seed_loader(data, config, env, epoch), device, steps)
+
+
+def _slowest(seconds: float, device) -> float:
+    """The largest of every rank's `seconds` (collective): DDP ranks finish an epoch together."""
+    import torch
+    import torch.distributed as dist
+
+    value = torch.tensor([seconds], dtype=torch.float64, device=device)
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return float(value)
+
+
+def to_target(args) -> None:
+    """Time to a target validation accuracy: the project's `train_epoch` against the seed's loop,
+    each from the same initial weights, evaluated after every epoch by the same exact evaluation."""
+    import torch.distributed as dist
+
+    from train.config import load_config
+    from train.distenv import resolve
+    from train.distributed import process_group
+    from train.evaluate import evaluate
+    from train.fit import EpochStats, Trainer, obtain_graph
+    from train.sharing import shared_graphs
+
+    config = load_config("synthetic", [*target_overrides(args)])
+    env = resolve(os.environ)
+    with process_group(env, config.dist) as (_backend, device), shared_graphs(), tempfile.TemporaryDirectory() as out:
+        data = obtain_graph(config, env)
+        trainer = Trainer(config, env, device, data, out_dir=Path(out))
+        curves: dict[str, list[dict]] = {"project": [], "baseline": []}
+        model, ddp, optimizer = seed_model(data, config, device)
+        for name in ("project", "baseline"):
+            elapsed = 0.0
+            for epoch in range(args.max_epochs):
+                dist.barrier()
+                started = time.perf_counter()
+                if name == "project":
+                    trainer.state.step, trainer.state.stats = 0, EpochStats()
+                    trainer.train_epoch(epoch)
+                    seconds = time.perf_counter() - started
+                    accuracy = trainer.evaluate()
+                else:
+                    seed_loop(ddp, optimizer, seed_loader(data, config, env, epoch), device, None)
+                    seconds = time.perf_counter() - started  # the loader's construction counts, as the project's
+                    accuracy = evaluate(model, data, config, env, device, trainer.sampling)
+                elapsed += _slowest(seconds, device)
+                curves[name].append({"epoch": epoch, "train_seconds": elapsed, **accuracy})
+                if accuracy["val_acc"] >= args.target_acc:
+                    break
+        if env.rank == 0:
+            emit({"curves": curves})
+
+
+def first_at_target(curve: list[dict], target: float) -> dict | None:
+    """The first epoch whose validation accuracy reached `target`, or None."""
+    return next((row for row in curve if row["val_acc"] >= target), None)
 
 
 def worker(args) -> None:
+    if args.target_run:
+        return to_target(args)
     import torch.distributed as dist
 
     from train.config import load_config
@@ -112,6 +209,7 @@ def worker(args) -> None:
         trainer = Trainer(config, env, device, data, out_dir=Path(out))
         measured = {"project": [0, 0.0], "baseline": [0, 0.0]}
         phases: dict[str, float] = {}
+        baseline_split: dict[str, float] = {}
         for round_ in range(args.rounds):
             for name in ("project", "baseline"):
                 dist.barrier()
@@ -120,11 +218,14 @@ def worker(args) -> None:
                     for phase, value in trainer.timer.totals().items():  # includes the untimed warm-up step
                         phases[phase] = phases.get(phase, 0.0) + value
                 else:
-                    seeds, seconds = _baseline_steps(data, config, env, device, round_, args.steps)
+                    seeds, seconds, split = _baseline_steps(data, config, env, device, round_, args.steps)
+                    for part, value in split.items():
+                        baseline_split[part] = baseline_split.get(part, 0.0) + value
                 measured[name][0] += seeds
                 measured[name][1] += seconds
         rows: list = [None] * env.world_size
         dist.all_gather_object(rows, {"rank": env.rank, "project_phase_seconds": phases,
+                                      "baseline_split_seconds": baseline_split,
                                       **{k: {"seeds": v[0], "seconds": v[1]} for k, v in measured.items()}})
         if env.rank == 0:
             emit({"ranks": rows})
@@ -156,16 +257,50 @@ def run(args) -> dict:
               for k in result["ranks"][0]["project_phase_seconds"]}
     total = sum(phases.values()) or 1.0
     print("project's step time (mean rank): " + ", ".join(f"{k} {v / total:.0%}" for k, v in phases.items()))
+    split = {k: sum(r["baseline_split_seconds"][k] for r in result["ranks"]) / len(result["ranks"])
+             for k in result["ranks"][0]["baseline_split_seconds"]}
+    split_total = sum(split.values()) or 1.0
+    print("baseline's step time (mean rank): " + ", ".join(f"{k} {v / split_total:.0%}" for k, v in split.items())
+          + "  (loader: waiting for the next batch, sampled and gathered; step: copy, forward, backward, all-reduce)")
+    target = time_to_target(args) if args.target_acc > 0 else None
     path = write_result("training", {"params": {**vars(args)}, "loops": per_loop, "baseline_loader": baseline_loader,
-                                      "project_phase_seconds": phases,
-                                      "ratios": {"project_over_baseline": ratio}, "raw": result})
+                                      "project_phase_seconds": phases, "baseline_split_seconds": split,
+                                      "time_to_target": target,
+                                      "ratios": {"project_over_baseline": ratio,
+                                                 **({"baseline_over_project_time_to_target": target["ratio"]}
+                                                    if target and target["ratio"] else {})},
+                                      "raw": result})
     print(f"wrote {path}")
     return {"project_over_baseline": ratio}
 
 
+def time_to_target(args) -> dict:
+    """Launch `to_target` on the ranks and print both curves' first epoch at the target."""
+    print(f"\ntraining: time to val_acc >= {args.target_acc} on {args.target_nodes:,} nodes "
+          f"({args.target_features} features, batch {args.target_batch_size}, at most {args.max_epochs} epochs) ...",
+          flush=True)
+    result = launch_local_ranks("bench.training", ["--worker", "--target-run", *_passthrough(args)], args.ranks,
+                                timeout=args.timeout)
+    reached = {name: first_at_target(curve, args.target_acc) for name, curve in result["curves"].items()}
+    rows = [[name, len(result["curves"][name]), *(["-", "-"] if row is None else
+                                                  [row["epoch"] + 1, round(row["train_seconds"], 1)]),
+             round(result["curves"][name][-1]["val_acc"], 4)] for name, row in reached.items()]
+    print(table(["loop", "epochs run", "epochs to target", "training s to target", "last val_acc"], rows))
+    ratio = None
+    if all(reached.values()):
+        ratio = reached["baseline"]["train_seconds"] / reached["project"]["train_seconds"]
+        print(f"baseline/project training time to val_acc >= {args.target_acc} = {ratio:.3f}")
+    else:
+        print(f"not reached by: {', '.join(n for n, r in reached.items() if r is None)} (raise --max-epochs)")
+    return {"target_val_acc": args.target_acc, "curves": result["curves"], "ratio": ratio}
+
+
 def _passthrough(args) -> list[str]:
     return ["--nodes", str(args.nodes), "--degree", str(args.degree), "--features", str(args.features),
-            "--batch-size", str(args.batch_size), "--steps", str(args.steps), "--rounds", str(args.rounds)]
+            "--batch-size", str(args.batch_size), "--steps", str(args.steps), "--rounds", str(args.rounds),
+            "--target-acc", str(args.target_acc), "--target-nodes", str(args.target_nodes),
+            "--target-features", str(args.target_features), "--target-batch-size", str(args.target_batch_size),
+            "--max-epochs", str(args.max_epochs)]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -177,6 +312,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, default=8, help="timed steps per loop and round (after 1 warm-up step)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=900)
+    parser.add_argument("--target-acc", type=float, default=0.8,
+                        help="time to this validation accuracy, both loops from the same weights (0: skip)")
+    parser.add_argument("--target-nodes", type=int, default=20_000, help="graph of the time-to-target run")
+    parser.add_argument("--target-features", type=int, default=32)
+    parser.add_argument("--target-batch-size", type=int, default=512)
+    parser.add_argument("--max-epochs", type=int, default=10, help="time-to-target: give up after this many")
+    parser.add_argument("--target-run", action="store_true", help=argparse.SUPPRESS)
 
 
 def main(argv=None) -> int:

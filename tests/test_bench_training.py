@@ -12,10 +12,12 @@ from tests.localjob import ROOT
 from train.timing import PHASES
 
 
-def test_quick_training_bench_names_its_baseline_and_splits_the_project_time(tmp_path):
+def test_quick_training_bench_names_its_baseline_splits_the_time_and_times_to_target(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "BENCH_RESULTS": str(tmp_path), "BENCH_ANCHOR": "none"}
     proc = subprocess.run([sys.executable, "-m", "bench", "training", "--nodes", "4000", "--features", "16",
-                           "--steps", "2", "--rounds", "1", "--batch-size", "256"], cwd=ROOT, env=env,
+                           "--steps", "2", "--rounds", "1", "--batch-size", "256",
+                           "--target-nodes", "3000", "--target-features", "16", "--target-acc", "0.3",
+                           "--max-epochs", "3"], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (path,) = tmp_path.glob("training-*.json")
@@ -30,3 +32,24 @@ def test_quick_training_bench_names_its_baseline_and_splits_the_project_time(tmp
     assert list(phases) == list(PHASES) and all(v >= 0 for v in phases.values())
     assert phases["compute"] > 0 and phases["sample"] > 0
     assert "project's step time (mean rank): sample " in proc.stdout
+    split = result["baseline_split_seconds"]
+    assert set(split) == {"loader", "step"} and split["step"] > 0
+    assert "baseline's step time (mean rank): loader " in proc.stdout
+
+    # time to the target accuracy: both loops from the same weights, each stopping at its first epoch there
+    target = result["time_to_target"]
+    assert target["target_val_acc"] == 0.3
+    reached = {}
+    for name in ("project", "baseline"):
+        curve = target["curves"][name]
+        assert 1 <= len(curve) <= 3 and [row["epoch"] for row in curve] == list(range(len(curve)))
+        times = [row["train_seconds"] for row in curve]
+        assert times == sorted(times) and times[0] > 0  # cumulative training time
+        # each loop stops at the first epoch at the target, or runs out of epochs
+        assert all(row["val_acc"] < 0.3 for row in curve[:-1])
+        reached[name] = curve[-1] if curve[-1]["val_acc"] >= 0.3 else None
+    if all(reached.values()):
+        assert target["ratio"] == reached["baseline"]["train_seconds"] / reached["project"]["train_seconds"]
+        assert "baseline/project training time to val_acc >= 0.3" in proc.stdout
+    else:
+        assert target["ratio"] is None and "not reached by" in proc.stdout

@@ -59,6 +59,9 @@ class ModelConfig:
     hidden: int = 256
     num_layers: int = 2
     dropout: float = 0.5
+    # Each layer computes only the rows later layers read (the batch's hop counts): the seeds' outputs are
+    # the same as computing every sampled node, at a fraction of the work. false: every row, as the seed does.
+    trim: bool = True
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from torch_geometric.data import Data
 
 from train.config import Config
 from train.distenv import DistEnv
-from train.model import GNN
+from train.model import GNN, hop_counts
 from train.sampler import make_node_loader
 from train.shards import derive_seed, rank_shard, shard_sizes
 from train.sharing import SamplingPlan, graph_csc
@@ -75,7 +75,7 @@ def _sampled_counts(model, data, config, env, device, sampling) -> dict[str, tup
                                       pin_memory=sampling.pin_memory)
             for batch in loader:
                 batch = sampling.complete(batch, device).to(device, non_blocking=True)
-                logits = model(batch.x, batch.edge_index)[: batch.batch_size]
+                logits = model(batch.x, batch.edge_index, *hop_counts(batch, config.model))[: batch.batch_size]
                 correct += int((logits.argmax(-1) == batch.y[: batch.batch_size]).sum())
         counts[split] = (correct, nodes.numel())
     return counts

@@ -30,7 +30,7 @@ from train.distenv import DistEnv
 from train.distributed import process_group
 from train.errors import UserError
 from train.evaluate import evaluate
-from train.model import GNN, build_model
+from train.model import GNN, build_model, hop_counts
 from train.sampler import make_node_loader
 from train.shards import derive_seed, epoch_order, rank_shard
 from train.sharing import obtain_shared_or_private, plan_sampling, shared_graphs
@@ -193,7 +193,7 @@ class Trainer:
                     batch = batch.to(self.device, non_blocking=True)
                 with self.timer.phase("compute"):
                     self.optimizer.zero_grad(set_to_none=True)
-                    out = self.ddp(batch.x, batch.edge_index)[: batch.batch_size]
+                    out = self.ddp(batch.x, batch.edge_index, *hop_counts(batch, self.config.model))[: batch.batch_size]
                     target = batch.y[: batch.batch_size]
                     loss = F.cross_entropy(out, target)
                     allreduce_wait = self.allreduce_probe.backward(loss)  # loss.backward(), timed

@@ -2,6 +2,13 @@
 
 Both take `(x, edge_index)` so the training loop treats them alike; `layer` lets the
 evaluation run one layer at a time over the whole graph (layer-wise inference).
+
+A sampled batch lists its nodes and edges hop by hop (PyG's NeighborLoader and train/sampler.py:
+seeds first, then each hop's new nodes; hop h's edges point into hop h's frontier). Given the
+per-hop counts, layer i of L needs outputs only for the nodes within L-1-i hops of the seeds, so
+`forward` computes just those rows: for fanouts [25, 10] about 1 in 3 rows in the first layer and
+only the seeds in the last. PyG's `trim_to_layer` trims a layer's inputs; this also trims its
+targets, as the exact evaluation does (train/evaluate.py).
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ class GNN(nn.Module):
     def uses_graph(self) -> bool:
         return self.kind == "sage"
 
-    def layer(self, index: int, x: Tensor, edge_index: Tensor) -> Tensor:
+    def layer(self, index: int, x: Tensor | tuple[Tensor, Tensor], edge_index: Tensor) -> Tensor:
         """Layer `index` alone, with the activation that follows it (none after the last)."""
         conv = self.layers[index]
         x = conv(x, edge_index) if self.uses_graph else conv(x)
@@ -39,9 +46,20 @@ class GNN(nn.Module):
             x = F.dropout(x, p=self.dropout, training=self.training)
         return x
 
-    def forward(self, x: Tensor, edge_index: Tensor) -> Tensor:
+    def forward(self, x: Tensor, edge_index: Tensor, num_sampled_nodes: list[int] | None = None,
+                num_sampled_edges: list[int] | None = None) -> Tensor:
+        """Every row of `x`, or with a batch's hop counts only the seeds' rows (the first
+        num_sampled_nodes[0]), computing in each layer only the rows that later layers read."""
+        if num_sampled_nodes is None or num_sampled_edges is None or not self.uses_graph:
+            for index in range(len(self.layers)):
+                x = self.layer(index, x, edge_index)
+            return x
+        last = len(self.layers) - 1
         for index in range(len(self.layers)):
-            x = self.layer(index, x, edge_index)
+            hops = last - index  # this layer's outputs feed nodes up to this many hops from the seeds
+            targets = sum(num_sampled_nodes[: hops + 1])
+            edges = sum(num_sampled_edges[: hops + 1])  # the edges into those targets
+            x = self.layer(index, (x, x[:targets]), edge_index[:, :edges])
         return x
 
 
@@ -49,3 +67,10 @@ def build_model(config: ModelConfig, in_channels: int, out_channels: int, seed: 
     """Same seed, same initial weights on every rank (as the seed's `torch.manual_seed(12345)`)."""
     torch.manual_seed(seed)
     return GNN(in_channels, config.hidden, out_channels, config.num_layers, config.dropout, config.name)
+
+
+def hop_counts(batch, config: ModelConfig) -> tuple[list[int] | None, list[int] | None]:
+    """The batch's per-hop node and edge counts for `GNN.forward` when model.trim is on, else (None, None)."""
+    if not config.trim:
+        return None, None
+    return getattr(batch, "num_sampled_nodes", None), getattr(batch, "num_sampled_edges", None)
