@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.harness.jobscript import run_job_script
 from train.doctor import checks, findings, probes
 from train.config import load_config
 from train.distenv import free_port, resolve
@@ -357,8 +358,6 @@ def test_exit_statuses_are_defined_once_in_train_errors():
 
 # ---- the doctor step of jobs/train.sbatch, with the stand-in srun of tests/test_jobs.py --------
 def test_job_script_doctor_step_runs_first_in_the_container(tmp_path):
-    from tests.test_jobs import run_job_script
-
     image = tmp_path / "pyg.sqsh"
     image.write_bytes(b"")
     p, calls = run_job_script(tmp_path, {"IMAGE": str(image), "CONFIG": "tiny", "ARGS": "trainer.epochs=1",
@@ -373,8 +372,6 @@ def test_job_script_doctor_step_runs_first_in_the_container(tmp_path):
 
 @pytest.mark.parametrize("doctor_mode", ["1", "only"])
 def test_job_script_failing_doctor_fails_the_job_before_training(tmp_path, doctor_mode):
-    from tests.test_jobs import run_job_script
-
     p, calls = run_job_script(tmp_path, {"IMAGE": "none", "GPUS_PER_TASK": "0", "DOCTOR": doctor_mode}, srun_rc=1)
     assert p.returncode == 1 and "doctor step exited with status 1: not training" in p.stdout
     (step,) = calls
@@ -382,8 +379,6 @@ def test_job_script_failing_doctor_fails_the_job_before_training(tmp_path, docto
 
 
 def test_job_script_doctor_only_does_not_train_and_bad_value_is_refused(tmp_path):
-    from tests.test_jobs import run_job_script
-
     p, calls = run_job_script(tmp_path, {"IMAGE": "none", "GPUS_PER_TASK": "0", "DOCTOR": "only"})
     assert p.returncode == 0 and len(calls) == 1 and "training step" not in p.stdout
     p, _ = run_job_script(tmp_path, {"IMAGE": "none", "DOCTOR": "yes"})

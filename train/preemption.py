@@ -36,7 +36,7 @@ import sys
 import time
 from collections.abc import Mapping
 
-from train.errors import EXIT_FAILED, EXIT_REQUEUE, EXIT_STOPPED  # the statuses' one home; re-exported here
+from train.errors import EXIT_FAILED, EXIT_REQUEUE, EXIT_STOPPED  # noqa: F401  (their one home; re-exported)
 
 # torch is imported inside the functions: `python -m train fit` installs the signal handlers
 # before it loads torch and PyG, so a warning during those seconds is kept, not fatal.
