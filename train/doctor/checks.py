@@ -54,8 +54,9 @@ def check_contract(records: list[dict], expected_world: int) -> list[Finding]:
         sizes = {r["local_world_size"] for r in rs}
         if complete and sizes != {len(rs)}:
             said = "/".join(map(str, sorted(sizes)))
-            out.append(Finding(FAIL, "contract", f"node {host} runs {len(rs)} tasks ({rank_list(r['rank'] for r in rs)}) "
-                               f"but their local world size is {said} (from {rs[0]['sources'].get('local_world_size')}): "
+            out.append(Finding(FAIL, "contract", f"node {host} runs {len(rs)} tasks "
+                               f"({rank_list(r['rank'] for r in rs)}) but their local world size is {said} "
+                               f"(from {rs[0]['sources'].get('local_world_size')}): "
                                "ask for the same number of tasks on every node (--ntasks-per-node)."))
         elif complete and all(n == 1 for n in local.values()) and set(local) != set(range(len(rs))):
             out.append(Finding(FAIL, "contract",
@@ -70,7 +71,8 @@ def check_contract(records: list[dict], expected_world: int) -> list[Finding]:
     for node_rank, names in sorted(node_ranks.items()):
         if len(names) > 1:
             both = "both" if len(names) == 2 else "all"
-            out.append(Finding(FAIL, "contract", f"nodes {', '.join(sorted(names))} {both} claim node rank {node_rank}: "
+            out.append(Finding(FAIL, "contract", f"nodes {', '.join(sorted(names))} {both} claim node rank "
+                               f"{node_rank}: "
                                "don't export NODE_RANK/GROUP_RANK to every node (srun sets SLURM_NODEID)."))
     num_nodes = {r["num_nodes"] for r in records}
     if complete and num_nodes != {len(hosts)}:
@@ -110,8 +112,9 @@ def check_devices(records: list[dict]) -> list[Finding]:
             for b in bound[i + 1:]:
                 shared = set(a["device"]["cpus"]) & set(b["device"]["cpus"])
                 if shared:
-                    out.append(Finding(WARN, "devices", f"ranks {a['rank']} and {b['rank']} on node {host} are bound to "
-                                       f"the same cores ({format_cpus(shared)}): use --cpus-per-task with --cpu-bind=cores."))
+                    out.append(Finding(WARN, "devices", f"ranks {a['rank']} and {b['rank']} on node {host} are "
+                                       f"bound to the same cores ({format_cpus(shared)}): use --cpus-per-task with "
+                                       "--cpu-bind=cores."))
         threads = sum(r["device"].get("threads", 1) for r in rs)
         cores = max(r.get("cpu_count", 0) for r in rs)
         if cores and threads > cores:
@@ -121,7 +124,8 @@ def check_devices(records: list[dict]) -> list[Finding]:
     for key, level in (("cuda", FAIL), ("nccl", FAIL), ("driver", WARN)):
         seen = {r["versions"].get(key) for r in records if r["versions"].get(key)}
         if len(seen) > 1:
-            says = _agreement(records, lambda r, k=key: r["versions"].get(k), lambda r, k=key: str(r["versions"].get(k)))
+            says = _agreement(records, lambda r, k=key: r["versions"].get(k),
+                              lambda r, k=key: str(r["versions"].get(k)))
             out.append(Finding(level, "devices", f"{key} versions differ: " + "; ".join(says) + ": use the same image "
                                "and driver on every node."))
     if not failed(out):
@@ -154,7 +158,8 @@ def check_network(records: list[dict]) -> list[Finding]:
                                    f"{', '.join(net['master_ips'])} (loopback) on node {host}, not rank 0's node "
                                    f"{master_host}: set MASTER_ADDR to the first node's hostname."))
             elif backend == "gloo" and is_loopback(net.get("gloo_addr")):
-                out.append(Finding(FAIL, "network", f"on node {host} the hostname resolves to {net['gloo_addr']}, so gloo "
+                out.append(Finding(FAIL, "network", f"on node {host} the hostname resolves to {net['gloo_addr']}, "
+                                   "so gloo "
                                    f"would listen on loopback where other nodes cannot connect: set GLOO_SOCKET_IFNAME="
                                    f"{route} (the interface that reaches the master)."))
             elif backend == "nccl" and net["nccl_ifaces"] and all(n.startswith("lo") for n in net["nccl_ifaces"]):
@@ -227,7 +232,8 @@ def check_environment(records: list[dict]) -> list[Finding]:
         r0 = records[0]
         v = r0["versions"]
         out.append(Finding(OK, "versions", f"python {v['python']}, torch {v['torch']}, torch_geometric "
-                           f"{v.get('torch_geometric') or '-'}, pyg_lib {v.get('pyg_lib') or '-'} on every rank; dataset "
+                           f"{v.get('torch_geometric') or '-'}, pyg_lib {v.get('pyg_lib') or '-'} on every rank; "
+                           "dataset "
                            f"{r0['data']['name']} {r0['data']['state']}; run dir {r0['run_dir']['path']} writable"))
     return out
 

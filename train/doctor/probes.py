@@ -113,7 +113,8 @@ def pre_rendezvous(env: DistEnv, deadline: float, agent_store: bool) -> tuple[di
                                   f"at {where}: set MASTER_ADDR to rank 0's node ({host}).")]
         busy = can_bind("0.0.0.0", port, reuse=True)
         if busy:
-            return info, [Finding(FAIL, "network", f"port {port} of the master {where} ({origin}) is not free on {host} "
+            return info, [Finding(FAIL, "network", f"port {port} of the master {where} ({origin}) is not free on "
+                                  f"{host} "
                                   f"({busy}): another job or a stale process holds it; choose another MASTER_PORT "
                                   "(outside the ephemeral range 32768-60999).")]
         info["probe"] = "free, rank 0 listens here"
@@ -121,9 +122,10 @@ def pre_rendezvous(env: DistEnv, deadline: float, agent_store: bool) -> tuple[di
         state, detail = probe_connect(ips[0], port, deadline - time.monotonic())
         info["probe"] = detail
         if state == "unreachable":
-            return info, [Finding(FAIL, "network", f"rank {env.rank} on {host} cannot reach the master {where} ({ips[0]}, "
-                                  f"{origin}): {detail}. Check that MASTER_ADDR names a node of this job that this node "
-                                  "can reach (firewall, wrong network) and that MASTER_PORT is the same on every rank.")]
+            return info, [Finding(FAIL, "network", f"rank {env.rank} on {host} cannot reach the master {where} "
+                                  f"({ips[0]}, {origin}): {detail}. Check that MASTER_ADDR names a node of this job "
+                                  "that this node can reach (firewall, wrong network) and that MASTER_PORT is the "
+                                  "same on every rank.")]
     return info, []
 
 
@@ -261,7 +263,8 @@ def collect_record(env: DistEnv, config: Config, backend: str, net: dict, enviro
                         nccl=".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl))
     data = inspect_dataset(config.data, environ)
     data["shm_need"] = data.get("bytes", 0) if config.data.share == "node" else 0
-    shm = {"path": config.data.share_dir or "/dev/shm", "total": None, "free": None}  # where data.share=node maps the graph
+    # where data.share=node maps the graph
+    shm = {"path": config.data.share_dir or "/dev/shm", "total": None, "free": None}
     try:
         usage = shutil.disk_usage(shm["path"])
         shm.update(total=usage.total, free=usage.free)

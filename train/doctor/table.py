@@ -36,7 +36,8 @@ def format_table(records: list[dict]) -> str:
             f"{format_cpus(r['device'].get('cpus', []))} x{r['device'].get('threads', '?')}",
             f"{net.get('route_iface') or '?'} {net.get('route_addr') or ''}".strip(),
             f"{r['backend']}:{','.join(ifaces) or '-'}",
-            r["data"]["state"], ("ok " + format_bytes(run.get("free")) + " free") if run["writable"] else "NOT WRITABLE",
+            r["data"]["state"],
+            ("ok " + format_bytes(run.get("free")) + " free") if run["writable"] else "NOT WRITABLE",
         ])
     lines = [format_rows(header, rows), ""]
     sources: dict[str, list[int]] = defaultdict(list)
