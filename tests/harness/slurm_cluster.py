@@ -245,9 +245,9 @@ class SlurmCluster:
         # whatever else is on PATH (the rest of PATH is left as it is).
         bindir = self.workdir / "bin"
         for name in SLURM_CLIENTS:
-            exe = shutil.which(name, path=SYSTEM_PATH) or shutil.which(name)
-            if exe and not (bindir / name).exists():
-                (bindir / name).symlink_to(exe)
+            found = shutil.which(name, path=SYSTEM_PATH) or shutil.which(name)
+            if found and not (bindir / name).exists():
+                (bindir / name).symlink_to(found)
 
     # ----------------------------------------------------------------- network
     def _ip(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
