@@ -6,7 +6,7 @@ import pytest
 
 from train.sharing import PREFIX, SHM
 
-pytest_plugins = ["tests.conftest_slurm"]
+pytest_plugins = ["tests.harness.conftest_slurm"]
 
 
 @pytest.fixture(scope="session", autouse=True)

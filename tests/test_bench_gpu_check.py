@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from bench import gpu_check
-from tests.localjob import ROOT
+from tests.harness.localjob import ROOT
 
 CUDA_CHECKS = ("cuda_tests", "nccl", "pinned")
 

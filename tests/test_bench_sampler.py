@@ -15,7 +15,7 @@ import torch
 
 from bench import sampler as bench_sampler
 from bench.anchor import anchor_python
-from tests.localjob import ROOT
+from tests.harness.localjob import ROOT
 
 QUICK = ["--sizes", "small", "--scale", "0.1", "--threads", "1,2", "--batches", "2", "--loader-batches", "2",
          "--batch-size", "128", "--rounds", "2", "--warmup", "1"]

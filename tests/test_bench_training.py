@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 
-from tests.localjob import ROOT
+from tests.harness.localjob import ROOT
 from train.timing import PHASES
 
 

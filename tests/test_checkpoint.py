@@ -7,30 +7,19 @@ import random
 import signal
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from tests.harness.checkpoints import payload
+from tests.harness.localjob import WORKERS
 from train import checkpoint as ck
 from train.config import load_config
 from train.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def payload(epoch: int, step: int = 0, world_size: int = 1, config=None, value: float = 1.0) -> dict:
-    """A checkpoint payload as Checkpointer.save builds it, small."""
-    config = config or load_config("tiny")
-    return {
-        "format": ck.FORMAT_VERSION, "epoch": epoch, "position_step": step,
-        "ranks": [{"step": step, "stats": {}, "rng": ck.rng_state()} for _ in range(world_size)],
-        "model": {"w": torch.full((3, 2), value)}, "optimizer": {"state": {}, "param_groups": []},
-        "history": [{"epoch": e} for e in range(epoch)], "config": config.to_dict(),
-        "world_size": world_size, "data": {"num_nodes": 10}, "reason": "test", "saved_at": 0.0,
-    }
 
 
 def test_round_trip_keeps_every_field_and_rng_state():
@@ -83,36 +72,10 @@ def test_no_valid_checkpoint_gives_none(tmp_path):
     assert ck.find_latest_valid(tmp_path, on_invalid=lambda _: None) is None
 
 
-CRASH_WRITER = textwrap.dedent("""
-    import os, signal, sys, torch
-    from pathlib import Path
-    from train import checkpoint as ck
-    from tests.test_checkpoint import payload
-    directory, where = Path(sys.argv[1]), sys.argv[2]
-    ck.save_checkpoint(directory, payload(1, value=1.0), keep=3)
-    ck.save_checkpoint(directory, payload(2, value=2.0), keep=3)
-    print("two written", flush=True)
-    def die(*args, **kwargs):
-        os.kill(os.getpid(), signal.SIGKILL)
-    if where == "before-rename":  # the new file is complete and fsynced, not yet renamed
-        os.replace = die
-    else:  # half of the bytes written, then the process dies
-        real_open = open
-        class HalfFile:
-            def __init__(self, fh): self.fh = fh
-            def __enter__(self): return self
-            def __exit__(self, *exc): return False
-            def write(self, data): self.fh.write(data[: len(data) // 2]); self.fh.flush(); die()
-        ck.open = lambda path, mode: HalfFile(real_open(path, mode))
-    ck.save_checkpoint(directory, payload(2, 4, value=3.0), keep=3)
-    print("not reached", flush=True)
-""")
-
-
 @pytest.mark.parametrize("where", ["before-rename", "mid-write"])
 def test_sigkill_while_writing_leaves_the_previous_checkpoint_valid(tmp_path, where):
     """A real SIGKILL of the writing process: between fsync and rename, or halfway through the bytes."""
-    done = subprocess.run([sys.executable, "-c", CRASH_WRITER, str(tmp_path), where], cwd=ROOT,
+    done = subprocess.run([sys.executable, str(WORKERS / "crash_writer.py"), str(tmp_path), where], cwd=ROOT,
                           env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=120)
     assert done.returncode == -signal.SIGKILL, done.stderr
     assert "two written" in done.stdout and "not reached" not in done.stdout

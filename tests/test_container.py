@@ -27,6 +27,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.harness import standin_bin
+
 ROOT = Path(__file__).resolve().parents[1]
 CONTAINER = ROOT / "container"
 ENROOT_BUILD = CONTAINER / "enroot-build.sh"
@@ -45,87 +47,6 @@ def dockerfile_tag() -> str:
 
 TAG = dockerfile_tag()
 
-ENROOT_STANDIN = r"""#!/usr/bin/env bash
-# Stand-in for enroot (test): records argv, mimics files and containers, fails/sleeps on request.
-set -u
-cmd=${1:-}
-{ printf 'enroot'; printf '\x1f%s' "$@"; printf '\n'; } >>"$STANDIN_LOG"
-shift || true
-state=$STANDIN_STATE
-maybe_sleep() { if [[ ${STANDIN_SLEEP_AT:-} == "$cmd" ]]; then sleep 30; fi; }
-maybe_fail() {
-    if [[ ${STANDIN_FAIL_AT:-} == "$cmd" ]]; then
-        echo "enroot $cmd: error: stand-in told to fail" >&2
-        exit 1
-    fi
-}
-case $cmd in
-import | export)
-    out= args=()
-    while (($#)); do
-        case $1 in
-        -o | --output) out=$2; shift 2 ;;
-        *) args+=("$1"); shift ;;
-        esac
-    done
-    [[ -n $out ]] || { echo "enroot $cmd: stand-in needs -o" >&2; exit 2; }
-    [[ ! -e $out ]] || { echo "enroot $cmd: error: File already exists: $out" >&2; exit 1; }
-    if [[ $cmd == export && ! -d $state/${args[0]} ]]; then echo "no such container" >&2; exit 1; fi
-    printf 'hsqs first half of %s\n' "${args[0]}" >"$out"
-    maybe_sleep
-    maybe_fail
-    printf 'second half\n' >>"$out"
-    ;;
-create)
-    [[ $1 == --name ]] || { echo "stand-in wants create --name NAME IMAGE" >&2; exit 2; }
-    name=$2 image=$3
-    [[ -s $image ]] || { echo "enroot create: error: no such image $image" >&2; exit 1; }
-    [[ ! -e $state/$name ]] || { echo "enroot create: error: $name exists" >&2; exit 1; }
-    mkdir -p "$state/$name"
-    maybe_fail
-    ;;
-start)
-    name=
-    while (($#)); do
-        case $1 in
-        --root | --rw) shift ;;
-        -m | --mount | -e | --env) shift 2 ;;
-        *) name=$1; break ;;
-        esac
-    done
-    [[ -d $state/$name ]] || { echo "enroot start: error: no container $name" >&2; exit 1; }
-    maybe_sleep
-    maybe_fail
-    ;;
-remove)
-    rc=0
-    for n in "$@"; do
-        [[ $n == -f || $n == --force ]] && continue
-        if [[ -d $state/$n ]]; then rm -rf "${state:?}/$n"; else echo "enroot remove: no $n" >&2; rc=1; fi
-    done
-    exit "$rc"
-    ;;
-list) ls -1 "$state" ;;
-version) echo 3.5.0 ;;
-*) echo "enroot stand-in: unknown command $cmd" >&2; exit 2 ;;
-esac
-"""
-
-DOCKER_STANDIN = r"""#!/usr/bin/env bash
-# Stand-in for docker (test): records argv; `docker info` answers unless STANDIN_DOCKER_DAEMON=down.
-set -u
-{ printf 'docker'; printf '\x1f%s' "$@"; printf '\n'; } >>"$STANDIN_LOG"
-case ${1:-} in
-info)
-    if [[ ${STANDIN_DOCKER_DAEMON:-up} != up ]]; then
-        echo "Cannot connect to the Docker daemon at unix:///var/run/docker.sock." >&2
-        exit 1
-    fi
-    ;;
-build) if [[ ${STANDIN_FAIL_AT:-} == build ]]; then exit 1; fi ;;
-esac
-"""
-
 
 class Standins:
     """The stand-in bin folder, its log and state, and the environment to run the scripts in."""
@@ -138,10 +59,8 @@ class Standins:
         self.state = tmp_path / "enroot-containers"
         self.state.mkdir()
         self.images = tmp_path / "images"
-        for tool in tools:
-            script = self.bin / tool
-            script.write_text(ENROOT_STANDIN if tool == "enroot" else DOCKER_STANDIN)
-            script.chmod(0o755)
+        for tool in tools:  # tests/harness/standins/enroot.sh and docker.sh
+            standin_bin.install(self.bin, tool)
 
     def env(self, **extra: str) -> dict[str, str]:
         env = clean_env()

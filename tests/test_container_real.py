@@ -1,10 +1,10 @@
 """The container path for real: NVIDIA's enroot and pyxis on the two-node SLURM test cluster.
 
 Everything here runs the real programs: enroot 4.1.2 and pyxis 0.24.0 built from ../shared/pyxis
-(tests/pyxis_setup.py), loaded into the test cluster's slurmd through plugstack.conf, with
+(tests/harness/pyxis_setup.py), loaded into the test cluster's slurmd through plugstack.conf, with
 node-local enroot and pyxis folders per node. The one stand-in is the base image: no registry is
 reachable, so `nvcr.io#nvidia/pyg:TAG` is replaced by a `.sqsh` built from real parts
-(tests/ngc_standin.py: Debian's Python, the lock's CPU torch and PyG, PYTORCH_VERSION,
+(tests/harness/ngc_standin.py: Debian's Python, the lock's CPU torch and PyG, PYTORCH_VERSION,
 /etc/pip/constraint.txt).
 
 Every job runs 4 CPU ranks on 2 nodes (GPUS_PER_TASK=0, gloo) with the tiny config. The figures
@@ -27,12 +27,12 @@ from pathlib import Path
 
 import pytest
 
-from tests import ngc_standin
+from tests.harness import ngc_standin
 from train.distenv import port_for_job
-from tests.test_data import write_reddit_raw
+from tests.harness.reddit_files import write_reddit_raw
 
 ROOT = Path(__file__).resolve().parents[1]
-pytest_plugins = ["tests.conftest_slurm"]
+pytest_plugins = ["tests.harness.conftest_slurm"]
 pytestmark = [pytest.mark.slurm, pytest.mark.container]
 
 TASKS = ["NODES=2", "GPUS=4", "GPUS_PER_TASK=0", "CPUS_PER_TASK=1", "CONFIG=tiny"]
@@ -62,7 +62,7 @@ def standin(pyxis_cluster, request) -> ngc_standin.Standin:
         try:
             image = ngc_standin.build_standin(log=lambda m: print(f"[container] {m}", flush=True))
         except ngc_standin.StandinUnavailable as e:
-            from tests.slurm_cluster import skip_or_fail_unavailable
+            from tests.harness.slurm_cluster import skip_or_fail_unavailable
             skip_or_fail_unavailable(f"the NGC stand-in image cannot be built: {e}")
         cost = ("reused from " + str(image.path.parent) if image.reused else
                 ", ".join(f"{k} {v:.0f} s" for k, v in image.timings.items()))

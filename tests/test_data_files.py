@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch_geometric.data import Data
 
-from tests.localjob import run_local_job
+from tests.harness.localjob import run_local_job
 from train.config import DataConfig, load_config
 from train.data import load_graph
 from train.errors import UserError

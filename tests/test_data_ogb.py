@@ -9,9 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from tests.localjob import ROOT, run_local_job
-from tests.ogb_files import write_ogb
-from tests.test_make_data import make_data
+from tests.harness.localjob import ROOT, make_data, run_local_job
+from tests.harness.ogb_files import write_ogb
 from train.config import DataConfig, load_config
 from train.data import load_graph, num_classes
 from train.errors import UserError

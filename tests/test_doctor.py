@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from train import doctor
+from tests.harness.jobscript import run_job_script
+from train.doctor import checks, findings, probes
 from train.config import load_config
 from train.distenv import free_port, resolve
 
@@ -175,7 +176,7 @@ def template(tmp_path_factory):
     environ = {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2",
                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
     config = load_config("tiny", [f"output.dir={run}"])
-    return doctor.collect_record(resolve(environ), config, "gloo", {"master_ips": ["127.0.0.1"], "probe": "x"}, environ)
+    return probes.collect_record(resolve(environ), config, "gloo", {"master_ips": ["127.0.0.1"], "probe": "x"}, environ)
 
 
 def record(template, rank, host="n1", local_rank=None, node_rank=0, world=2, per_node=2, **changes):
@@ -198,8 +199,8 @@ def levels(findings, check):
 
 
 def test_healthy_records_pass(template):
-    findings = doctor.run_checks([record(template, 0), record(template, 1)], 2)
-    assert not doctor.failed(findings), findings
+    found = checks.run_checks([record(template, 0), record(template, 1)], 2)
+    assert not findings.failed(found), found
 
 
 def test_two_ranks_on_one_gpu_name_the_ranks_and_the_fix(template):
@@ -209,22 +210,22 @@ def test_two_ranks_on_one_gpu_name_the_ranks_and_the_fix(template):
                       device=dict(gpu, uuid=f"GPU-{r}", cpus=[r]) if r < 2 else dict(gpu, cpus=[r]),
                       env={"CUDA_VISIBLE_DEVICES": "0"})
                for r in range(4)]
-    (level, message), = levels(doctor.run_checks(records, 4), "devices")
-    assert level == doctor.FAIL
+    (level, message), = levels(checks.run_checks(records, 4), "devices")
+    assert level == findings.FAIL
     assert message.startswith("ranks 2 and 3 on node n2 both use GPU 0 (bus 0000:19:00.0")
     assert "drop --gpu-bind or use --gpus-per-task=1" in message
 
 
 def test_disagreeing_and_missing_ranks(template):
     records = [record(template, 0, world=4, per_node=4), record(template, 1, world=2, per_node=4)]
-    messages = [m for _, m in levels(doctor.run_checks(records, 4), "contract")]
+    messages = [m for _, m in levels(checks.run_checks(records, 4), "contract")]
     assert any(m.startswith("ranks disagree on the world size: rank 0: 4 (from WORLD_SIZE); rank 1: 2") for m in messages), messages
     assert any(m.startswith("ranks 2 and 3 of 4 never reached the master at 127.0.0.1:29500") for m in messages)
 
 
 def test_duplicate_rank_and_node_rank(template):
     records = [record(template, 0), record(template, 0, host="n2"), record(template, 1, host="n2")]
-    messages = [m for _, m in levels(doctor.run_checks(records, 2), "contract")]
+    messages = [m for _, m in levels(checks.run_checks(records, 2), "contract")]
     assert any(m.startswith("rank 0 is claimed by 2 processes (n1 pid 1000, n2 pid 1000)") for m in messages)
     assert any(m.startswith("nodes n1, n2 both claim node rank 0") for m in messages)
 
@@ -235,48 +236,49 @@ def test_multinode_gloo_on_loopback_and_bad_ifname(template):
                for r in range(2)]
     records[1]["env"]["NCCL_SOCKET_IFNAME"] = "ib"
     records[1]["network"]["nccl_ifaces"] = []
-    found = levels(doctor.run_checks(records, 2), "network")
-    assert (doctor.FAIL, "on node n1 the hostname resolves to 127.0.1.1, so gloo would listen on loopback where other "
+    found = levels(checks.run_checks(records, 2), "network")
+    assert (findings.FAIL, "on node n1 the hostname resolves to 127.0.1.1, so gloo would listen on loopback where other "
             "nodes cannot connect: set GLOO_SOCKET_IFNAME=eth0 (the interface that reaches the master).") in found
-    assert any(level == doctor.WARN and m.startswith("NCCL_SOCKET_IFNAME=ib names no interface of node n2")
+    assert any(level == findings.WARN and m.startswith("NCCL_SOCKET_IFNAME=ib names no interface of node n2")
                for level, m in found)  # only a warning while the backend is gloo
 
 
 def test_master_on_loopback_fails_only_away_from_rank_0(template):
     records = [record(template, r, host=f"n{r + 1}", node_rank=r, per_node=1, network__gloo_addr=f"10.0.0.{r + 1}",
                       network__master_ips=["127.0.1.1"]) for r in range(2)]
-    failures = [m for level, m in levels(doctor.run_checks(records, 2), "network") if level == doctor.FAIL]
+    failures = [m for level, m in levels(checks.run_checks(records, 2), "network") if level == findings.FAIL]
     assert failures == ["MASTER_ADDR=127.0.0.1 resolves to 127.0.1.1 (loopback) on node n2, not rank 0's node n1: "
                         "set MASTER_ADDR to the first node's hostname."]
 
 
 def test_different_software_versions_fail(template):
     records = [record(template, 0), record(template, 1, versions__torch="2.0.0")]
-    (level, message), = levels(doctor.run_checks(records, 2), "versions")
-    assert level == doctor.FAIL and message.startswith("torch differs across ranks") and "same image" in message
+    (level, message), = levels(checks.run_checks(records, 2), "versions")
+    assert level == findings.FAIL and message.startswith("torch differs across ranks") and "same image" in message
 
 
 def test_small_shm_warns(template):
     shm = {"path": "/dev/shm", "total": 64 << 20, "free": 64 << 20}
     records = [record(template, r, shm=shm, data__shm_need=1 << 30) for r in range(2)]
-    found = levels(doctor.run_checks(records, 2), "data")
-    assert found and found[0][0] == doctor.WARN and "/dev/shm on n1 has 64 MiB free" in found[0][1]
+    found = levels(checks.run_checks(records, 2), "data")
+    assert found and found[0][0] == findings.WARN and "/dev/shm on n1 has 64 MiB free" in found[0][1]
 
 
 @pytest.mark.parametrize("spec, expected", [
     (None, ["eth0", "eth1"]), ("eth1", ["eth1"]), ("^eth0,lo", ["docker0", "eth1"]), ("=eth", []), ("ib", []),
 ])
 def test_nccl_interface_rules(spec, expected):
-    assert doctor.nccl_interfaces(spec, ["lo", "docker0", "eth0", "eth1"]) == expected
+    assert findings.nccl_interfaces(spec, ["lo", "docker0", "eth0", "eth1"]) == expected
 
 
 def test_small_helpers():
-    assert doctor.allreduce_bandwidth(1_000_000_000, 1.0, 4) == (1.0, 1.5)  # nccl-tests: busbw = algbw * 2(n-1)/n
-    assert doctor.allreduce_bandwidth(1000, 1.0, 1)[1] is None
-    assert doctor.parse_sizes("64K,1M,2G,100") == [64 << 10, 1 << 20, 2 << 30, 100]
-    assert doctor.format_cpus([0, 1, 2, 5, 7, 8]) == "0-2,5,7-8"
-    assert doctor.rank_list([3, 2]) == "ranks 2 and 3" and doctor.rank_list([0, 1, 2, 3]) == "ranks 0-3"
-    assert doctor.nccl_interfaces(None, ["lo"]) == ["lo"] and doctor.nccl_interfaces(None, ["lo", "ib0", "eth0"]) == ["ib0"]
+    assert findings.allreduce_bandwidth(1_000_000_000, 1.0, 4) == (1.0, 1.5)  # nccl-tests: busbw = algbw * 2(n-1)/n
+    assert findings.allreduce_bandwidth(1000, 1.0, 1)[1] is None
+    assert findings.parse_sizes("64K,1M,2G,100") == [64 << 10, 1 << 20, 2 << 30, 100]
+    assert findings.format_cpus([0, 1, 2, 5, 7, 8]) == "0-2,5,7-8"
+    assert findings.rank_list([3, 2]) == "ranks 2 and 3" and findings.rank_list([0, 1, 2, 3]) == "ranks 0-3"
+    assert findings.nccl_interfaces(None, ["lo"]) == ["lo"]
+    assert findings.nccl_interfaces(None, ["lo", "ib0", "eth0"]) == ["ib0"]
 
 
 @pytest.mark.parametrize("path, detail", [
@@ -285,16 +287,77 @@ def test_small_helpers():
 ])
 def test_probe_writable(tmp_path, path, detail):
     (tmp_path / "afile").write_text("x")
-    result = doctor.probe_writable(tmp_path / path)
+    result = probes.probe_writable(tmp_path / path)
     assert not result["writable"] and detail in result["detail"]
-    assert doctor.probe_writable(tmp_path / "new" / "run")["writable"]
+    assert probes.probe_writable(tmp_path / "new" / "run")["writable"]
     assert not (tmp_path / "new").exists()  # the probe creates nothing
+
+
+# ---- where the data check looks: train.data.dataset_folder, the one home of that fact ------------
+@pytest.mark.parametrize("name, via", [("ogbn-products", "root"), ("Cora", "DATA_DIR"), ("Reddit", "root")])
+def test_dataset_check_looks_where_train_data_keeps_the_dataset(tmp_path, name, via):
+    """ogbn-products lives in ogbn_products/, Cora in Planetoid/Cora/: the doctor must agree with train.data."""
+    from train.config import DataConfig
+    from train.data import dataset_folder
+
+    config = DataConfig(name=name, root=str(tmp_path) if via == "root" else "")
+    environ = {"DATA_DIR": str(tmp_path)} if via == "DATA_DIR" else {}
+    assert probes.inspect_dataset(config, environ)["state"] == "missing"
+    folder = dataset_folder(config, environ)
+    (folder / "processed").mkdir(parents=True)
+    (folder / "processed" / "data.pt").write_bytes(b"x" * 10)
+    seen = probes.inspect_dataset(config, environ)
+    assert seen["state"] == "present" and seen["dir"] == str(folder) and seen["bytes"] == 10, seen
+
+
+def test_dataset_check_of_your_own_files_looks_at_data_path(tmp_path):
+    from train.config import DataConfig
+    from train.data import dataset_folder
+
+    saved = tmp_path / "graph.pt"
+    saved.write_bytes(b"x" * 7)
+    folder = tmp_path / "arrays"
+    folder.mkdir()
+    for name in ("edge_index.npy", "x.npy"):
+        (folder / name).write_bytes(b"x" * 5)
+    for path, size in ((saved, 7), (folder, 10)):
+        config = DataConfig(name="files", path=str(path))
+        seen = probes.inspect_dataset(config, {})
+        assert seen["state"] == "present" and seen["dir"] == str(dataset_folder(config, {})) and seen["bytes"] == size
+    for path, detail in ((tmp_path / "nothing", "no files at data.path="), ("", "data.path is empty")):
+        seen = probes.inspect_dataset(DataConfig(name="files", path=str(path)), {})
+        assert seen["state"] == "missing" and detail in seen["detail"], seen
+        message = levels(checks.check_environment([{**_minimal_record(), "data": seen}]), "data")[0][1]
+        assert "set data.path to your graph" in message and "python -m train data" not in message
+
+
+def _minimal_record() -> dict:
+    return {"rank": 0, "host": "n1", "pid": 1, "versions": {"python": "3"}, "config_digest": "x",
+            "run_dir": {"writable": True, "path": "runs", "free": None}, "shm": {}}
+
+
+# ---- the package's rooms -------------------------------------------------------------------------
+def test_only_the_doctors_entry_reads_the_process_environment():
+    package = ROOT / "train" / "doctor"
+    readers = sorted(p.name for p in package.glob("*.py") if "os.environ" in p.read_text() or "getenv" in p.read_text())
+    assert readers == ["cli.py"]
+    assert all(len(p.read_text().splitlines()) < 300 for p in package.glob("*.py"))
+
+
+def test_exit_statuses_are_defined_once_in_train_errors():
+    import train.errors
+    import train.preemption
+
+    defined = [f"{p.relative_to(ROOT)}: {line}" for p in sorted((ROOT / "train").rglob("*.py"))
+               for line in p.read_text().splitlines() if re.match(r"\s*EXIT_\w+\s*=\s*\d", line)]
+    assert all(d.startswith("train/errors.py: ") for d in defined), defined
+    assert (train.errors.EXIT_FAILED, train.errors.EXIT_USER_ERROR, train.errors.EXIT_REQUEUE,
+            train.errors.EXIT_STOPPED) == (1, 2, 3, 4)
+    assert train.preemption.EXIT_REQUEUE is train.errors.EXIT_REQUEUE  # the old name still works
 
 
 # ---- the doctor step of jobs/train.sbatch, with the stand-in srun of tests/test_jobs.py --------
 def test_job_script_doctor_step_runs_first_in_the_container(tmp_path):
-    from tests.test_jobs import run_job_script
-
     image = tmp_path / "pyg.sqsh"
     image.write_bytes(b"")
     p, calls = run_job_script(tmp_path, {"IMAGE": str(image), "CONFIG": "tiny", "ARGS": "trainer.epochs=1",
@@ -309,8 +372,6 @@ def test_job_script_doctor_step_runs_first_in_the_container(tmp_path):
 
 @pytest.mark.parametrize("doctor_mode", ["1", "only"])
 def test_job_script_failing_doctor_fails_the_job_before_training(tmp_path, doctor_mode):
-    from tests.test_jobs import run_job_script
-
     p, calls = run_job_script(tmp_path, {"IMAGE": "none", "GPUS_PER_TASK": "0", "DOCTOR": doctor_mode}, srun_rc=1)
     assert p.returncode == 1 and "doctor step exited with status 1: not training" in p.stdout
     (step,) = calls
@@ -318,8 +379,6 @@ def test_job_script_failing_doctor_fails_the_job_before_training(tmp_path, docto
 
 
 def test_job_script_doctor_only_does_not_train_and_bad_value_is_refused(tmp_path):
-    from tests.test_jobs import run_job_script
-
     p, calls = run_job_script(tmp_path, {"IMAGE": "none", "GPUS_PER_TASK": "0", "DOCTOR": "only"})
     assert p.returncode == 0 and len(calls) == 1 and "training step" not in p.stdout
     p, _ = run_job_script(tmp_path, {"IMAGE": "none", "DOCTOR": "yes"})

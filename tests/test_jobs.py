@@ -15,25 +15,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.harness import standin_bin
+from tests.harness.jobscript import KNOBS, run_job_script
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = [ROOT / "jobs" / "submit.sh", ROOT / "jobs" / "train.sbatch"]
 SHELLCHECK = ROOT / ".venv" / "bin" / "shellcheck"
-# Knobs a developer's shell may have set; the tests start from none of them.
-KNOBS = ("NODES", "GPUS", "CONFIG", "ARGS", "IMAGE", "GPUS_PER_TASK", "CPUS_PER_TASK", "MEM", "TIME",
-         "PARTITION", "ACCOUNT", "QOS", "SBATCH_ARGS", "SRUN_ARGS", "DATA_DIR", "LOG_DIR", "JOB_NAME",
-         "CONTAINER_MOUNTS", "INSTALL_PROJECT", "BARE_PYTHON", "DRY_RUN", "DOCTOR", "DOCTOR_TIMEOUT",
-         "MAKEFLAGS", "MAKELEVEL")
-
-# A stand-in for sbatch: records its arguments and the job's knobs, answers like `sbatch --parsable`.
-STANDIN_SBATCH = """#!/bin/sh
-# stand-in sbatch for tests/test_jobs.py: records the call instead of submitting anything
-{
-    printf 'ARGV'; for a in "$@"; do printf ' %s' "$a"; done; printf '\\n'
-    printf 'ENV CONFIG=%s\\nENV ARGS=%s\\nENV IMAGE=%s\\nENV GPUS_PER_TASK=%s\\nENV PROJECT_DIR=%s\\n' \\
-        "$CONFIG" "$ARGS" "$IMAGE" "$GPUS_PER_TASK" "$PROJECT_DIR"
-} >>"$STANDIN_RECORD"
-echo 4242
-"""
 
 
 @pytest.fixture
@@ -41,9 +28,7 @@ def standin(tmp_path):
     """(env, record): PATH starts with the stand-in sbatch; `record` lists its calls."""
     bindir = tmp_path / "bin"
     bindir.mkdir()
-    sbatch = bindir / "sbatch"
-    sbatch.write_text(STANDIN_SBATCH)
-    sbatch.chmod(0o755)
+    standin_bin.install(bindir, "sbatch")  # records its arguments and the job's knobs, answers like --parsable
     record = tmp_path / "sbatch-calls.txt"
     env = {k: v for k, v in os.environ.items() if k not in KNOBS and not k.startswith("SLURM_")}
     env["PATH"] = f"{bindir}:{env['PATH']}"
@@ -215,40 +200,6 @@ def test_srun_checks_like_submit(standin):
     assert p.stdout == ""
 
 
-# Stand-ins for the job script's own calls, where pyxis cannot run (no pyxis on the test cluster):
-# srun records its argv (one word per line, a blank line after each call) and exits with
-# STANDIN_SRUN_RC; scontrol expands the node list of this test.
-STANDIN_SRUN = """#!/bin/sh
-# stand-in srun for tests/test_jobs.py: records the call instead of starting tasks
-{ for a in "$@"; do printf '%s\\n' "$a"; done; echo; } >>"$STANDIN_RECORD"
-exit "${STANDIN_SRUN_RC:-0}"
-"""
-STANDIN_SCONTROL = """#!/bin/sh
-# stand-in scontrol for tests/test_jobs.py: `scontrol show hostnames` of a two-node job
-printf 'gpu07\\ngpu08\\n'
-"""
-
-
-def run_job_script(tmp_path, knobs: dict[str, str], srun_rc: int = 0):
-    """jobs/train.sbatch run by bash as slurmd would (job env, working dir = the project),
-    with stand-in srun/scontrol; returns (completed process, list of srun argv lists)."""
-    bindir = tmp_path / "bin"
-    bindir.mkdir(exist_ok=True)
-    for name, text in (("srun", STANDIN_SRUN), ("scontrol", STANDIN_SCONTROL)):
-        (bindir / name).write_text(text)
-        (bindir / name).chmod(0o755)
-    record = tmp_path / "srun-calls.txt"
-    env = {k: v for k, v in os.environ.items() if k not in KNOBS and not k.startswith("SLURM_")}
-    env.update({"PATH": f"{bindir}:{env['PATH']}", "STANDIN_RECORD": str(record), "STANDIN_SRUN_RC": str(srun_rc),
-                "SLURM_JOB_ID": "123456", "SLURM_JOB_NODELIST": "gpu[07-08]", "SLURM_JOB_NUM_NODES": "2",
-                "SLURM_NTASKS": "8", "SLURM_NTASKS_PER_NODE": "4", "SLURM_CPUS_PER_TASK": "6",
-                "PROJECT_DIR": str(ROOT), "OMP_NUM_THREADS": ""}, **knobs)
-    p = subprocess.run(["bash", str(ROOT / "jobs" / "train.sbatch")], cwd=ROOT, env=env,
-                       capture_output=True, text=True, timeout=60)
-    calls = [c.splitlines() for c in record.read_text().split("\n\n") if c.strip()] if record.exists() else []
-    return p, calls
-
-
 def test_job_script_sqsh_image_runs_one_pyxis_step(tmp_path):
     image = tmp_path / "pyg.sqsh"
     image.write_bytes(b"")
@@ -292,31 +243,10 @@ def test_scripts_are_shellcheck_clean():
     assert p.returncode == 0, p.stdout + p.stderr
 
 
-# A stand-in sinfo: partitions gpu (default; 2 nodes, 64 CPUs, 4 A100 each, 2 days) and cpu (3 nodes of 8 CPUs, 1 h).
-STANDIN_SINFO = r"""#!/bin/bash
-fmt= part= per_node=
-while (($#)); do
-    case $1 in -o) fmt=$2; shift ;; -p) part=$2; shift ;; -N) per_node=1 ;; esac
-    shift
-done
-case $fmt in
-%P) printf 'gpu*\ncpu\n' ;;
-%l) case $part in gpu) echo 2-00:00:00 ;; cpu) echo 1:00:00 ;; esac ;;
-'%N %c %G')
-    case $part in
-    gpu) printf 'g1 64 gpu:a100:4(S:0-1)\ng2 64 gpu:a100:4(S:0-1),tmpdisk:100\n' ;;
-    cpu) printf 'c1 8 (null)\nc2 8 (null)\nc3 8 (null)\n' ;;
-    esac ;;
-esac
-"""
-
-
 @pytest.fixture
 def cluster_standin(standin):
     env, record = standin
-    sinfo = Path(env["PATH"].split(":")[0]) / "sinfo"
-    sinfo.write_text(STANDIN_SINFO)
-    sinfo.chmod(0o755)
+    standin_bin.install(Path(env["PATH"].split(":")[0]), "sinfo")  # partitions gpu (2 x 4 A100) and cpu (3 x 8)
     return env, record
 
 

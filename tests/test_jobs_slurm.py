@@ -20,7 +20,7 @@ from train.distenv import port_for_job
 
 ROOT = Path(__file__).resolve().parents[1]
 # The fixture comes from the plugin; this works whether or not tests/conftest.py loads it too.
-pytest_plugins = ["tests.conftest_slurm"]
+pytest_plugins = ["tests.harness.conftest_slurm"]
 pytestmark = pytest.mark.slurm
 
 REQUEST = ["NODES=2", "GPUS=4", "IMAGE=none", "GPUS_PER_TASK=0", "CPUS_PER_TASK=1", "CONFIG=tiny"]

@@ -2,20 +2,8 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-from pathlib import Path
-
-from tests.test_data import write_reddit_raw
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def make_data(*assignments: str) -> subprocess.CompletedProcess:
-    """`make data`; the .sqsh route runs with the real enroot in tests/test_container_real.py."""
-    env = {k: v for k, v in os.environ.items() if k not in ("DATA_DIR", "IMAGE", "DATASET", "DRY_RUN")}
-    return subprocess.run(["make", "--no-print-directory", "data", *assignments], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
+from tests.harness.localjob import make_data
+from tests.harness.reddit_files import write_reddit_raw
 
 
 def test_bare_mode_prepares_reddit_into_data_dir(tmp_path):

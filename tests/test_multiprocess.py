@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests.localjob import run_local_job
+from tests.harness.localjob import run_local_job
 
 TINY = ["fit", "--config", "tiny"]
 
@@ -63,7 +63,7 @@ def test_graph_model_beats_feature_only_model(tmp_path):
 
 def test_bad_rendezvous_is_a_message_not_a_hang(tmp_path):
     """Rank 1 of 2 alone: nobody listens at the master port; it ends within the init timeout."""
-    from tests.localjob import ROOT, free_port
+    from tests.harness.localjob import ROOT, free_port
     import os
     import subprocess
     import sys

@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.localjob import ROOT
+from tests.harness import standin_bin
+from tests.harness.localjob import ROOT
 from train.config import DataConfig, load_config
 from train.data import synthetic_graph
 from train.plan import GraphSize, graph_size, make_plan, shared_graph_bytes
@@ -21,10 +22,10 @@ def plan_cli(tmp_path: Path, *args: str, standins: dict[str, str] | None = None)
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     for name, output in (standins or {}).items():
-        script = bin_dir / name
-        script.write_text(f'#!/bin/sh\nprintf "%s\\n" "$*" >> "{tmp_path / name}.argv"\nprintf "{output}"\n')
-        script.chmod(0o755)
-    env = {"PATH": f"{bin_dir}:/bin", "PYTHONPATH": str(ROOT), "DATA_DIR": str(tmp_path / "no-data-here")}
+        standin_bin.install(bin_dir, name, "fixed-output")
+        (tmp_path / f"{name}.out").write_text(output)
+    env = {"PATH": f"{bin_dir}:/bin", "PYTHONPATH": str(ROOT), "DATA_DIR": str(tmp_path / "no-data-here"),
+           "STANDIN_DIR": str(tmp_path)}
     return subprocess.run([sys.executable, "-m", "train", "plan", *args], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=120)
 
@@ -50,7 +51,7 @@ def test_a_plan_that_cannot_fit_is_refused_naming_the_numbers(tmp_path):
 
 def test_node_memory_from_sinfo_for_the_partition(tmp_path):
     done = plan_cli(tmp_path, "--config", "ogbn-products", "--nodes", "2", "--gpus", "4", "--partition", "gpu",
-                    standins={"sinfo": "515000\\n257000+\\n"})
+                    standins={"sinfo": "515000\n257000+\n"})
     assert done.returncode == 0, done.stderr
     assert "251.0 GiB  (sinfo -p gpu: smallest node)" in done.stdout
     assert "--partition=gpu" in (tmp_path / "sinfo.argv").read_text()
@@ -59,7 +60,7 @@ def test_node_memory_from_sinfo_for_the_partition(tmp_path):
 
 def test_gpu_memory_from_nvidia_smi_and_a_gpu_that_is_too_small(tmp_path):
     done = plan_cli(tmp_path, "--config", "ogbn-products", "--gpus", "2", "sampler.device=cuda",
-                    standins={"nvidia-smi": "2048\\n"})
+                    standins={"nvidia-smi": "2048\n"})
     assert done.returncode == 2, done.stdout
     assert "2.0 GiB  (nvidia-smi here)" in done.stdout
     assert "a GPU needs" in done.stderr and "but has 2.0 GiB (nvidia-smi here)" in done.stderr

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.localjob import ROOT, run_local_job
+from tests.harness.localjob import ROOT, run_local_job
 from train.config import DataConfig
 from train.data import load_graph
 from train.errors import UserError

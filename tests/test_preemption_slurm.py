@@ -24,7 +24,7 @@ from train import checkpoint as ck
 from train.preemption import EXIT_REQUEUE, EXIT_STOPPED
 
 ROOT = Path(__file__).resolve().parents[1]
-pytest_plugins = ["tests.conftest_slurm"]
+pytest_plugins = ["tests.harness.conftest_slurm"]
 
 REQUEST = ["NODES=2", "GPUS=4", "IMAGE=none", "GPUS_PER_TASK=0", "CPUS_PER_TASK=1", "CONFIG=tiny"]
 # 1200 training nodes over 4 ranks, batches of 64: 5 steps per epoch

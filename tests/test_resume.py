@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.localjob import ROOT, free_port, srun_env
+from tests.harness.localjob import ROOT, WORKERS, free_port, srun_env
 from train import checkpoint as ck
 from train.preemption import EXIT_FAILED, EXIT_REQUEUE, EXIT_STOPPED, is_peer_failure, stop_outcome
 
@@ -241,51 +241,12 @@ def test_a_hung_rank_ends_the_others_within_the_collective_timeout(tmp_path):
     assert "rank 1 stopped answering" in job.output(0) and "Timed out" in job.output(0)
 
 
-# ---- the vote with ranks that already joined ---------------------------------------------------
-JOIN_WORKER = r"""
-import os, signal, sys, types, datetime
-import torch, torch.distributed as dist
-from torch.distributed.algorithms.join import Join
-from train.__main__ import exit_without_teardown
-from train.preemption import StepAgreement, StopSignals
-rank = int(os.environ["RANK"])
-store = dist.TCPStore("127.0.0.1", int(os.environ["MASTER_PORT"]), 2, rank == 0, timeout=datetime.timedelta(seconds=60))
-dist.init_process_group("gloo", store=store, rank=rank, world_size=2, timeout=datetime.timedelta(seconds=60))
-torch.manual_seed(0)
-model = torch.nn.Linear(4, 1)
-ddp = torch.nn.parallel.DistributedDataParallel(model)
-optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
-trainer = types.SimpleNamespace(
-    config=types.SimpleNamespace(trainer=types.SimpleNamespace(
-        checkpoint_every_minutes=0.0, checkpoint_every=0, step_delay_seconds=0.0, epochs=1)),
-    env=types.SimpleNamespace(rank=rank, is_main=rank == 0, world_size=2),
-    device=torch.device("cpu"), optimizer=optimizer, stop_requested=False)
-signals = StopSignals(rank).install()
-agreement = StepAgreement(trainer, signals, types.SimpleNamespace(last_save_time=0.0))
-steps = 0
-with Join([ddp, agreement]):
-    for _ in range(8 if rank == 0 else 2):  # rank 1 runs out after 2 batches and joins
-        ddp(torch.randn(3, 4)).sum().backward()
-        optimizer.step()
-        optimizer.zero_grad()
-        steps += 1
-        if agreement.on_step_end(trainer):
-            break
-    if rank == 1:
-        os.kill(os.getpid(), signal.SIGUSR1)  # arrives after rank 1 joined: only its join hook can vote
-state = torch.cat([t.flatten() for s in optimizer.state.values() for t in s.values()] + [p.detach().flatten() for p in model.parameters()])
-gathered = [torch.empty_like(state) for _ in range(2)]
-dist.all_gather(gathered, state)
-print(f"rank {rank} steps {steps} stop {trainer.stop_requested} same_state {torch.equal(*gathered)}", flush=True)
-dist.destroy_process_group()
-exit_without_teardown(0)  # as `python -m train` leaves: gloo can abort CPython's own teardown
-"""
-
-
+# ---- the vote with ranks that already joined (the worker: tests/harness/workers/join_vote.py) --------
 def test_ranks_that_joined_still_vote_and_share_the_optimizer_state(tmp_path):
     port = str(free_port())
     env = {**os.environ, "PYTHONPATH": str(ROOT), "MASTER_PORT": port}
-    procs = [subprocess.Popen([sys.executable, "-c", JOIN_WORKER], cwd=ROOT, env={**env, "RANK": str(r)},
+    procs = [subprocess.Popen([sys.executable, str(WORKERS / "join_vote.py")], cwd=ROOT,
+                              env={**env, "RANK": str(r)},
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(2)]
     outs = [p.communicate(timeout=120)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.localjob import ROOT, free_port, run_local_job, srun_env
+from tests.harness.localjob import ROOT, WORKERS, free_port, run_local_job, srun_env
 from train.config import DataConfig, SamplerConfig, load_config
 from train.errors import UserError
 from train.sharing import (
@@ -168,15 +168,16 @@ def test_share_dir_must_exist():
         candidate_dirs("/no/such/dir")
 
 
+def die_holding_a_segment(directory: Path, tag: str, uid: int) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(WORKERS / "dying_segment.py"), str(directory), tag, str(uid)], cwd=ROOT,
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
 def test_only_segments_without_a_live_owner_are_removed(tmp_path):
     uid = os.getuid()
     live = Segment.create(tmp_path, segment_name("live", 1, 0, uid), {"pid": os.getpid()})
     # Another process creates a segment and dies by SIGKILL while holding it.
-    code = ("import os, sys, pathlib; from train.sharing import Segment, segment_name; "
-            f"s = Segment.create(pathlib.Path({str(tmp_path)!r}), segment_name('dead', 2, 0, {uid}), {{}}); "
-            "(s.path / 'x.bin').write_bytes(b'1' * 4096); print('ready', flush=True); os.kill(os.getpid(), 9)")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc = die_holding_a_segment(tmp_path, "dead", uid)
     assert proc.returncode == -signal.SIGKILL and "ready" in proc.stdout, proc.stderr
     dead = tmp_path / segment_name("dead", 2, 0, uid)
     assert dead.is_dir() and dead.with_name(dead.name + ".lock").exists()
@@ -186,9 +187,7 @@ def test_only_segments_without_a_live_owner_are_removed(tmp_path):
     again = Segment.create(tmp_path, dead.name, {})
     assert again.path == dead and list(dead.iterdir()) == []
     again.remove()
-    code = code.replace("'dead'", "'gone'")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc = die_holding_a_segment(tmp_path, "gone", uid)
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     dead = tmp_path / segment_name("gone", 2, 0, uid)
     assert sorted(remove_stale([tmp_path], uid)) == sorted([dead, orphan])

@@ -5,19 +5,19 @@ import os
 import random
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.slurm_cluster import (SlurmCluster, SlurmClusterError, skip_or_fail_unavailable,
+from tests.harness.localjob import WORKERS
+from tests.harness.slurm_cluster import (SlurmCluster, SlurmClusterError, skip_or_fail_unavailable,
                                  unavailable_reason)
 
-# The session fixture `slurm_cluster` comes from tests/conftest_slurm.py: through
+# The session fixture `slurm_cluster` comes from tests/harness/conftest_slurm.py: through
 # tests/conftest.py when that loads it (as a plugin or by import), else from here.
-if "tests.conftest_slurm" not in sys.modules:
-    pytest_plugins = ["tests.conftest_slurm"]
+if "tests.harness.conftest_slurm" not in sys.modules:
+    pytest_plugins = ["tests.harness.conftest_slurm"]
 pytestmark = pytest.mark.slurm
 
 
@@ -61,29 +61,9 @@ def test_node_names_resolve_and_tcp_between_nodes(slurm_cluster):
 
     # rank 0 (first node, n1) listens; rank 1 (n2) connects to "n1" by name.
     port = random.randint(40000, 45000)
-    code = textwrap.dedent(f"""
-        import os, socket, time
-        rank = int(os.environ["SLURM_PROCID"]); host = socket.gethostname()
-        if rank == 0:
-            srv = socket.create_server(("0.0.0.0", {port}))
-            srv.settimeout(30)
-            conn, peer = srv.accept()
-            print("rank0", host, "got", conn.recv(100).decode(), "from", peer[0], flush=True)
-        else:
-            deadline = time.time() + 30
-            while True:
-                try:
-                    s = socket.create_connection(("n1", {port}), timeout=2)
-                    break
-                except OSError:
-                    if time.time() > deadline:
-                        raise
-                    time.sleep(0.05)
-            s.sendall(("hello-from-" + host).encode()); s.close()
-            print("rank1", host, "sent", flush=True)
-    """)
     t0 = time.monotonic()
-    p = c.run(["srun", "-N2", "-n2", "--ntasks-per-node=1", sys.executable, "-c", code], timeout=60)
+    p = c.run(["srun", "-N2", "-n2", "--ntasks-per-node=1", sys.executable, str(WORKERS / "tcp_pair.py"), str(port)],
+              timeout=60)
     _log(f"TCP n2 -> n1 over srun: {time.monotonic() - t0:.2f}s")
     assert p.returncode == 0, p.stdout + p.stderr
     lines = sorted(p.stdout.splitlines())

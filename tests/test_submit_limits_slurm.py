@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-pytest_plugins = ["tests.conftest_slurm"]
+pytest_plugins = ["tests.harness.conftest_slurm"]
 pytestmark = pytest.mark.slurm
 
 BASE = ["IMAGE=none", "CONFIG=tiny"]

@@ -13,7 +13,7 @@ import time
 import pytest
 import torch
 
-from tests.localjob import ROOT, free_port, run_local_job
+from tests.harness.localjob import ROOT, free_port, run_local_job
 from train.timing import MEASURED, PHASES, AllReduceProbe, PhaseTimer
 
 RESULT = "TIMING_RESULT "

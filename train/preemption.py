@@ -36,12 +36,11 @@ import sys
 import time
 from collections.abc import Mapping
 
+from train.errors import EXIT_FAILED, EXIT_REQUEUE, EXIT_STOPPED  # noqa: F401  (their one home; re-exported)
+
 # torch is imported inside the functions: `python -m train fit` installs the signal handlers
 # before it loads torch and PyG, so a warning during those seconds is kept, not fatal.
 
-EXIT_FAILED = 1  # this rank or another one failed; the checkpoint on disk is the last good state
-EXIT_REQUEUE = 3  # checkpointed after a stop signal: requeue the job (jobs/train.sbatch does)
-EXIT_STOPPED = 4  # checkpointed after a stop signal, but trainer.max_restarts is used up: do not requeue
 STOPPED = (EXIT_REQUEUE, EXIT_STOPPED)
 
 STOP_SIGNALS: dict[int, str] = {

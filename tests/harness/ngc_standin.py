@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LOCK = ROOT / "requirements.lock"
 CACHE_DIR = Path(os.environ.get("PYG_TRAIN_TEST_CACHE", "/var/cache/pyg-train-tests"))
 # The project's own small dependencies that NGC's PyG images do not ship: the project's install
@@ -209,7 +209,7 @@ def _configure(rootfs: Path) -> None:
     # with NGC's WORKDIR and no entrypoint.
     (rootfs / "workspace").mkdir(exist_ok=True)
     (rootfs / "etc" / "rc").write_text(
-        "# enroot-provenance: tests/ngc_standin.py (stand-in for nvcr.io#nvidia/pyg)\n\n"
+        "# enroot-provenance: tests/harness/ngc_standin.py (stand-in for nvcr.io#nvidia/pyg)\n\n"
         'mkdir -p "/workspace" 2> /dev/null\n'
         'cd "/workspace" && unset OLDPWD || exit 1\n\n'
         "if [ -s /etc/rc.local ]; then\n    . /etc/rc.local\nfi\n\n"

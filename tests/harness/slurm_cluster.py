@@ -15,15 +15,14 @@ state dirs, logs, the hosts file.  Names (namespaces, bridge, veths), the
 a SLURM of the machine itself) do not disturb each other.  /etc/slurm is never
 read or written: clients get ``SLURM_CONF`` through :attr:`SlurmCluster.env`.
 
-Stdlib only.  Needs root.  Run as a script with ``--reap -- CMD...`` it is the
-small child-subreaper that every daemon runs under (see ``_reaper_main``), so
-that slurmstepd and slurmscriptd are reaped at once, not by a slow PID 1.
+Stdlib only.  Needs root.  Every daemon runs under the small child-subreaper
+tests/harness/workers/reaper.py, so that slurmstepd and slurmscriptd are reaped at
+once, not by a slow PID 1.  What the machine must offer is in machine.py; the pure
+text (slurm.conf, hosts, addresses) in slurm_conf.py.
 """
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import fcntl
 import os
 import random
 import re
@@ -37,277 +36,32 @@ import sys
 import time
 from pathlib import Path
 
+from tests.harness import slurm_conf
+from tests.harness.machine import (SYSTEM_PATH, SlurmClusterError, SlurmClusterUnavailable, alive, all_pids,
+                                   cmdline, comm, descendants, ensure_slurm_installed, exe, free_port, kill,
+                                   machine_lock, pids_in_netns, ppid, skip_or_fail_unavailable, system_env, tail,
+                                   unavailable_reason)
+from tests.harness.slurm_conf import (SLURM_CLIENTS, SLURM_ENV_PREFIXES, TERMINAL_STATES,
+                                      parse_scontrol_oneliner)
+
 __all__ = [
     "SlurmCluster",
     "SlurmClusterError",
     "SlurmClusterUnavailable",
     "TERMINAL_STATES",
     "ensure_slurm_installed",
+    "parse_scontrol_oneliner",
     "skip_or_fail_unavailable",
     "unavailable_reason",
 ]
 
-# Job states after which a job will not run again by itself.  A requeued job
-# passes through REQUEUED/PENDING and runs again, so those are not terminal.
-TERMINAL_STATES = frozenset({
-    "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL",
-    "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL", "DEADLINE",
-})
+REAPER = Path(__file__).resolve().parent / "workers" / "reaper.py"
 
-SLURM_CLIENTS = ("sbatch", "srun", "salloc", "scontrol", "sinfo", "squeue",
-                 "scancel", "sattach", "sbcast", "sstat", "sprio", "sdiag",
-                 "strigger")
-_SLURM_ENV_PREFIXES = ("SLURM_", "SBATCH_", "SRUN_", "SALLOC_", "SQUEUE_",
-                       "SINFO_", "SCONTROL_", "SACCT_")
-_LOCK_FILE = "/run/lock/slurm-test-cluster.lock"
-_HERE = Path(__file__).resolve()
-
-
-class SlurmClusterError(RuntimeError):
-    """The cluster failed to start, to run a command, or to stop cleanly."""
-
-
-class SlurmClusterUnavailable(SlurmClusterError):
-    """This machine cannot host the cluster (not root, no namespaces, no packages)."""
-
-
-# --------------------------------------------------------------------------- setup checks
 
 def _pyxis_setup():
-    """tests/pyxis_setup.py, imported when a cluster with pyxis needs it (the reaper, run as
-    `python -I slurm_cluster.py`, cannot import it and never does)."""
-    from tests import pyxis_setup
+    """tests/harness/pyxis_setup.py, imported only when a cluster with pyxis needs it."""
+    from tests.harness import pyxis_setup
     return pyxis_setup
-
-
-_SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-
-
-def _which(name: str) -> str | None:
-    """shutil.which, also looking in the sbin dirs a CI PATH may lack."""
-    return shutil.which(name) or shutil.which(name, path=_SYSTEM_PATH)
-
-
-def _exe(name: str) -> str:
-    path = _which(name)
-    if path is None:
-        raise SlurmClusterUnavailable(f"command not found: {name}")
-    return path
-
-
-def _system_env() -> dict[str, str]:
-    """os.environ with the sbin/bin dirs on PATH (for apt and the daemons)."""
-    env = dict(os.environ)
-    parts = env.get("PATH", "").split(":")
-    env["PATH"] = ":".join([p for p in parts if p] +
-                           [d for d in _SYSTEM_PATH.split(":") if d not in parts])
-    return env
-
-
-def _which_all(*names: str) -> list[str]:
-    """The names among ``names`` that are not installed."""
-    return [n for n in names if _which(n) is None]
-
-
-def ensure_slurm_installed() -> None:
-    """Install Debian's slurm-wlm and munge when slurmctld is missing (apt, as root)."""
-    if not _which_all("slurmctld", "slurmd", "srun", "munged", "mungekey"):
-        return
-    if os.geteuid() != 0:
-        raise SlurmClusterUnavailable(
-            "slurm-wlm/munge are not installed and installing them needs root")
-    if _which("apt-get") is None:
-        raise SlurmClusterUnavailable(
-            "slurm-wlm/munge are not installed and there is no apt-get to install them")
-    env = dict(_system_env(), DEBIAN_FRONTEND="noninteractive")
-    with _machine_lock():  # two sessions installing at once would fight over dpkg's lock
-        if not _which_all("slurmctld", "slurmd", "srun", "munged", "mungekey"):
-            return
-        apt = _exe("apt-get")
-        for cmd in ([apt, "update"],
-                    [apt, "install", "-y", "--no-install-recommends",
-                     "slurm-wlm", "munge"]):
-            p = subprocess.run(cmd, env=env, stdin=subprocess.DEVNULL,
-                               capture_output=True, text=True, timeout=900)
-            if p.returncode != 0:
-                raise SlurmClusterUnavailable(
-                    f"`{' '.join(cmd)}` failed (rc={p.returncode}): "
-                    f"{(p.stderr or p.stdout).strip()[-800:]}")
-    missing = _which_all("slurmctld", "slurmd", "srun", "munged", "mungekey")
-    if missing:
-        raise SlurmClusterUnavailable(f"still missing after apt-get install: {missing}")
-
-
-def unavailable_reason(install: bool = True) -> str | None:
-    """Why this machine cannot run a SlurmCluster, or None when it can.
-
-    With ``install`` it installs the packages when they are missing (root only).
-    """
-    if sys.platform != "linux":
-        return "the SLURM test cluster needs Linux"
-    if os.geteuid() != 0:
-        return "the SLURM test cluster needs root (network namespaces, slurmd as root)"
-    missing = _which_all("ip", "nsenter", "unshare", "mount", "sh")
-    if missing:
-        return f"the SLURM test cluster needs these commands: {', '.join(missing)}"
-    p = subprocess.run([_exe("unshare"), "--net", "--uts", "--mount", "true"],
-                       capture_output=True, text=True)
-    if p.returncode != 0:
-        return f"cannot create namespaces (unshare --net --uts --mount): {p.stderr.strip()}"
-    if install:
-        try:
-            ensure_slurm_installed()
-        except SlurmClusterUnavailable as e:
-            return str(e)
-    else:
-        missing = _which_all("slurmctld", "slurmd", "srun", "munged", "mungekey")
-        if missing:
-            return f"SLURM/munge not installed: {', '.join(missing)}"
-    return None
-
-
-def skip_or_fail_unavailable(reason: str) -> None:
-    """For tests: pytest.skip(reason), or pytest.fail when SLURM_CLUSTER_REQUIRED=1 (CI)."""
-    import pytest  # only here: the harness itself is stdlib-only
-    if os.environ.get("SLURM_CLUSTER_REQUIRED", "") not in ("", "0"):
-        pytest.fail(f"SLURM test cluster required but unavailable: {reason}", pytrace=False)
-    pytest.skip(reason)
-
-
-@contextlib.contextmanager
-def _machine_lock():
-    """A machine-wide lock (flock) for choosing subnets and installing packages."""
-    path = Path(_LOCK_FILE)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError:
-        fd = os.open(f"/tmp/slurm-test-cluster-{os.geteuid()}.lock",
-                     os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # releases the flock
-
-
-# --------------------------------------------------------------------------- /proc helpers
-
-def _proc_state(pid: int) -> str | None:
-    """The one-letter state of a process ('Z' zombie), None when gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat[stat.rfind(")") + 2:].split(" ", 1)[0]
-
-
-def _alive(pid: int) -> bool:
-    s = _proc_state(pid)
-    return s is not None and s not in ("Z", "X")
-
-
-def _all_pids() -> list[int]:
-    return [int(d) for d in os.listdir("/proc") if d.isdigit()]
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(
-            errors="replace").strip()
-    except OSError:
-        return ""
-
-
-def _pids_in_netns(inodes: set[int]) -> list[int]:
-    """Live (non-zombie) processes whose network namespace is one of ``inodes``."""
-    if not inodes:
-        return []
-    me = os.getpid()
-    out = []
-    for pid in _all_pids():
-        if pid == me:
-            continue
-        try:
-            ino = os.stat(f"/proc/{pid}/ns/net").st_ino
-        except OSError:
-            continue
-        if ino in inodes and _alive(pid):
-            out.append(pid)
-    return out
-
-
-def _comm(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/comm").read_text().strip()
-    except OSError:
-        return ""
-
-
-def _ppid(pid: int) -> int | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(stat[stat.rfind(")") + 2:].split(" ", 2)[1])
-
-
-def _descendants(root: int, direct: bool = False) -> list[int]:
-    """PIDs below ``root`` in the process tree (only its children with ``direct``)."""
-    children: dict[int, list[int]] = {}
-    for pid in _all_pids():
-        pp = _ppid(pid)
-        if pp is not None:
-            children.setdefault(pp, []).append(pid)
-    if direct:
-        return sorted(children.get(root, []))
-    out, todo = [], list(children.get(root, []))
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        todo.extend(children.get(pid, []))
-    return out
-
-
-def _kill(pid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.kill(pid, sig)
-
-
-def _free_port(used: set[int]) -> int:
-    """A TCP port free on all addresses, outside the ephemeral range."""
-    for _ in range(500):
-        port = random.randint(20000, 30999)
-        if port in used:
-            continue
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind(("0.0.0.0", port))
-            except OSError:
-                continue
-        return port
-    raise SlurmClusterError("no free TCP port found in 20000-30999")
-
-
-def _tail(path: Path, n: int = 25) -> str:
-    try:
-        lines = path.read_text(errors="replace").splitlines()
-    except OSError as e:
-        return f"  <{e.strerror}>"
-    return "\n".join("  " + ln for ln in lines[-n:]) or "  <empty>"
-
-
-_KV_SPLIT = re.compile(r"\s+(?=[A-Za-z][A-Za-z0-9_/:]*=)")
-
-
-def parse_scontrol_oneliner(line: str) -> dict[str, str]:
-    """Parse one line of ``scontrol show ... -o`` (``Key=Value Key=Value ...``)."""
-    out: dict[str, str] = {}
-    for field in _KV_SPLIT.split(line.strip()):
-        key, sep, value = field.partition("=")
-        if sep:
-            out[key] = value
-    return out
 
 
 # --------------------------------------------------------------------------- the cluster
@@ -338,7 +92,7 @@ class SlurmCluster:
         self.debug = debug
         self.cred_expire = cred_expire
         self.stop_grace = stop_grace
-        # pyxis + enroot (tests/pyxis_setup.py): built from ../shared/pyxis when missing; each
+        # pyxis + enroot (tests/harness/pyxis_setup.py): built from ../shared/pyxis when missing; each
         # node gets its own enroot and pyxis folders, as on a real cluster.
         self.pyxis = pyxis
         self.workdir = Path(workdir) if workdir is not None else None
@@ -433,7 +187,7 @@ class SlurmCluster:
             raise SlurmClusterUnavailable(reason)
         if self.pyxis:
             try:
-                with _machine_lock():
+                with machine_lock():
                     _pyxis_setup().ensure_installed()
             except _pyxis_setup().PyxisUnavailable as e:
                 raise SlurmClusterUnavailable(f"pyxis/enroot: {e}") from None
@@ -445,7 +199,7 @@ class SlurmCluster:
             self._make_dirs()
             # Held until slurmctld listens: another instance starting at the same
             # time can take neither this subnet nor these ports.
-            with _machine_lock():
+            with machine_lock():
                 self._setup_network()
                 self.timings["network_s"] = time.monotonic() - t0
                 self._write_files()
@@ -491,25 +245,20 @@ class SlurmCluster:
         # whatever else is on PATH (the rest of PATH is left as it is).
         bindir = self.workdir / "bin"
         for name in SLURM_CLIENTS:
-            exe = shutil.which(name, path=_SYSTEM_PATH) or shutil.which(name)
-            if exe and not (bindir / name).exists():
-                (bindir / name).symlink_to(exe)
+            found = shutil.which(name, path=SYSTEM_PATH) or shutil.which(name)
+            if found and not (bindir / name).exists():
+                (bindir / name).symlink_to(found)
 
     # ----------------------------------------------------------------- network
     def _ip(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-        p = subprocess.run([_exe("ip"), *args], capture_output=True, text=True)
+        p = subprocess.run([exe("ip"), *args], capture_output=True, text=True)
         if check and p.returncode != 0:
             raise SlurmClusterError(f"`ip {' '.join(args)}` failed: {p.stderr.strip()}")
         return p
 
     def _used_third_octets(self) -> set[int]:
-        used = set()
-        text = self._ip("-o", "-4", "addr", "show").stdout + self._ip("-4", "route", "show").stdout
-        for m in re.finditer(r"\b10\.77\.(\d+)\.\d+", text):
-            used.add(int(m.group(1)))
-        if re.search(r"\b10\.0\.0\.0/8|\b10\.77\.0\.0/16", text):
-            used.update(range(256))  # an overlapping wider route: do not guess
-        return used
+        return slurm_conf.used_third_octets(self._ip("-o", "-4", "addr", "show").stdout
+                                            + self._ip("-4", "route", "show").stdout)
 
     def _setup_network(self) -> None:
         """Bridge (controller address) in the root namespace, one netns per node joined
@@ -519,9 +268,8 @@ class SlurmCluster:
         if not free:
             raise SlurmClusterUnavailable("no free 10.77.X.0/24 subnet (all used or overlapping)")
         x = random.choice(free)
-        self.subnet = f"10.77.{x}.0/24"
-        self.addresses = {self.controller_host: f"10.77.{x}.1"}
-        self.addresses.update({n: f"10.77.{x}.{10 + i}" for i, n in enumerate(self.node_names, 1)})
+        self.subnet = f"{slurm_conf.SUBNET_PREFIX}.{x}.0/24"
+        self.addresses = slurm_conf.cluster_addresses(x, self.controller_host, self.node_names)
         self._ip("link", "add", self.bridge, "type", "bridge")
         self._links_created.append(self.bridge)
         self._ip("addr", "add", f"{self.addresses[self.controller_host]}/24", "dev", self.bridge)
@@ -547,85 +295,23 @@ class SlurmCluster:
 
     # ----------------------------------------------------------------- files
     def _write_files(self) -> None:
-        hosts = ["127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback"]
-        hosts += [f"{ip}\t{name}" for name, ip in self.addresses.items()]
-        self.hosts_path.write_text("\n".join(hosts) + "\n")
+        self.hosts_path.write_text(slurm_conf.hosts_text(self.addresses))
         self.hosts_path.chmod(0o644)
 
         used: set[int] = set()
-        self.ctld_port = _free_port(used)
+        self.ctld_port = free_port(used)
         used.add(self.ctld_port)
-        self.slurmd_port = _free_port(used)
+        self.slurmd_port = free_port(used)
         w = self.workdir
         (w / "etc" / "plugstack.conf").write_text(
             _pyxis_setup().plugstack_line(self.pyxis_runtime_path) + "\n" if self.pyxis else "")
-        lines = [
-            f"ClusterName=slt{self.tag}",
-            f"SlurmctldHost={self.controller_host}({self.addresses[self.controller_host]})",
-            f"SlurmctldPort={self.ctld_port}",
-            f"SlurmdPort={self.slurmd_port}",
-            "SlurmUser=root",
-            "SlurmdUser=root",
-            "AuthType=auth/munge",
-            "CredType=cred/munge",
-            # cred_expire is also how long a requeued job waits before it may run again
-            # (default 120 s); the whole cluster is one machine, so credentials are
-            # used within milliseconds.
-            f"AuthInfo=socket={self.munge_socket},cred_expire={self.cred_expire}",
-            f"StateSaveLocation={w / 'state'}",
-            f"SlurmdSpoolDir={self.spool_dir}/%n",
-            f"SlurmctldPidFile={self.rundir / 'slurmctld.pid'}",
-            f"SlurmdPidFile={self.rundir}/slurmd-%n.pid",
-            f"SlurmctldLogFile={self.log_dir / 'slurmctld.log'}",
-            f"SlurmdLogFile={self.log_dir}/slurmd-%n.log",
-            f"SlurmctldDebug={self.debug}",
-            f"SlurmdDebug={self.debug}",
-            f"PlugStackConfig={w / 'etc' / 'plugstack.conf'}",
-            "ProctrackType=proctrack/linuxproc",
-            "TaskPlugin=task/none",
-            "JobAcctGatherType=jobacct_gather/none",
-            "AccountingStorageType=accounting_storage/none",
-            "JobCompType=jobcomp/none",
-            "MpiDefault=none",
-            "SwitchType=switch/none",
-            "SelectType=select/cons_tres",
-            "SelectTypeParameters=CR_Core",
-            "SchedulerType=sched/backfill",
-            # batch jobs are scheduled on slurmctld's next 1 s tick; periodic passes
-            # (which pick up requeued jobs once eligible) every second too
-            "SchedulerParameters=batch_sched_delay=0,sched_interval=1,bf_interval=1",
-            "PreemptType=preempt/none",
-            "JobRequeue=1",
-            "ReturnToService=2",
-            # nodes may be declared with more CPUs/memory than this machine has
-            "SlurmdParameters=config_overrides",
-            "KillWait=2",
-            "MessageTimeout=5",
-            "MinJobAge=600",
-            "InactiveLimit=0",
-            "SlurmdTimeout=60",
-            "SlurmctldTimeout=60",
-            "MailProg=/bin/true",
-            f"TmpFS={w / 'jobs'}",
-        ]
-        lines += self.extra_conf
-        cores = self.cpus_per_node
-        for n in self.node_names:
-            lines.append(
-                f"NodeName={n} NodeAddr={self.addresses[n]} NodeHostname={n} CPUs={cores} "
-                f"Sockets=1 CoresPerSocket={cores} ThreadsPerCore=1 "
-                f"RealMemory={self.real_memory_mb} State=UNKNOWN")
-        lines.append(f"PartitionName={self.partition} Nodes=ALL Default=YES "
-                     "MaxTime=INFINITE State=UP")
-        self.conf_path.write_text("\n".join(lines) + "\n")
-
-        env = {k: v for k, v in os.environ.items() if not k.startswith(_SLURM_ENV_PREFIXES)}
-        env["SLURM_CONF"] = str(self.conf_path)
-        env["PATH"] = f"{w / 'bin'}:{env.get('PATH', '/usr/local/bin:/usr/bin:/bin')}"
-        for extra in ("/usr/sbin", "/sbin", "/usr/bin", "/bin"):
-            if extra not in env["PATH"].split(":"):
-                env["PATH"] += ":" + extra
-        self.env = env
+        self.conf_path.write_text(slurm_conf.slurm_conf_text(
+            tag=self.tag, controller=self.controller_host, addresses=self.addresses, ctld_port=self.ctld_port,
+            slurmd_port=self.slurmd_port, workdir=w, rundir=self.rundir, spool_dir=self.spool_dir,
+            log_dir=self.log_dir, munge_socket=self.munge_socket, debug=self.debug, cred_expire=self.cred_expire,
+            extra_conf=self.extra_conf, node_names=self.node_names, cpus_per_node=self.cpus_per_node,
+            real_memory_mb=self.real_memory_mb, partition=self.partition))
+        self.env = slurm_conf.client_env(os.environ, self.conf_path, w / "bin")
 
     # ----------------------------------------------------------------- daemons
     def _spawn(self, name: str, cmd: list[str]) -> subprocess.Popen:
@@ -633,11 +319,11 @@ class SlurmCluster:
         session; its stdout/stderr go to log/NAME.stdout."""
         out = open(self.log_dir / f"{name}.stdout", "ab")
         self._logs_open.append(out)
-        p = subprocess.Popen([sys.executable, "-I", str(_HERE), "--reap", "--", *cmd],
+        p = subprocess.Popen([sys.executable, "-I", str(REAPER), "--", *cmd],
                              stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                              start_new_session=True, close_fds=True, cwd=self.workdir,
-                             env={k: v for k, v in _system_env().items()
-                                  if not k.startswith(_SLURM_ENV_PREFIXES)})
+                             env={k: v for k, v in system_env().items()
+                                  if not k.startswith(SLURM_ENV_PREFIXES)})
         self._procs.append((name, p))
         return p
 
@@ -661,13 +347,13 @@ class SlurmCluster:
     def _start_munged(self) -> None:
         m = self.workdir / "munge"
         key = m / "etc" / "munge.key"
-        p = subprocess.run([_exe("mungekey"), "--create", f"--keyfile={key}"],
+        p = subprocess.run([exe("mungekey"), "--create", f"--keyfile={key}"],
                            capture_output=True, text=True)
         if p.returncode != 0:
             raise SlurmClusterError(f"mungekey failed: {p.stderr.strip()}")
         key.chmod(0o600)
         proc = self._spawn("munged", [
-            _exe("munged"), "--foreground", "--force",
+            exe("munged"), "--foreground", "--force",
             f"--socket={self.munge_socket}", f"--key-file={key}",
             f"--pid-file={self.rundir / 'munged.pid'}",  # it logs to log/munged.stdout
             f"--seed-file={m / 'lib' / 'munged.seed'}"])
@@ -677,9 +363,9 @@ class SlurmCluster:
         # Own UTS namespace with hostname `ctl`, so slurmctld recognises itself as
         # SlurmctldHost; it stays in the root network namespace, on the bridge.
         script = (f"hostname {self.controller_host}"
-                  f" && exec {shlex.quote(_exe('slurmctld'))}"
+                  f" && exec {shlex.quote(exe('slurmctld'))}"
                   f" -D -i -f {shlex.quote(str(self.conf_path))}")
-        proc = self._spawn("slurmctld", [_exe("unshare"), "--uts", "sh", "-c", script])
+        proc = self._spawn("slurmctld", [exe("unshare"), "--uts", "sh", "-c", script])
         addr = (self.addresses[self.controller_host], self.ctld_port)
 
         def listening() -> bool:
@@ -689,7 +375,7 @@ class SlurmCluster:
         self._wait_for("slurmctld to listen", listening, 15, [("slurmctld", proc)])
 
     def _start_slurmds(self) -> None:
-        slurmd = _exe("slurmd")
+        slurmd = exe("slurmd")
         for n in self.node_names:
             mounts = [(self.hosts_path, Path("/etc/hosts"))]
             if self.pyxis:
@@ -700,8 +386,8 @@ class SlurmCluster:
                       f" && exec {shlex.quote(slurmd)} -D -f {shlex.quote(str(self.conf_path))}"
                       f" -N {n}")
             self._spawn(f"slurmd-{n}", [
-                _exe("nsenter"), f"--net=/run/netns/{self.netns[n]}",
-                _exe("unshare"), "--uts", "--mount", "--propagation", "private",
+                exe("nsenter"), f"--net=/run/netns/{self.netns[n]}",
+                exe("unshare"), "--uts", "--mount", "--propagation", "private",
                 "sh", "-c", script])
 
     def node_states(self) -> dict[str, str]:
@@ -806,21 +492,21 @@ class SlurmCluster:
         step. The test nodes share this machine's PID namespace, so the shell is found in /proc."""
         deadline = time.monotonic() + timeout
         while True:
-            for pid in _all_pids():
+            for pid in all_pids():
                 try:
                     environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
                 except OSError:
                     continue
-                if (f"SLURM_JOB_ID={job_id}".encode() in environ and "slurm_script" in _cmdline(pid)
-                        and _comm(_ppid(pid) or 0) == "slurmstepd" and _alive(pid)):  # not a subshell
-                    _kill(pid, sig)
+                if (f"SLURM_JOB_ID={job_id}".encode() in environ and "slurm_script" in cmdline(pid)
+                        and comm(ppid(pid) or 0) == "slurmstepd" and alive(pid)):  # not a subshell
+                    kill(pid, sig)
                     return pid
             if time.monotonic() > deadline:
                 raise SlurmClusterError(f"no batch shell of job {job_id} found")
             time.sleep(0.1)
 
     def logs_tail(self, n: int = 20) -> str:
-        return "\n".join(f"--- {name} ({path}):\n{_tail(path, n)}"
+        return "\n".join(f"--- {name} ({path}):\n{tail(path, n)}"
                          for name, path in self.log_paths().items())
 
     # ----------------------------------------------------------------- stop
@@ -855,21 +541,21 @@ class SlurmCluster:
         #    (slurmstepd, and srun inside jobs waits for the dead controller).
         for _, p in nodes:
             if p.poll() is None:
-                _kill(p.pid, signal.SIGTERM)  # the reaper forwards it to slurmd
-        for pid in _pids_in_netns(self._ns_inodes):
-            _kill(pid, signal.SIGTERM)
+                kill(p.pid, signal.SIGTERM)  # the reaper forwards it to slurmd
+        for pid in pids_in_netns(self._ns_inodes):
+            kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + self.stop_grace
         while time.monotonic() < deadline:
-            left = _pids_in_netns(self._ns_inodes)
-            if all(_comm(pid) in ("slurmstepd", "srun", "salloc", "sattach") for pid in left):
+            left = pids_in_netns(self._ns_inodes)
+            if all(comm(pid) in ("slurmstepd", "srun", "salloc", "sattach") for pid in left):
                 break
             time.sleep(0.05)
         for _ in range(100):
-            left = _pids_in_netns(self._ns_inodes)
+            left = pids_in_netns(self._ns_inodes)
             if not left:
                 break
             for pid in left:
-                _kill(pid, signal.SIGKILL)
+                kill(pid, signal.SIGKILL)
             time.sleep(0.05)
         for name, p in nodes:
             self._stop_proc(name, p, errors, grace=2.0)
@@ -879,7 +565,7 @@ class SlurmCluster:
         for f in self._logs_open:
             with contextlib.suppress(OSError):
                 f.close()
-        left = _pids_in_netns(self._ns_inodes)
+        left = pids_in_netns(self._ns_inodes)
         if left:
             errors.append(f"processes left in node namespaces: {left}")
         # 4. network: veths (both ends), bridge, namespaces
@@ -901,22 +587,22 @@ class SlurmCluster:
         """Stop one reaper-wrapped daemon: SIGTERM (forwarded to the daemon), then
         SIGKILL the reaper's descendants; the reaper exits once it has reaped them."""
         if p.poll() is None:
-            _kill(p.pid, signal.SIGTERM)
+            kill(p.pid, signal.SIGTERM)
             try:
                 p.wait(grace)
                 return
             except subprocess.TimeoutExpired:
                 pass
         for _ in range(3):
-            for pid in _descendants(p.pid):
-                _kill(pid, signal.SIGKILL)
+            for pid in descendants(p.pid):
+                kill(pid, signal.SIGKILL)
             try:
                 p.wait(2)
                 break
             except subprocess.TimeoutExpired:
                 continue
         if p.poll() is None:
-            _kill(p.pid, signal.SIGKILL)
+            kill(p.pid, signal.SIGKILL)
             try:
                 p.wait(5)
             except subprocess.TimeoutExpired:
@@ -927,7 +613,7 @@ class SlurmCluster:
         each the child of its reaper (``self._procs`` holds the reapers)."""
         out = {}
         for name, p in self._procs:
-            kids = [pid for pid in _descendants(p.pid, direct=True) if _alive(pid)]
+            kids = [pid for pid in descendants(p.pid, direct=True) if alive(pid)]
             if kids:
                 out[name] = kids[0]
         return out
@@ -937,20 +623,20 @@ class SlurmCluster:
         socket dir); [] after a clean stop."""
         out = []
         for name, p in self._procs:
-            if _alive(p.pid):
+            if alive(p.pid):
                 out.append(f"daemon {name} pid {p.pid} alive")
         markers = [str(d) for d in (self.workdir, self._tmp_rundir) if d is not None]
         me = os.getpid()
-        for pid in _all_pids():
-            if pid == me or not _alive(pid):
+        for pid in all_pids():
+            if pid == me or not alive(pid):
                 continue
-            cmd = _cmdline(pid)
+            cmd = cmdline(pid)
             if any(m in cmd for m in markers):
                 out.append(f"process {pid} uses this cluster: {cmd[:200]}")
         if self._tmp_rundir is not None and self._tmp_rundir.exists():
             out.append(f"directory {self._tmp_rundir} exists")
-        out += [f"process {pid} in a node namespace: {_cmdline(pid)[:200]}"
-                for pid in _pids_in_netns(self._ns_inodes)]
+        out += [f"process {pid} in a node namespace: {cmdline(pid)[:200]}"
+                for pid in pids_in_netns(self._ns_inodes)]
         ns_list = self._ip("netns", "list", check=False).stdout
         out += [f"netns {ns} exists" for ns in self.netns.values()
                 if re.search(rf"^{re.escape(ns)}\b", ns_list, re.M)]
@@ -958,45 +644,3 @@ class SlurmCluster:
         out += [f"link {ln} exists" for ln in [self.bridge, *self.veths.values()]
                 if re.search(rf"^\d+: {re.escape(ln)}[@:]", links, re.M)]
         return out
-
-
-# --------------------------------------------------------------------------- reaper
-
-def _reaper_main(argv: list[str]) -> int:
-    """``python slurm_cluster.py --reap -- CMD...``: run CMD as a child, become a child
-    subreaper (so slurmstepd, which slurmd double-forks, is reparented here and not to a
-    slow PID 1), forward SIGTERM/SIGINT/SIGHUP to CMD, reap every descendant, and exit
-    with CMD's status once no descendant is left."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    PR_SET_CHILD_SUBREAPER = 36
-    libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-    child = None
-
-    def forward(sig, _frame):
-        if child:  # None before the fork, 0 in the child
-            _kill(child, sig)
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, forward)  # before fork: no window where a SIGTERM kills us
-    child = os.fork()
-    if child == 0:
-        try:
-            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-                signal.signal(sig, signal.SIG_DFL)
-            os.execvp(argv[0], argv)
-        finally:
-            os._exit(127)
-    status = 0
-    while True:
-        try:
-            pid, st = os.waitpid(-1, 0)
-        except ChildProcessError:
-            break
-        if pid == child:
-            status = os.waitstatus_to_exitcode(st)
-    return status if status >= 0 else 128 - status
-
-
-if __name__ == "__main__":
-    if len(sys.argv) > 2 and sys.argv[1] == "--reap" and sys.argv[2] == "--":
-        sys.exit(_reaper_main(sys.argv[3:]))
-    sys.exit("usage: slurm_cluster.py --reap -- CMD [ARGS...]")

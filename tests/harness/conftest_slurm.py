@@ -1,16 +1,16 @@
-"""pytest wiring for the real SLURM test cluster (tests/slurm_cluster.py).
+"""pytest wiring for the real SLURM test cluster (tests/harness/slurm_cluster.py).
 
 Use from tests/conftest.py either as a plugin (also registers the auto-marking hook)::
 
-    pytest_plugins = ["tests.conftest_slurm"]
+    pytest_plugins = ["tests.harness.conftest_slurm"]
 
 or by importing the fixture::
 
-    from tests.conftest_slurm import slurm_cluster  # noqa: F401
+    from tests.harness.conftest_slurm import slurm_cluster  # noqa: F401
 
 ``slurm_cluster`` is session-scoped: one two-node cluster (n1, n2, 2 CPUs each)
 for the whole session, torn down at the end, with NVIDIA's pyxis and enroot loaded
-(tests/pyxis_setup.py builds them from ../shared/pyxis when missing). Where pyxis
+(tests/harness/pyxis_setup.py builds them from ../shared/pyxis when missing). Where pyxis
 cannot be had, the cluster starts without it and ``pyxis_cluster`` (the container
 tests' fixture) skips with the reason, or fails under SLURM_CLUSTER_REQUIRED=1.  Where the machine cannot host it
 (not root, no namespaces, packages not installable) the tests using it are
@@ -24,9 +24,10 @@ import threading
 
 import pytest
 
-from tests import pyxis_setup
-from tests.slurm_cluster import (SlurmCluster, SlurmClusterUnavailable, _machine_lock,
-                                 skip_or_fail_unavailable, unavailable_reason)
+from tests.harness import pyxis_setup
+from tests.harness.machine import machine_lock
+from tests.harness.slurm_cluster import (SlurmCluster, SlurmClusterUnavailable, skip_or_fail_unavailable,
+                                         unavailable_reason)
 
 __all__ = ["slurm_cluster", "pyxis_cluster", "slurm_capable", "skip_or_fail_unavailable"]
 
@@ -50,13 +51,13 @@ def _sigterm_as_interrupt():
 
 @pytest.fixture(scope="session")
 def slurm_cluster(tmp_path_factory):
-    """A started two-node SlurmCluster shared by the session (see tests/slurm_cluster.py)."""
+    """A started two-node SlurmCluster shared by the session (see tests/harness/slurm_cluster.py)."""
     reason = unavailable_reason(install=True)
     if reason:
         skip_or_fail_unavailable(reason)
     pyxis_reason = None
     try:
-        with _machine_lock():
+        with machine_lock():
             pyxis_setup.ensure_installed()
     except pyxis_setup.PyxisUnavailable as e:
         pyxis_reason = str(e)

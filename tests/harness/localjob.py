@@ -16,7 +16,8 @@ from pathlib import Path
 
 from train.distenv import free_port  # also for the tests that import it from here
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
+WORKERS = Path(__file__).resolve().parent / "workers"  # the programs tests start, as real files
 FINAL_LINE = re.compile(r"^rank (\d+) final (\{.*\})$", re.M)
 
 
@@ -86,3 +87,10 @@ def collect(procs: list[subprocess.Popen], timeout: float) -> JobResult:
         outputs.append(out)
         codes.append(proc.returncode)
     return JobResult(codes, outputs)
+
+
+def make_data(*assignments: str) -> subprocess.CompletedProcess:
+    """`make data`; the .sqsh route runs with the real enroot in tests/test_container_real.py."""
+    env = {k: v for k, v in os.environ.items() if k not in ("DATA_DIR", "IMAGE", "DATASET", "DRY_RUN")}
+    return subprocess.run(["make", "--no-print-directory", "data", *assignments], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)

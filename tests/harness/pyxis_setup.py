@@ -1,4 +1,4 @@
-"""NVIDIA's enroot and pyxis for the SLURM test cluster (tests/slurm_cluster.py).
+"""NVIDIA's enroot and pyxis for the SLURM test cluster (tests/harness/slurm_cluster.py).
 
 Neither is packaged anywhere these machines reach, so they are built from the source tarballs in
 ``../shared/pyxis`` (its README says what was seen working) when they are missing or of another
@@ -22,7 +22,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SHARED_PYXIS = Path(os.environ.get("PYXIS_SHARED_DIR", ROOT.parent / "shared" / "pyxis"))
 PREFIX = Path("/usr/local")
 ENROOT = PREFIX / "bin" / "enroot"

@@ -1,0 +1,34 @@
+"""jobs/train.sbatch run by bash as slurmd would, with the stand-in srun and scontrol of standins/:
+what the job script would start, without a cluster (tests/test_jobs.py, tests/test_doctor.py)."""
+from __future__ import annotations
+
+import os
+import subprocess
+
+from tests.harness import standin_bin
+from tests.harness.localjob import ROOT
+
+# Knobs a developer's shell may have set; the tests start from none of them.
+KNOBS = ("NODES", "GPUS", "CONFIG", "ARGS", "IMAGE", "GPUS_PER_TASK", "CPUS_PER_TASK", "MEM", "TIME",
+         "PARTITION", "ACCOUNT", "QOS", "SBATCH_ARGS", "SRUN_ARGS", "DATA_DIR", "LOG_DIR", "JOB_NAME",
+         "CONTAINER_MOUNTS", "INSTALL_PROJECT", "BARE_PYTHON", "DRY_RUN", "DOCTOR", "DOCTOR_TIMEOUT",
+         "MAKEFLAGS", "MAKELEVEL")
+
+
+def run_job_script(tmp_path, knobs: dict[str, str], srun_rc: int = 0):
+    """jobs/train.sbatch run by bash as slurmd would (job env, working dir = the project),
+    with stand-in srun/scontrol; returns (completed process, list of srun argv lists)."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir(exist_ok=True)
+    for name in ("srun", "scontrol"):  # srun records its argv and exits STANDIN_SRUN_RC; scontrol: gpu07, gpu08
+        standin_bin.install(bindir, name)
+    record = tmp_path / "srun-calls.txt"
+    env = {k: v for k, v in os.environ.items() if k not in KNOBS and not k.startswith("SLURM_")}
+    env.update({"PATH": f"{bindir}:{env['PATH']}", "STANDIN_RECORD": str(record), "STANDIN_SRUN_RC": str(srun_rc),
+                "SLURM_JOB_ID": "123456", "SLURM_JOB_NODELIST": "gpu[07-08]", "SLURM_JOB_NUM_NODES": "2",
+                "SLURM_NTASKS": "8", "SLURM_NTASKS_PER_NODE": "4", "SLURM_CPUS_PER_TASK": "6",
+                "PROJECT_DIR": str(ROOT), "OMP_NUM_THREADS": ""}, **knobs)
+    p = subprocess.run(["bash", str(ROOT / "jobs" / "train.sbatch")], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=60)
+    calls = [c.splitlines() for c in record.read_text().split("\n\n") if c.strip()] if record.exists() else []
+    return p, calls

@@ -1,0 +1,165 @@
+"""The test harness's pure parts, without root and without a cluster: slurm.conf and hosts text, the
+cluster's addresses and its clients' environment, what SLURM prints, the reaper every daemon runs
+under, and the shell stand-ins (real files, which shellcheck and the lint see)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.harness import ngc_standin, pyxis_setup, slurm_conf, standin_bin
+from tests.harness.localjob import ROOT, WORKERS, srun_env
+from tests.harness.slurm_cluster import SlurmCluster
+
+STANDINS = ROOT / "tests" / "harness" / "standins"
+SHELLCHECK = ROOT / ".venv" / "bin" / "shellcheck"
+
+
+# ---- slurm.conf, hosts, addresses ------------------------------------------------------------------
+def conf(**changes) -> str:
+    w = Path("/w")
+    args = dict(tag="abc123", controller="ctl", addresses={"ctl": "10.77.5.1", "n1": "10.77.5.11", "n2": "10.77.5.12"},
+                ctld_port=20001, slurmd_port=20002, workdir=w, rundir=w / "run", spool_dir=w / "run" / "spool",
+                log_dir=w / "log", munge_socket=w / "run" / "munge" / "munge.socket", debug="info", cred_expire=10,
+                extra_conf=(), node_names=["n1", "n2"], cpus_per_node=2, real_memory_mb=1000, partition="debug")
+    return slurm_conf.slurm_conf_text(**{**args, **changes})
+
+
+def test_slurm_conf_declares_the_controller_each_node_and_one_partition():
+    lines = conf().splitlines()
+    assert lines[0] == "ClusterName=sltabc123"
+    assert "SlurmctldHost=ctl(10.77.5.1)" in lines and "SlurmctldPort=20001" in lines and "SlurmdPort=20002" in lines
+    assert "AuthInfo=socket=/w/run/munge/munge.socket,cred_expire=10" in lines
+    assert "SlurmdSpoolDir=/w/run/spool/%n" in lines and "TmpFS=/w/jobs" in lines
+    nodes = [line for line in lines if line.startswith("NodeName=")]
+    assert nodes == [f"NodeName=n{i} NodeAddr=10.77.5.1{i} NodeHostname=n{i} CPUs=2 Sockets=1 CoresPerSocket=2 "
+                     "ThreadsPerCore=1 RealMemory=1000 State=UNKNOWN" for i in (1, 2)]
+    assert lines[-1] == "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP"
+    assert conf().endswith("\n") and len(set(line.split("=")[0] for line in lines if "=" in line)) > 30
+
+
+def test_slurm_conf_extra_lines_come_before_the_nodes_and_cores_follow_cpus_per_node():
+    lines = conf(extra_conf=["GresTypes=gpu"], cpus_per_node=8, node_names=["n1"]).splitlines()
+    assert lines.index("GresTypes=gpu") < min(i for i, line in enumerate(lines) if line.startswith("NodeName="))
+    assert sum(line.startswith("NodeName=") for line in lines) == 1
+    assert "CPUs=8 Sockets=1 CoresPerSocket=8" in conf(cpus_per_node=8)
+
+
+def test_addresses_and_hosts_file():
+    addresses = slurm_conf.cluster_addresses(42, "ctl", ["n1", "n2", "n3"])
+    assert addresses == {"ctl": "10.77.42.1", "n1": "10.77.42.11", "n2": "10.77.42.12", "n3": "10.77.42.13"}
+    hosts = slurm_conf.hosts_text(addresses).splitlines()
+    assert hosts[0] == "127.0.0.1\tlocalhost" and "10.77.42.12\tn2" in hosts and len(hosts) == 6
+
+
+@pytest.mark.parametrize("ip_output, used", [
+    ("", set()),
+    ("2: eth0    inet 10.77.3.1/24 brd ...\n10.77.9.0/24 dev sltb1 proto kernel", {3, 9}),
+    ("default via 192.168.1.1 dev eth0\n172.17.0.0/16 dev docker0", set()),
+])
+def test_used_subnets_are_read_from_ip_output(ip_output, used):
+    assert slurm_conf.used_third_octets(ip_output) == used
+
+
+@pytest.mark.parametrize("route", ["10.0.0.0/8 via 10.1.1.1", "10.77.0.0/16 dev vpn0"])
+def test_an_overlapping_wider_route_leaves_no_subnet_free(route):
+    assert slurm_conf.used_third_octets(route) == set(range(256))
+
+
+def test_client_env_drops_foreign_slurm_variables_and_puts_the_clusters_clients_first():
+    env = slurm_conf.client_env({"PATH": "/opt/x/bin", "SLURM_JOB_ID": "9", "SBATCH_PARTITION": "gpu", "HOME": "/h"},
+                                Path("/w/etc/slurm.conf"), Path("/w/bin"))
+    assert env["SLURM_CONF"] == "/w/etc/slurm.conf" and env["HOME"] == "/h"
+    assert not any(k.startswith(("SLURM_JOB", "SBATCH_")) for k in env)
+    assert env["PATH"].split(":") == ["/w/bin", "/opt/x/bin", "/usr/sbin", "/sbin", "/usr/bin", "/bin"]
+
+
+def test_parse_scontrol_oneliner_keeps_values_with_spaces_and_equals():
+    line = "JobId=7 JobName=pyg train JobState=RUNNING Reason=None Command=/x/run.sh a=b NodeList=n[1-2]"
+    info = slurm_conf.parse_scontrol_oneliner(line)
+    assert info["JobId"] == "7" and info["JobName"] == "pyg train" and info["JobState"] == "RUNNING"
+    assert info["NodeList"] == "n[1-2]" and info["Command"] == "/x/run.sh" and info["a"] == "b"
+
+
+def test_a_cluster_object_names_its_nodes_without_starting_anything(tmp_path):
+    c = SlurmCluster(nodes=3, cpus_per_node=4, workdir=tmp_path)
+    assert c.node_names == ["n1", "n2", "n3"] and len(set(c.netns.values())) == 3
+    assert all(len(v) <= 15 for v in [c.bridge, *c.veths.values()])  # Linux interface names: at most 15 bytes
+    assert c.conf_path == tmp_path / "etc" / "slurm.conf" and not c.conf_path.exists()
+    for bad in (dict(nodes=0), dict(nodes=201), dict(cpus_per_node=0)):
+        with pytest.raises(ValueError):
+            SlurmCluster(**bad)
+
+
+# ---- pyxis, the NGC stand-in, local jobs: their pure parts -----------------------------------------
+def test_pyxis_node_config_points_every_enroot_path_into_the_node(tmp_path):
+    text = pyxis_setup.node_enroot_conf(tmp_path / "n1")
+    assert text.splitlines() == [f"ENROOT_{k}_PATH {tmp_path / 'n1' / 'enroot' / v}"
+                                 for k, v in (("RUNTIME", "runtime"), ("CACHE", "cache"), ("DATA", "data"),
+                                              ("TEMP", "tmp"))]
+    assert pyxis_setup.plugstack_line(Path("/rt")).startswith(f"required {pyxis_setup.PYXIS_SO} runtime_path=/rt ")
+    assert pyxis_setup.node_mounts(tmp_path, Path("/rt")) == [(tmp_path / "enroot-etc", pyxis_setup.ENROOT_SYSCONF),
+                                                              (tmp_path / "pyxis", Path("/rt"))]
+
+
+def test_ngc_standin_pins_the_lock_minus_what_ngc_lacks():
+    lock = "# comment\n--index-url x\ntorch==2.9.0  # cpu\npython-hostlist==2.2\nnumpy==2.1\n\n"
+    assert ngc_standin._lock_pins(lock) == ["torch==2.9.0", "numpy==2.1"]
+
+
+def test_srun_env_spreads_ranks_evenly_over_nodes():
+    env = srun_env(5, 8, 2, "77", 29500)
+    assert (env["SLURM_PROCID"], env["SLURM_LOCALID"], env["SLURM_NODEID"], env["SLURM_NTASKS_PER_NODE"]) == \
+        ("5", "1", "1", "4")
+    assert env["SLURM_JOB_NODELIST"] == "node[1-2]" and srun_env(0, 1, 1, "1", 1)["SLURM_JOB_NODELIST"] == "node1"
+
+
+# ---- the reaper every daemon runs under (a real file, run as the cluster runs it) -------------------
+def reap(*cmd: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-I", str(WORKERS / "reaper.py"), *cmd], capture_output=True, text=True,
+                          timeout=30)
+
+
+def test_reaper_exits_with_its_commands_status_after_every_descendant():
+    assert reap("--", "sh", "-c", "exit 3").returncode == 3
+    done = reap("--", "sh", "-c", "(sleep 0.3; echo late) & echo early")  # the orphan is reparented and waited for
+    assert done.returncode == 0 and done.stdout.split() == ["early", "late"]
+    assert reap("--", "sh", "-c", "kill -TERM $$").returncode == 128 + signal.SIGTERM
+
+
+def test_reaper_without_a_command_says_how_to_call_it():
+    done = reap("sh")
+    assert done.returncode == 1 and "usage: reaper.py -- CMD" in done.stderr
+
+
+# ---- the shell stand-ins: real files the lint checks -------------------------------------------------
+def test_every_standin_is_an_executable_sh_file_that_the_lint_lists():
+    """mk/lint.mk runs shellcheck on `git ls-files '*.sh' '*.sbatch'`: a stand-in named otherwise goes unchecked."""
+    files = sorted(p for p in STANDINS.iterdir())
+    assert {p.name for p in files} >= {"sbatch.sh", "srun.sh", "scontrol.sh", "sinfo.sh", "enroot.sh", "docker.sh",
+                                       "fixed-output.sh"}
+    for path in files:
+        assert path.suffix == ".sh" and os.access(path, os.X_OK), path
+        assert path.read_text().startswith(("#!/bin/sh\n", "#!/bin/bash\n", "#!/usr/bin/env bash\n")), path
+
+
+def test_standins_are_shellcheck_clean():
+    if not SHELLCHECK.exists():
+        pytest.skip(f"{SHELLCHECK} is missing: run `make setup`")
+    done = subprocess.run([str(SHELLCHECK), "-x", *map(str, sorted(STANDINS.glob("*.sh")))], capture_output=True,
+                          text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_installed_standin_answers_under_the_name_it_was_installed_as(tmp_path):
+    tool = standin_bin.install(tmp_path / "bin", "nvidia-smi", "fixed-output")
+    (tmp_path / "nvidia-smi.out").write_text("2048\n")
+    done = subprocess.run([str(tool), "--query-gpu=memory.total"], env={"PATH": "/usr/bin:/bin",
+                          "STANDIN_DIR": str(tmp_path)}, capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout == "2048\n"
+    assert (tmp_path / "nvidia-smi.argv").read_text() == "--query-gpu=memory.total\n"

@@ -1,0 +1,75 @@
+"""`python -m train doctor`: the entry, and the one module of the doctor that reads the process environment.
+
+Exit status: 0 all checks passed (warnings allowed), 1 a check failed, 2 a usage error (train/errors.py).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from train.cli_fit import add_config_arguments
+from train.config import load_config
+from train.distenv import resolve
+from train.doctor.findings import CPU_SIZES, FAIL, GPU_SIZES, Finding, failed, parse_sizes
+from train.doctor.probes import collect_record, pre_rendezvous
+from train.doctor.rendezvous import Unreachable, after_rendezvous, open_store
+from train.errors import EXIT_FAILED, UserError
+
+DEFAULT_TIMEOUT = 120.0  # seconds for the pre-checks plus the rendezvous; pyxis may start nodes seconds apart
+
+
+def add_arguments(parser) -> None:
+    add_config_arguments(parser)
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
+                        help=f"bound on the pre-checks and the rendezvous (default {DEFAULT_TIMEOUT:.0f})")
+    parser.add_argument("--sizes", default=None, metavar="LIST",
+                        help=f"all-reduce sizes (default {CPU_SIZES} with gloo, {GPU_SIZES} with NCCL)")
+    parser.add_argument("--iters", type=int, default=5, help="timed all-reduces per size (default 5)")
+    parser.add_argument("--no-bandwidth", action="store_true", help="skip the timed all-reduce and barrier")
+
+
+def main(args) -> int:
+    """Read the process environment here, once, and hand it down."""
+    started = time.monotonic()
+    environ = os.environ
+    config = load_config(args.config, args.overrides)
+    if args.timeout <= 0:
+        raise UserError(f"--timeout {args.timeout:g} must be > 0 seconds.")
+    if args.iters < 1:
+        raise UserError(f"--iters {args.iters} must be >= 1.")
+    sizes = parse_sizes(args.sizes) if args.sizes else None
+    env = resolve(environ)
+    deadline = started + args.timeout
+    agent_store = environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+
+    net, findings = pre_rendezvous(env, deadline, agent_store)
+    if failed(findings):
+        for finding in findings:
+            print(finding.line(), file=sys.stderr, flush=True)
+        return EXIT_FAILED
+
+    # c10d logs every retry with a C++ stack trace; the doctor reports failures itself.
+    environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
+    import torch
+    import torch.distributed as dist
+
+    from train.distributed import choose_backend
+
+    backend = choose_backend(config.dist.backend, torch.cuda.is_available())
+    record = collect_record(env, config, backend, net, environ)
+    try:
+        store = open_store(env, deadline, args.timeout, agent_store)
+    except Unreachable as exc:
+        print(Finding(FAIL, "rendezvous", str(exc)).line(), file=sys.stderr, flush=True)
+        return EXIT_FAILED
+    prefix = f"doctor/{environ.get('TORCHELASTIC_RUN_ID', '')}/{environ.get('TORCHELASTIC_RESTART_COUNT', '')}"
+    store = dist.PrefixStore(prefix, store)
+    try:
+        return after_rendezvous(store, env, record, backend, sizes, args, deadline, started)
+    except (RuntimeError, OSError) as exc:  # the store's server (rank 0) went away
+        print(Finding(FAIL, "rendezvous", f"rank {env.rank} lost the master {env.master_addr}:{env.master_port} "
+                      f"({str(exc).splitlines()[0]}): rank 0 ended early; see its output.").line(),
+              file=sys.stderr, flush=True)
+        return EXIT_FAILED

@@ -1,0 +1,180 @@
+"""Rendezvous through the TCPStore (not a process group, so a broken backend still gets its table),
+then the verdict and the timed collectives over the real backend."""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+import threading
+import time
+
+from train.distenv import DistEnv
+from train.doctor.checks import run_checks
+from train.doctor.findings import CPU_SIZES, FAIL, GPU_SIZES, Finding, failed, parse_sizes
+from train.doctor.probes import probe_connect, resolve_host
+from train.doctor.table import format_bandwidth, format_table
+from train.errors import EXIT_FAILED
+
+
+class Unreachable(Exception):
+    """The rendezvous did not complete in time; the message names address and port."""
+
+
+def _wait_until(predicate, deadline: float, step: float = 0.05) -> bool:
+    while True:
+        if predicate():
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(step)
+
+
+def open_store(env: DistEnv, deadline: float, timeout: float, agent_store: bool):
+    """Rank 0 serves the TCPStore (unless torchrun's agent already does); the others wait, with
+    plain sockets and a deadline, until it accepts connections, then connect."""
+    import datetime
+
+    import torch.distributed as dist
+
+    where = f"{env.master_addr}:{env.master_port}"
+    store_timeout = datetime.timedelta(seconds=timeout)
+    if env.rank == 0 and not agent_store:
+        try:
+            return dist.TCPStore(env.master_addr, env.master_port, is_master=True, wait_for_workers=False,
+                                 timeout=store_timeout)
+        except (RuntimeError, OSError) as exc:
+            raise Unreachable(f"rank 0 could not listen at {where}: {str(exc).splitlines()[0]}") from None
+    ip = resolve_host(env.master_addr, env.master_port, 5.0)[0][0]
+    if not _wait_until(lambda: probe_connect(ip, env.master_port, 1.0)[0] == "open", deadline, 0.1):
+        raise Unreachable(f"rank {env.rank} on {socket.gethostname()}: nobody listens at the master {where} "
+                          f"after {timeout:.0f} s: is rank 0 running (srun --ntasks, every task started)? Does "
+                          "MASTER_ADDR name rank 0's node, and is MASTER_PORT the same on every rank?")
+    # The client retries with back-off past its own timeout; a thread holds it to the deadline.
+    result: dict = {}
+
+    def connect():
+        try:
+            result["store"] = dist.TCPStore(env.master_addr, env.master_port, is_master=False, timeout=store_timeout)
+        except (RuntimeError, OSError) as exc:
+            result["error"] = str(exc).splitlines()[0]
+
+    thread = threading.Thread(target=connect, daemon=True)
+    thread.start()
+    thread.join(max(deadline - time.monotonic(), 1.0))
+    if "store" not in result:
+        why = result.get("error", f"no valid answer within {timeout:.0f} s")
+        raise Unreachable(f"rank {env.rank} could not connect to the master {where} ({why}): something that is not "
+                          "rank 0's store answers there; check MASTER_ADDR and MASTER_PORT.")
+    return result["store"]
+
+
+def gather_records(store, env: DistEnv, record: dict, deadline: float) -> list[dict]:
+    """Every process adds itself to a counter and stores its record under its arrival number,
+    so duplicate or surplus ranks show up instead of overwriting each other. Rank 0 waits for
+    WORLD_SIZE arrivals or the deadline, and returns what arrived."""
+    seq = store.add("arrived", 1)
+    store.set(f"record/{seq}", json.dumps(record))
+    if env.rank != 0:
+        return []
+    _wait_until(lambda: store.add("arrived", 0) >= env.world_size, deadline)
+    count = store.add("arrived", 0)
+    records = []
+    for i in range(1, count + 1):
+        if _wait_until(lambda: store.check([f"record/{i}"]), time.monotonic() + 5.0):
+            records.append(json.loads(store.get(f"record/{i}")))
+    return records
+
+
+def time_collectives(sizes: list[int], iters: int, device, barriers: int = 20) -> tuple[list[tuple[int, float]], float]:
+    """Mean time per all-reduce for each size (the slowest rank's) and the median barrier latency."""
+    import statistics
+
+    import torch
+    import torch.distributed as dist
+
+    def sync():
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    rows = []
+    for nbytes in sizes:
+        tensor = torch.ones(max(nbytes // 4, 1), dtype=torch.float32, device=device)
+        for _ in range(2):  # warm-up: connections, NCCL channels
+            dist.all_reduce(tensor)
+        sync()
+        started = time.perf_counter()
+        for _ in range(iters):
+            dist.all_reduce(tensor)
+        sync()
+        worst = torch.tensor([(time.perf_counter() - started) / iters], dtype=torch.float64, device=device)
+        dist.all_reduce(worst, op=dist.ReduceOp.MAX)
+        rows.append((nbytes, float(worst)))
+        del tensor
+    latencies = []
+    for _ in range(barriers):
+        started = time.perf_counter()
+        dist.barrier()
+        latencies.append(time.perf_counter() - started)
+    return rows, statistics.median(latencies)
+
+
+def bandwidth_phase(store, env: DistEnv, backend: str, sizes: list[int] | None, iters: int, timeout: float) -> int:
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    device = torch.device("cpu")
+    if backend == "nccl":
+        from train.distributed import select_device
+
+        device = select_device(env, backend)
+    sizes = sizes or parse_sizes(GPU_SIZES if backend == "nccl" else CPU_SIZES)
+    try:
+        dist.init_process_group(backend, store=dist.PrefixStore("pg", store), rank=env.rank,
+                                world_size=env.world_size, timeout=datetime.timedelta(seconds=timeout),
+                                device_id=device if backend == "nccl" else None)
+        try:
+            rows, barrier = time_collectives(sizes, iters, device)
+        finally:
+            dist.destroy_process_group()
+    except (RuntimeError, OSError) as exc:
+        print(Finding(FAIL, "bandwidth", f"rank {env.rank}: the all-reduce over {backend} failed "
+                      f"({str(exc).splitlines()[0]}): "
+                      "the ranks reached the master but not each other; check NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME "
+                      "and firewalls between the nodes.").line(), file=sys.stderr, flush=True)
+        return EXIT_FAILED
+    if env.rank == 0:
+        print(format_bandwidth(rows, env.world_size, backend, iters, barrier, 20), flush=True)
+    return 0
+
+
+def after_rendezvous(store, env: DistEnv, record: dict, backend: str, sizes, args, deadline: float,
+                      started: float) -> int:
+    records = gather_records(store, env, record, deadline)
+    if env.rank == 0:
+        findings = run_checks(records, env.world_size)
+        print(format_table(records), flush=True)
+        print("\n".join(f.line() for f in findings), flush=True)
+        ok = not failed(findings)
+        store.set("verdict", json.dumps({"ok": ok}))
+    else:
+        where = f"{env.master_addr}:{env.master_port}"
+        if not _wait_until(lambda: store.check(["verdict"]), time.monotonic() + args.timeout + 10):
+            print(Finding(FAIL, "rendezvous", f"rank {env.rank}: rank 0 at {where} gave no verdict in time; see "
+                          "its output.").line(), file=sys.stderr, flush=True)
+            return EXIT_FAILED
+        ok = json.loads(store.get("verdict"))["ok"]
+
+    status = EXIT_FAILED
+    if ok:
+        status = 0 if args.no_bandwidth else bandwidth_phase(store, env, backend, sizes, args.iters, args.timeout)
+    if env.rank == 0:
+        print(f"doctor: {'all checks passed' if status == 0 else 'FAILED (see the FAIL lines)'} "
+              f"in {time.monotonic() - started:.1f} s", flush=True)
+    # Rank 0 serves the store: it leaves last, so nobody loses the master while reading the verdict.
+    store.add("done", 1)
+    if env.rank == 0:
+        _wait_until(lambda: store.add("done", 0) >= len(records), time.monotonic() + 10.0)
+    return status

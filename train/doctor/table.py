@@ -1,0 +1,73 @@
+"""What rank 0 prints: one row per rank, where the contract's values came from, and the bandwidth table."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from train.doctor.findings import allreduce_bandwidth, by_host, format_bytes, format_cpus, rank_list
+
+
+def format_rows(header: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows)]
+    return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in [header, *rows])
+
+
+def device_cell(dev: dict) -> str:
+    if dev.get("error"):
+        return "ERROR"
+    if dev.get("type") == "cuda":
+        return f"cuda:{dev['index']} {dev.get('name')} {format_bytes(dev.get('memory'))} {dev.get('bus_id')}"
+    return "cpu"
+
+
+def format_table(records: list[dict]) -> str:
+    """One row per rank, then where the contract's values came from and the software versions."""
+    records = sorted(records, key=lambda r: (r["rank"], r["host"], r["pid"]))
+    header = ["rank", "host", "node", "local", "pid", "device", "CUDA_VISIBLE_DEVICES", "cores", "to master",
+              "backend ifaces", "data", "run dir"]
+    rows = []
+    for r in records:
+        net = r["network"]
+        ifaces = net["nccl_ifaces"] if r["backend"] == "nccl" else net["gloo_ifaces"]
+        run = r["run_dir"]
+        rows.append([
+            str(r["rank"]), r["host"], str(r["node_rank"]), f"{r['local_rank']}/{r['local_world_size']}", str(r["pid"]),
+            device_cell(r["device"]), r["env"].get("CUDA_VISIBLE_DEVICES", "-"),
+            f"{format_cpus(r['device'].get('cpus', []))} x{r['device'].get('threads', '?')}",
+            f"{net.get('route_iface') or '?'} {net.get('route_addr') or ''}".strip(),
+            f"{r['backend']}:{','.join(ifaces) or '-'}",
+            r["data"]["state"],
+            ("ok " + format_bytes(run.get("free")) + " free") if run["writable"] else "NOT WRITABLE",
+        ])
+    lines = [format_rows(header, rows), ""]
+    sources: dict[str, list[int]] = defaultdict(list)
+    for r in records:
+        sources[", ".join(f"{k}<-{v}" for k, v in r["sources"].items())].append(r["rank"])
+    for text, ranks in sources.items():
+        scope = "every rank" if len(sources) == 1 else rank_list(ranks)
+        lines.append(f"sources ({scope}): {text}")
+    versions: dict[str, list[int]] = defaultdict(list)
+    for r in records:
+        versions[", ".join(f"{k} {v or '-'}" for k, v in r["versions"].items())].append(r["rank"])
+    for text, ranks in versions.items():
+        scope = "every rank" if len(versions) == 1 else rank_list(ranks)
+        lines.append(f"versions ({scope}): {text}")
+    for host, rs in sorted(by_host(records).items()):
+        shm, env = rs[0].get("shm") or {}, rs[0]["env"]
+        extras = " ".join(f"{k}={v}" for k, v in env.items() if k.endswith("SOCKET_IFNAME"))
+        lines.append(f"node {host}: {shm.get('path', '/dev/shm')} {format_bytes(shm.get('free'))} free of "
+                     f"{format_bytes(shm.get('total'))}"
+                     f"; interfaces {', '.join(rs[0]['network']['interfaces'])}{'; ' + extras if extras else ''}")
+    return "\n".join(lines)
+
+
+def format_bandwidth(rows: list[tuple[int, float]], world_size: int, backend: str, iters: int,
+                     barrier_seconds: float, barrier_count: int) -> str:
+    table = []
+    for nbytes, seconds in rows:
+        algbw, busbw = allreduce_bandwidth(nbytes, seconds, world_size)
+        table.append([format_bytes(nbytes), f"{seconds * 1e3:.3f} ms", f"{algbw:.2f} GB/s",
+                      f"{busbw:.2f} GB/s" if busbw is not None else "n/a (1 rank)"])
+    return (f"all-reduce over {backend}, {world_size} rank(s), float32, mean of {iters} iterations, slowest rank:\n"
+            + format_rows(["size", "time", "algbw", "busbw"], table)
+            + f"\nbarrier latency: {barrier_seconds * 1e6:.0f} us (median of {barrier_count})")
