@@ -6,10 +6,10 @@ SHELL := /bin/bash
 
 PYTHON ?= python3
 VENV ?= .venv
-CONFIG ?= synthetic
 NPROC ?= 2
-ARGS ?=
 PYTEST_ARGS ?=
+# The job's knobs (CONFIG, ARGS, IMAGE, NODES, GPUS, ...): each default and its documentation, once.
+include jobs/knobs.mk
 export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
 
 # No user string is ever run by a shell: a make variable reaches a recipe as an environment variable
@@ -25,8 +25,10 @@ split = read -r -a $(1) <<<"$$$(2)"
 help: ## List every target and the variables it reads
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 	@echo
-	@echo "Variables (set as make VAR=value):"
-	@awk '/^[A-Z_]+ \?=/ {sub(/ \?= */, "="); printf "  %s\n", $$0}' $(MAKEFILE_LIST)
+	@echo "Variables (set as make VAR=value; the job's knobs with their documentation, from jobs/knobs.mk):"
+	@awk '/^# / {doc = substr($$0, 3); next} /^[A-Z_]+ \?=/ {sub(/ \?= */, "="); \
+		if (FILENAME ~ /knobs\.mk$$/) printf "  %-22s %s\n", $$0, doc; else printf "  %s\n", $$0} {doc = ""}' \
+		$(MAKEFILE_LIST)
 
 # The venv is rebuilt only when the pinned dependency files change.
 $(VENV)/.stamp: requirements.lock requirements-dev.lock

@@ -25,6 +25,8 @@ IMAGE=${IMAGE:-none}
 DATA_MODE=${DATA_MODE:-auto}
 # shellcheck source=lib/cmd.sh
 source "$root/lib/cmd.sh" # quote, run, DRY_RUN
+# shellcheck source=jobs/lib/pyxis.sh
+source "$root/jobs/lib/pyxis.sh" # launch_line: the pyxis flags of every step in the image
 
 # ---- checks: the same in a dry run as in a real one; nothing is created before they pass --------
 shipped=$(cd train/configs && for f in *.yaml; do printf '%s ' "${f%.yaml}"; done)
@@ -104,9 +106,9 @@ enroot)
         --env PYTHONPATH=/workspace "$IMAGE" python -m train "${train_args[@]}")
     ;;
 srun)
-    cmd=(srun --nodes=1 --ntasks=1 "--container-image=$IMAGE" "--container-mounts=$root:/workspace,$data_abs:/data"
-        --container-workdir=/workspace --no-container-mount-home "--export=ALL,DATA_DIR=/data,PYTHONPATH=/workspace"
-        python -m train "${train_args[@]}")
+    launch_line "$IMAGE" "$root" "$data_abs" # the jobs' launch line (jobs/lib/pyxis.sh)
+    cmd=(srun --nodes=1 --ntasks=1 "--export=ALL,DATA_DIR=/data,PYTHONPATH=/workspace" "${LAUNCH[@]}"
+        -m train "${train_args[@]}")
     ;;
 bare)
     cmd=(env "DATA_DIR=$data_abs" "PYTHONPATH=$root" "$python" -m train "${train_args[@]}")

@@ -2,21 +2,17 @@
 # `make submit` / `make srun`: check the request, then submit jobs/train.sbatch with sbatch, or
 # print the equivalent direct srun line for an interactive allocation.
 #
-# Usage: jobs/submit.sh [submit|srun]     (mk/jobs.mk passes every knob as an environment variable)
+# Usage: jobs/submit.sh [submit|srun]     (make passes every knob as an environment variable)
 #
-#   NODES, GPUS     nodes, and GPUs in total: one task (rank) per GPU, GPUS/NODES per node
-#                   (with GPUS_PER_TASK=0, GPUS is the number of CPU tasks)
-#   CONFIG, ARGS    shipped config name or YAML path; `section.key=value` overrides
-#   IMAGE           none (bare mode: host Python), a .sqsh path, or a registry image
-#                   (nvcr.io#nvidia/pyg:TAG)
-#   GPUS_PER_TASK   1, or 0 on a CPU-only cluster;  CPUS_PER_TASK, MEM, TIME, PARTITION, ACCOUNT, QOS
-#   SBATCH_ARGS, SRUN_ARGS  extra options, whitespace-separated
-#   DATA_DIR, LOG_DIR, JOB_NAME, CONTAINER_MOUNTS, INSTALL_PROJECT, BARE_PYTHON, DOCTOR, DOCTOR_TIMEOUT
-#   (see jobs/train.sbatch)
-#   DRY_RUN=1       print the sbatch command and the script, submit nothing
+# The knobs (NODES, GPUS, CONFIG, ARGS, IMAGE, GPUS_PER_TASK, CPUS_PER_TASK, MEM, TIME, PARTITION, ...):
+# their defaults and documentation have one home, jobs/knobs.mk (`make help` lists them); a knob that is
+# unset or empty gets its default. DRY_RUN=1 prints the memory plan, the sbatch command and the script,
+# and submits nothing.
 #
 # Every check runs before sbatch; each problem found names the bad value and what is valid; then it exits 2
-# and submits nothing.
+# and submits nothing. Last, once the request is otherwise valid, the memory plan (`python -m train plan`):
+# one that cannot fit is refused the same way.
+# shellcheck disable=SC2153 # the knobs are set by knob_defaults (jobs/lib/knobs.sh)
 set -euo pipefail
 
 prog="make submit"
@@ -42,28 +38,11 @@ note() { printf '%s: %s\n' "$prog" "$*" >&2; }
 # shellcheck source=lib/cmd.sh
 source "$root/lib/cmd.sh" # quote, run, DRY_RUN
 
-NODES=${NODES:-1}
-GPUS=${GPUS:-1}
-CONFIG=${CONFIG:-synthetic}
-ARGS=${ARGS:-}
-IMAGE=${IMAGE:-none}
-GPUS_PER_TASK=${GPUS_PER_TASK:-1}
-CPUS_PER_TASK=${CPUS_PER_TASK:-}
-MEM=${MEM:-}
-TIME=${TIME:-}
-PARTITION=${PARTITION:-}
-ACCOUNT=${ACCOUNT:-}
-QOS=${QOS:-}
-SBATCH_ARGS=${SBATCH_ARGS:-}
-SRUN_ARGS=${SRUN_ARGS:-}
-DATA_DIR=${DATA_DIR:-}
-LOG_DIR=${LOG_DIR:-logs}
-JOB_NAME=${JOB_NAME:-pyg-train}
-CONTAINER_MOUNTS=${CONTAINER_MOUNTS:-}
-INSTALL_PROJECT=${INSTALL_PROJECT:-auto}
-BARE_PYTHON=${BARE_PYTHON:-}
-DOCTOR=${DOCTOR:-0}
-DOCTOR_TIMEOUT=${DOCTOR_TIMEOUT:-120}
+# shellcheck source=jobs/lib/knobs.sh
+source "$root/jobs/lib/knobs.sh"
+knob_defaults "$root/jobs/knobs.mk"
+# shellcheck source=jobs/lib/pyxis.sh
+source "$root/jobs/lib/pyxis.sh" # host_python, launch_line, pyxis_flags
 
 # ---- checks -----------------------------------------------------------------------------------
 # Every check runs; each problem is one line naming the value and what is valid.
@@ -172,20 +151,10 @@ else
     problem "CONFIG='$CONFIG' is neither a shipped config nor a file: shipped configs are: ${shipped% }; or give a YAML path."
 fi
 
-# Bare mode's interpreter: BARE_PYTHON, else the project's venv, else python3 (as jobs/train.sbatch).
-host_python() {
-    if [[ -n $BARE_PYTHON ]]; then
-        printf '%s\n' "$BARE_PYTHON"
-    elif [[ -x $root/.venv/bin/python ]]; then
-        printf '%s\n' "$root/.venv/bin/python"
-    else
-        echo python3
-    fi
-}
 # The config's content and the overrides, checked by the package itself when a Python with
 # PyYAML is at hand (a typo in ARGS would otherwise surface only once the job runs).
 read -r -a args <<<"$ARGS"
-check_py=$(host_python)
+check_py=$(host_python "$root" "$BARE_PYTHON")
 if [[ -n $config_arg ]] && (cd "$root" && "$check_py" -c 'import yaml' >/dev/null 2>&1); then
     if ! err=$(cd "$root" && PYTHONPATH=$root "$check_py" -c '
 import sys
@@ -231,6 +200,7 @@ check_cluster() {
             return 0
         fi
     fi
+    job_partition=$part # the memory plan asks about the same partition
     # One line per node: name, CPUs, generic resources (gpu:4, gpu:a100:4(S:0-1), (null)).
     while read -r name cpus gres; do
         [[ -n $name ]] || continue
@@ -264,7 +234,31 @@ check_cluster() {
         fi
     fi
 }
+job_partition=$PARTITION # the default partition, where sinfo names it (check_cluster)
 [[ $mode == srun ]] || ((!nodes_ok)) || check_cluster
+
+# ---- the memory plan: what a node, a rank and a GPU will hold, against what they have -----------
+# `python -m train plan` (train/plan.py), once the request is otherwise valid; its table is printed
+# (stdout), and a plan that cannot fit is refused with its numbers. It needs torch and PyG here.
+memory_plan() {
+    local err status=0
+    local -a plan_args=(--config "$config_arg" --nodes "$NODES" --gpus "$GPUS")
+    ((GPUS_PER_TASK > 0)) || plan_args+=(--cpu)
+    [[ -z $job_partition ]] || plan_args+=(--partition "$job_partition")
+    if ! (cd "$root" && "$check_py" -c 'import importlib.util as u, sys
+sys.exit(not all(u.find_spec(m) for m in ("torch", "torch_geometric", "yaml")))') >/dev/null 2>&1; then
+        note "note: $check_py cannot import torch and torch_geometric: the memory plan was not made ('make setup' builds .venv)."
+        return 0
+    fi
+    { err=$(cd "$root" && PYTHONPATH=$root "$check_py" -m train plan "${plan_args[@]}" -- "${args[@]}" 2>&1 >&3 3>&-) ||
+        status=$?; } 3>&1
+    if ((status == 2)); then
+        problem "memory plan for CONFIG='$CONFIG' ARGS='$ARGS' NODES=$NODES GPUS=$GPUS: ${err#error: }"
+    elif ((status != 0)); then
+        note "note: the memory plan failed (status $status), so it was not checked: ${err##*$'\n'}"
+    fi
+}
+[[ $mode == srun ]] || ((${#problems[@]})) || memory_plan
 
 if ((${#problems[@]})); then
     for line in "${problems[@]}"; do
@@ -319,21 +313,22 @@ if [[ $mode == srun ]]; then
     envs=(OMP_NUM_THREADS="${CPUS_PER_TASK:-1}")
     if [[ $image_kind == none ]]; then
         envs+=(DATA_DIR="$DATA_DIR")
-        line+=(--chdir="$root" "$(host_python)")
+        line+=(--chdir="$root")
+        launch_line none "$root" "$DATA_DIR" "" "" "" "$BARE_PYTHON"
     else
-        mounts=$root:/workspace,$DATA_DIR:/data${CONTAINER_MOUNTS:+,$CONTAINER_MOUNTS}
         envs+=(DATA_DIR=/data)
-        container=(--container-image="$IMAGE" --container-mounts="$mounts" --container-workdir=/workspace
-            --no-container-mount-home)
+        name=
         if [[ $install == 1 ]]; then
-            container+=(--container-name=pyg-train)
+            name=pyg-train
+            pyxis_flags "$IMAGE" "$root" "$DATA_DIR" "$CONTAINER_MOUNTS" "$name" WHEELS,OFFLINE
             note "first install the project into the image, once per allocation (one task per node, offline):"
             quote WHEELS=/workspace/.wheels OFFLINE=1 srun --nodes="$NODES" --ntasks="$NODES" --ntasks-per-node=1 \
-                "${container[@]}" --container-remap-root --container-writable --container-env=WHEELS,OFFLINE \
+                "${PYXIS[@]}" --container-remap-root --container-writable \
                 sh /workspace/container/install-project.sh /workspace
         fi
-        line+=("${container[@]}" "--container-env=DATA_DIR,OMP_NUM_THREADS" python)
+        launch_line "$IMAGE" "$root" "$DATA_DIR" "$CONTAINER_MOUNTS" "$name" DATA_DIR,OMP_NUM_THREADS
     fi
+    line+=("${LAUNCH[@]}")
     line+=(-m train fit --config "$config_arg" "${args[@]}")
     note "inside an allocation (salloc ${resources[*]}), or from a login node, run:"
     quote "${envs[@]}" "${line[@]}"

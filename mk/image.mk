@@ -1,10 +1,8 @@
 # `make image`: the training image (NVIDIA's PyG container + this project), built with enroot or docker.
 # The base tag has one source, the `ARG PYG_TAG=` line of container/Dockerfile.
-# IMAGE is also the default image of `make submit` (jobs): keep its definition as it is.
+# IMAGE and IMAGE_DIR, shared with `make submit` and `make data`, are defined in jobs/knobs.mk.
 PYG_TAG_DEFAULT := $(shell sed -n 's/^ARG PYG_TAG=//p' $(CURDIR)/container/Dockerfile)
 PYG_TAG ?= $(PYG_TAG_DEFAULT)
-IMAGE_DIR ?= images
-IMAGE ?= $(IMAGE_DIR)/pyg-train-$(PYG_TAG).sqsh
 BUILDER ?= auto
 DRY_RUN ?=
 SQSH ?=

@@ -2,8 +2,7 @@
 # `make submit ... DOCTOR=1` runs the doctor as the job's first step (jobs/train.sbatch) and
 # trains only when every check passed.
 RUN ?=
-DOCTOR ?= 0
-DOCTOR_TIMEOUT ?= 120
+# DOCTOR and DOCTOR_TIMEOUT: jobs/knobs.mk.
 
 # NODES or GPUS given by the user (not mk/jobs.mk's defaults): the doctor runs as a SLURM job.
 DOCTOR_ON_SLURM = $(filter command line environment,$(origin NODES) $(origin GPUS))

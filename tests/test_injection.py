@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-MAKEFILES = [ROOT / "Makefile", *sorted((ROOT / "mk").glob("*.mk"))]
+MAKEFILES = [ROOT / "Makefile", ROOT / "jobs" / "knobs.mk", *sorted((ROOT / "mk").glob("*.mk"))]
 # Every variable a user may set: the `VAR ?=` lines (what `make help` lists).
 VARIABLES = sorted({m for f in MAKEFILES for m in re.findall(r"^([A-Z_]+) \?=", f.read_text(), re.M)})
 TARGETS = sorted({m for f in MAKEFILES for m in re.findall(r"^([a-z][a-z-]*):.*## ", f.read_text(), re.M)}

@@ -7,9 +7,11 @@ cluster runs are in tests/test_jobs_slurm.py.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shlex
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -19,7 +21,7 @@ from tests.harness import standin_bin
 from tests.harness.jobscript import KNOBS, run_job_script
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPTS = [ROOT / "jobs" / "submit.sh", ROOT / "jobs" / "train.sbatch"]
+SCRIPTS = [ROOT / "jobs" / "submit.sh", ROOT / "jobs" / "train.sbatch", *sorted((ROOT / "jobs" / "lib").glob("*.sh"))]
 SHELLCHECK = ROOT / ".venv" / "bin" / "shellcheck"
 
 
@@ -69,11 +71,12 @@ def test_dry_run_prints_two_node_sbatch_command_and_pyxis_script(standin):
     # the script follows, and its container srun line carries the pyxis flags
     script = p.stdout.split("# The script it submits, jobs/train.sbatch:\n", 1)[1]
     assert script == (ROOT / "jobs" / "train.sbatch").read_text()
-    srun_block = script[script.index('srun "${srun_opts[@]}" "${container[@]}"'):]
-    container_flags = script[script.index("container=("):script.index(")", script.index("container=("))]
-    assert "--container-image=" in container_flags and "--container-mounts=" in container_flags
-    assert "--container-env=DATA_DIR,OMP_NUM_THREADS" in script
-    assert "python -m train fit --config" in srun_block
+    # its steps are launched by the one launch line (jobs/lib/pyxis.sh: pyxis flags, interpreter)
+    assert 'source "$PROJECT_DIR/jobs/lib/pyxis.sh"' in script
+    assert 'launch_line "$IMAGE" "$PROJECT_DIR" "$DATA_DIR"' in script and "DATA_DIR,OMP_NUM_THREADS" in script
+    assert 'srun "${srun_opts[@]}" "${LAUNCH[@]}" -m train fit --config "$CONFIG"' in script
+    # the memory plan came first
+    assert p.stdout.index("memory plan: synthetic") < p.stdout.index("# DRY_RUN=1: nothing submitted")
     assert not record.exists(), "DRY_RUN called sbatch"
 
 
@@ -309,3 +312,128 @@ def test_default_cpus_per_task_is_the_clusters():
                        timeout=60)
     assert p.returncode == 0, p.stderr
     assert "--cpus-per-task" not in sbatch_words(p.stdout)
+
+
+# ---- the memory plan before sbatch (train/plan.py) ----------------------------------------------
+
+def test_a_plan_that_cannot_fit_is_refused_naming_the_numbers(cluster_standin):
+    env, record = cluster_standin
+    for dry in ([], ["DRY_RUN=1"]):
+        p = make(env, "submit", "IMAGE=none", "CONFIG=ogbn-papers100M", "NODES=2", "GPUS=8", *dry)
+        assert p.returncode == 2, p.stdout + p.stderr
+        assert "memory plan: ogbn-papers100M" in p.stdout and "per node" in p.stdout  # the table, then the verdict
+        assert ("memory plan for CONFIG='ogbn-papers100M' ARGS='' NODES=2 GPUS=8: this plan does not fit: "
+                "a node needs 193.5 GiB at its peak but has 125.0 GiB (sinfo -p gpu: smallest node)") in p.stderr, p.stderr
+        assert "nothing was submitted" in p.stderr and "Traceback" not in p.stderr
+    assert not record.exists()
+
+
+def test_dry_run_prints_the_plan_and_a_plan_that_fits_is_submitted(cluster_standin):
+    env, record = cluster_standin
+    p = make(env, "submit", "IMAGE=none", "CONFIG=tiny", "PARTITION=cpu", "GPUS_PER_TASK=0", "NODES=2", "GPUS=4",
+             "DRY_RUN=1")
+    assert p.returncode == 0, p.stderr
+    assert "memory plan: synthetic (2,000 nodes" in p.stdout and "2 node(s) x 2 rank(s)" in p.stdout
+    assert "15.6 GiB  (sinfo -p cpu: smallest node)" in p.stdout and "\nfits\n" in p.stdout
+    assert not record.exists()
+    p = make(env, "submit", "IMAGE=none", "CONFIG=tiny", "PARTITION=cpu", "GPUS_PER_TASK=0", "NODES=2", "GPUS=4",
+             "ARGS=data.share=process")
+    assert p.returncode == 0 and "Submitted job 4242" in p.stdout and record.exists(), p.stderr
+
+
+# ---- one home for each job knob: jobs/knobs.mk ---------------------------------------------------
+
+KNOB_FILE = ROOT / "jobs" / "knobs.mk"
+KNOB_LINE = re.compile(r"^([A-Z_]+) \?=(?: (\S+))?$")
+
+
+def knob_defaults() -> dict[str, str]:
+    return {m.group(1): m.group(2) or "" for m in map(KNOB_LINE.match, KNOB_FILE.read_text().splitlines()) if m}
+
+
+def test_every_knob_has_one_home_with_its_documentation():
+    lines = KNOB_FILE.read_text().splitlines()
+    for i, line in enumerate(lines):
+        if "?=" in line and not line.startswith("#"):
+            assert KNOB_LINE.match(line), f"jobs/knobs.mk: {line!r} is not `NAME ?= one-word-default`"
+            assert lines[i - 1].startswith("# ") and len(lines[i - 1]) > 10, f"{line!r} has no documentation line"
+    knobs = set(knob_defaults())
+    jobs_vars = re.search(r"^JOBS_VARS = (.*?)(?<!\\)$", (ROOT / "mk" / "jobs.mk").read_text(), re.M | re.S).group(1)
+    assert set(jobs_vars.replace("\\", " ").split()) - {"DRY_RUN"} <= knobs
+    for makefile in [ROOT / "Makefile", *(ROOT / "mk").glob("*.mk")]:  # no second default in make ...
+        assert not knobs & set(re.findall(r"^([A-Z_]+) \??[:?]?=", makefile.read_text(), re.M)), makefile
+    for script in (ROOT / "jobs" / "submit.sh", ROOT / "jobs" / "train.sbatch"):  # ... nor in the scripts
+        text = script.read_text()  # (DATA_DIR's empty default means data/ in the project, as knobs.mk says)
+        assert not [k for k in knobs - {"DATA_DIR"} if re.search(rf"^\s*{k}=\$\{{{k}:-|\$\{{{k}:=", text, re.M)], script
+
+
+def make_tree_copy(tmp_path: Path) -> Path:
+    """The project's files (as git lists them, committed or not) in tmp_path/project, with this .venv."""
+    copy = tmp_path / "project"
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                            capture_output=True, text=True, check=True).stdout.split("\0")
+    for name in filter(None, listed):
+        source = ROOT / name
+        if source.is_file():
+            (copy / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, copy / name)
+    (copy / ".venv").symlink_to(ROOT / ".venv")
+    return copy
+
+
+@pytest.mark.parametrize("knob, default", [("DOCTOR_TIMEOUT", "77"), ("GPUS_PER_TASK", "0")])
+def test_a_knob_default_changed_in_one_place_is_what_help_submit_and_the_job_use(standin, tmp_path, knob, default):
+    env, record = standin
+    copy = make_tree_copy(tmp_path)
+    knobs = copy / "jobs" / "knobs.mk"
+    text, count = re.subn(rf"^{knob} \?=.*$", f"{knob} ?= {default}", knobs.read_text(), flags=re.M)
+    assert count == 1
+    knobs.write_text(text)
+    run_make = functools.partial(subprocess.run, cwd=copy, env=env, capture_output=True, text=True, timeout=120)
+    # make help
+    p = run_make(["make", "--no-print-directory", "help"])
+    assert re.search(rf"^  {knob}={default} +\S", p.stdout, re.M), p.stdout
+    # make submit DRY_RUN=1
+    p = run_make(["make", "--no-print-directory", "submit", "IMAGE=none", "CONFIG=tiny", "DRY_RUN=1"])
+    assert p.returncode == 0, p.stderr
+    assert job_env(p.stdout)[knob] == default
+    if knob == "GPUS_PER_TASK":
+        assert not [w for w in sbatch_words(p.stdout) if w.startswith("--gpu")]
+    assert not record.exists()
+    # the job, given none of the knobs (sbatch by hand): the doctor step's bound, the steps' GPU options
+    p, calls = run_job_script(tmp_path, {"IMAGE": "none", "CONFIG": "tiny", "DOCTOR": "1"}, root=copy)
+    assert p.returncode == 0, p.stderr
+    doctor, train = calls
+    assert doctor[-5:] == ["doctor", "--config", "tiny", "--timeout", "77" if knob == "DOCTOR_TIMEOUT" else "120"]
+    gpu_options = [w for w in doctor + train if w.startswith("--gpus-per-task")]
+    assert (gpu_options == []) == (knob == "GPUS_PER_TASK"), gpu_options
+    assert train[0:1] and train[-6:] == [str(copy / ".venv" / "bin" / "python"), "-m", "train", "fit", "--config", "tiny"]
+
+
+# ---- the launch line of every step in the image: jobs/lib/pyxis.sh -------------------------------
+
+def launch(*args: str, project: Path = ROOT) -> list[str]:
+    script = 'source "$1"; shift; launch_line "$@"; printf "%s\\n" "${LAUNCH[@]}"'
+    p = subprocess.run(["bash", "-euo", "pipefail", "-c", script, "launch", str(ROOT / "jobs" / "lib" / "pyxis.sh"),
+                        args[0], str(project), *args[1:]], capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0, p.stderr
+    return p.stdout.splitlines()
+
+
+def test_launch_line_sqsh_image():
+    assert launch("/img/pyg.sqsh", "/data") == [
+        "--container-image=/img/pyg.sqsh", f"--container-mounts={ROOT}:/workspace,/data:/data",
+        "--container-workdir=/workspace", "--no-container-mount-home", "python"]
+
+
+def test_launch_line_registry_image_named_container_extra_mounts_and_env():
+    assert launch("nvcr.io#nvidia/pyg:25.05-py3", "/d", "/scratch:/scratch,/x:/y", "pyg-train-7", "DATA_DIR,OMP") == [
+        "--container-image=nvcr.io#nvidia/pyg:25.05-py3", f"--container-mounts={ROOT}:/workspace,/d:/data,/scratch:/scratch,/x:/y",
+        "--container-workdir=/workspace", "--no-container-mount-home", "--container-name=pyg-train-7",
+        "--container-env=DATA_DIR,OMP", "python"]
+
+
+def test_launch_line_bare_mode_is_the_host_interpreter(tmp_path):
+    assert launch("none", "/d", "", "", "", "/opt/py/bin/python3") == ["/opt/py/bin/python3"]
+    assert launch("none", "/d") == [str(ROOT / ".venv" / "bin" / "python")]
+    assert launch("none", "/d", project=tmp_path) == ["python3"]  # no .venv in that project

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from tests.harness.localjob import make_data
+import shlex
+
+from tests.harness.localjob import ROOT, make_data
 from tests.harness.reddit_files import write_reddit_raw
 
 
@@ -17,7 +19,13 @@ def test_bare_mode_prepares_reddit_into_data_dir(tmp_path):
 def test_registry_image_is_a_one_task_srun(tmp_path):
     done = make_data("DATASET=Flickr", "IMAGE=nvcr.io#nvidia/pyg:25.05-py3", f"DATA_DIR={tmp_path}", "DRY_RUN=1")
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("srun --nodes=1 --ntasks=1 --container-image=nvcr.io#nvidia/pyg:25.05-py3")
+    words = shlex.split(done.stdout)
+    assert words[:3] == ["srun", "--nodes=1", "--ntasks=1"], words
+    # the jobs' launch line (jobs/lib/pyxis.sh): pyxis flags, then the image's python
+    for flag in ("--container-image=nvcr.io#nvidia/pyg:25.05-py3", f"--container-mounts={ROOT}:/workspace,{tmp_path}:/data",
+                 "--container-workdir=/workspace", "--no-container-mount-home"):
+        assert flag in words[:words.index("python")], (flag, words)
+    assert words[words.index("python"):][:4] == ["python", "-m", "train", "data"], words
     assert "data.name=Flickr" in done.stdout
 
 

@@ -114,3 +114,18 @@ def test_own_files_are_sized_from_their_headers(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "files (500 nodes, 3,000 edges, 9 features), 1 node(s) x 1 rank(s)" in done.stdout
     assert "per GPU" not in done.stdout
+
+
+@pytest.mark.parametrize("sinfo, scontrol, known", [
+    ("1\n", "", False),  # RealMemory never configured: SLURM's default of 1 MB is not the node's
+    ("1000\n", "SlurmdParameters = config_overrides\n", False),  # declared, never checked against the node
+    ("1000\n", "SlurmdParameters = (null)\n", True),  # a real declaration: 1000 MB holds
+])
+def test_sinfo_memory_counts_only_where_it_is_the_nodes(tmp_path, sinfo, scontrol, known):
+    done = plan_cli(tmp_path, "--config", "tiny", "--nodes", "1", "--gpus", "2", "--cpu",
+                    standins={"sinfo": sinfo, "scontrol": scontrol})
+    if known:
+        assert done.returncode == 2 and "but has 1,000.0 MiB (sinfo: smallest node)" in done.stderr, done.stderr
+    else:
+        assert done.returncode == 0, done.stderr
+        assert "give --node-memory GiB" in done.stdout and "fits what is known" in done.stdout

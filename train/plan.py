@@ -205,15 +205,35 @@ def _run(argv: list[str]) -> str | None:
 
 
 def node_memory(partition: str, given_gib: float | None) -> tuple[int | None, str]:
-    """Bytes of memory a node has: --node-memory, else the smallest node of the partition in sinfo."""
+    """Bytes of memory a node has: --node-memory, else the smallest node of the partition in sinfo.
+
+    sinfo's figure is the RealMemory slurm.conf declares. It is not the node's where SLURM was never told
+    (RealMemory's default, 1 MB) or where slurmd does not check the declaration against the machine
+    (SlurmdParameters=config_overrides, "generally only useful for testing"): then the memory is unknown.
+    """
     if given_gib is not None:
         return int(given_gib * GIB), "--node-memory"
     argv = ["sinfo", "--noheader", "--format=%m"] + ([f"--partition={partition}"] if partition else [])
     out = _run(argv)
     sizes = [int(v.rstrip("+")) for v in (out or "").split() if v.rstrip("+").isdigit()]
+    where = f"sinfo{' -p ' + partition if partition else ''}"
+    if sizes and min(sizes) <= 1:
+        return None, f"unknown ({where}: RealMemory is not configured; give --node-memory GiB)"
+    if sizes and "config_overrides" in _slurmd_parameters():
+        return None, (f"unknown ({where} says {min(sizes)} MB, but SlurmdParameters=config_overrides: slurmd does "
+                      "not check it against the node; give --node-memory GiB)")
     if sizes:
-        return min(sizes) * 2**20, f"sinfo{' -p ' + partition if partition else ''}: smallest node"
+        return min(sizes) * 2**20, f"{where}: smallest node"
     return None, "unknown (give --node-memory GiB, or run where sinfo answers)"
+
+
+def _slurmd_parameters() -> str:
+    """The SlurmdParameters of `scontrol show config` ('' when it cannot be asked)."""
+    for line in (_run(["scontrol", "show", "config"]) or "").splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() == "SlurmdParameters":
+            return value.strip()
+    return ""
 
 
 def gpu_memory(given_gib: float | None) -> tuple[int | None, str]:
