@@ -68,7 +68,7 @@ def test_reddit_loads_from_raw_files(tmp_path):
 
 def test_data_root_defaults_to_data_dir(tmp_path):
     write_reddit_raw(tmp_path)
-    assert prepare_dataset(DataConfig(name="Reddit"), environ={"DATA_DIR": str(tmp_path)}) == tmp_path
+    assert prepare_dataset(DataConfig(name="Reddit"), data_dir=str(tmp_path)) == tmp_path
 
 
 def test_missing_dataset_offline_says_to_prepare_on_a_login_node(tmp_path, monkeypatch):
