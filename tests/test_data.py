@@ -9,8 +9,8 @@ import torch
 
 from train.config import DataConfig
 from train.data import load_graph, prepare_dataset, synthetic_graph
+from train.epoch_split import epoch_order, rank_shard
 from train.errors import UserError
-from train.shards import epoch_order, rank_shard
 
 
 def test_synthetic_is_deterministic_and_split_is_a_partition():

@@ -22,19 +22,17 @@ import torch
 from tests.localjob import ROOT, free_port, run_local_job, srun_env
 from train.config import DataConfig, SamplerConfig, load_config
 from train.errors import UserError
-from train.sharing import (
-    GPU_GRAPH_FRACTION,
+from train.sampling_plan import GPU_GRAPH_FRACTION, gpu_placement, plan_sampling
+from train.shared_graph import (
     PREFIX,
     SHM,
     Segment,
     attach_csc,
     choose_dir,
-    gpu_placement,
     graph_csc,
     graph_from_tensors,
     graph_tensors,
     map_tensors,
-    plan_sampling,
     remove_stale,
     segment_name,
     write_tensors,
@@ -162,7 +160,7 @@ def test_small_shm_falls_back_to_disk_or_says_what_is_needed():
 
 
 def test_share_dir_must_exist():
-    from train.sharing import candidate_dirs
+    from train.shared_graph import candidate_dirs
 
     with pytest.raises(UserError, match="data.share_dir='/no/such/dir' is not a directory"):
         candidate_dirs("/no/such/dir")
@@ -172,7 +170,7 @@ def test_only_segments_without_a_live_owner_are_removed(tmp_path):
     uid = os.getuid()
     live = Segment.create(tmp_path, segment_name("live", 1, 0, uid), {"pid": os.getpid()})
     # Another process creates a segment and dies by SIGKILL while holding it.
-    code = ("import os, sys, pathlib; from train.sharing import Segment, segment_name; "
+    code = ("import os, sys, pathlib; from train.shared_graph import Segment, segment_name; "
             f"s = Segment.create(pathlib.Path({str(tmp_path)!r}), segment_name('dead', 2, 0, {uid}), {{}}); "
             "(s.path / 'x.bin').write_bytes(b'1' * 4096); print('ready', flush=True); os.kill(os.getpid(), 9)")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
@@ -255,9 +253,9 @@ def _worker(argv: list[str]) -> None:
     import torch.distributed as dist
 
     from train.distenv import resolve
-    from train.distributed import process_group
     from train.fit import obtain_graph
-    from train.sharing import shared_graphs
+    from train.procgroup import process_group
+    from train.shared_graph import shared_graphs
 
     config = load_config("tiny", argv)
     env = resolve(os.environ)
