@@ -1,4 +1,4 @@
-"""Rules of train/'s layout, read from the sources (ast): no import cycle, job facts read only at the entry, short files.
+"""Rules of train/'s layout, read from the sources (ast): no import cycle, os.environ only at the entry, short files.
 
 Nothing is imported but `train.__main__` (for its list of subcommands), so a breach is named even
 when it would make `import train.fit` fail.

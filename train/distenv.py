@@ -252,7 +252,8 @@ class _Reading:
     def first(self, names: tuple[str, ...]) -> tuple[str, str] | None:
         return _first(self.environ, names)
 
-    def integer(self, field_name: str, names: tuple[str, ...], minimum: int, record: bool = True) -> tuple[str, int] | None:
+    def integer(self, field_name: str, names: tuple[str, ...], minimum: int,
+                record: bool = True) -> tuple[str, int] | None:
         """The first of `names` as an integer >= minimum (recorded as the field's source), or None."""
         found = self.first(names)
         if found is None:

@@ -407,14 +407,16 @@ def _train(config: Config, env: DistEnv, backend: str, device: torch.device, sig
         if env.job_id and not config.output.dir:
             from train.rundir import job_identity, write_identity
 
-            write_identity(out_dir, job_identity(env.job_id, env.cluster_name, env.submission_id))  # whose directory this is (train/rundir.py)
+            # whose directory this is (train/rundir.py)
+            write_identity(out_dir, job_identity(env.job_id, env.cluster_name, env.submission_id))
     settle_gradient_buckets(trainer.ddp, trainer.optimizer, data.num_features, device)  # resumed == uninterrupted
     if env.is_main:  # metrics.jsonl lists exactly the epochs of the run state (none on a fresh start)
         atomic_write_text(out_dir / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in trainer.state.history))
     agreement = StepAgreement(
         signals, rank=env.rank, device=device, optimizer=trainer.optimizer, save=checkpointer.save,
         seconds_since_save=checkpointer.seconds_since_save, on_stop=trainer.request_stop, epochs=cfg.epochs,
-        every_epochs=cfg.checkpoint_every, every_minutes=cfg.checkpoint_every_minutes, step_delay=cfg.step_delay_seconds)
+        every_epochs=cfg.checkpoint_every, every_minutes=cfg.checkpoint_every_minutes,
+        step_delay=cfg.step_delay_seconds)
     trainer.joinables.append(agreement)
     summary = trainer.fit(on_step_end=lambda _trainer: agreement.on_step_end(),
                           on_epoch_end=lambda tr: agreement.on_epoch_end(tr.state.epoch))

@@ -10,10 +10,10 @@ hook, so the vote never hangs.
 
 Which status: trainer.max_restarts is read here, not in the batch script. While the job's
 restart count (SLURM_RESTART_COUNT, `DistEnv.restart_count`) < trainer.max_restarts the training
-step ends with EXIT_REQUEUE (3); after that with EXIT_STOPPED (4): checkpointed, but not to be requeued. The batch script only
-compares the step's status with 3. Ranks other than 0 leave first with status 0 and rank 0
-last with the status, so srun --kill-on-bad-exit never kills a rank that is still on its way
-out (which would turn the step's status into 137).
+step ends with EXIT_REQUEUE (3); after that with EXIT_STOPPED (4): checkpointed, but not to be
+requeued. The batch script only compares the step's status with 3. Ranks other than 0 leave
+first with status 0 and rank 0 last with the status, so srun --kill-on-bad-exit never kills a
+rank that is still on its way out (which would turn the step's status into 137).
 
 Failures. A rank that raises posts its error in the rendezvous store (a TCPStore in rank 0's
 process) and exits with its traceback. A rank whose collective fails because a peer is gone

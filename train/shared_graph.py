@@ -459,7 +459,8 @@ def share_graph(config: DataConfig, env: DistEnv, load: Callable[[DataConfig], D
             dist.destroy_process_group(group)
 
 
-def obtain_shared_or_private(config: DataConfig, env: DistEnv, load: Callable[[DataConfig], Data] | None = None) -> Data:
+def obtain_shared_or_private(config: DataConfig, env: DistEnv,
+                             load: Callable[[DataConfig], Data] | None = None) -> Data:
     """The graph as `data.share` says; `data.csc` holds the sampler's CSC either way."""
     load = load or _loader(env)
     if config.share == "node":
