@@ -188,7 +188,7 @@ def check_pinned(args, budget: float) -> dict:
     _need_cuda()
     import torch
 
-    from train.sharing import gather_pinned
+    from train.sampling_plan import gather_pinned
 
     data, csc, _ = _graph(args)
     x = data.x

@@ -35,9 +35,9 @@ def worker(args) -> None:
 
     from train.config import load_config
     from train.distenv import resolve
-    from train.distributed import process_group
     from train.fit import Trainer, obtain_graph
-    from train.sharing import graph_csc, shared_graphs
+    from train.procgroup import process_group
+    from train.shared_graph import graph_csc, shared_graphs
 
     t0 = float(os.environ["BENCH_T0"])
     t_imported = time.time()

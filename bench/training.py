@@ -152,10 +152,10 @@ def to_target(args) -> None:
 
     from train.config import load_config
     from train.distenv import resolve
-    from train.distributed import process_group
+    from train.procgroup import process_group
     from train.evaluate import evaluate
     from train.fit import EpochStats, Trainer, obtain_graph
-    from train.sharing import shared_graphs
+    from train.shared_graph import shared_graphs
 
     config = load_config("synthetic", [*target_overrides(args)])
     env = resolve(os.environ)
@@ -198,9 +198,9 @@ def worker(args) -> None:
 
     from train.config import load_config
     from train.distenv import resolve
-    from train.distributed import process_group
     from train.fit import Trainer, obtain_graph
-    from train.sharing import shared_graphs
+    from train.procgroup import process_group
+    from train.shared_graph import shared_graphs
 
     config = load_config("synthetic", overrides(args))
     env = resolve(os.environ)

@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 from bench.evalmem import MODES, summarize
-from tests.localjob import ROOT
+from tests.harness.localjob import ROOT
 
 
 def test_quick_evalmem_bench_measures_both_modes_at_each_world_size(tmp_path):

@@ -18,6 +18,7 @@ from tests.harness.localjob import WORKERS
 from train import checkpoint as ck
 from train.config import load_config
 from train.errors import UserError
+from train.rng import set_rng_state
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -28,7 +29,7 @@ def test_round_trip_keeps_every_field_and_rng_state():
     back = ck.decode(ck.encode(original))
     assert torch.equal(back["model"]["w"], original["model"]["w"])
     assert back["history"] == original["history"] and back["config"] == original["config"]
-    ck.set_rng_state(back["ranks"][1]["rng"])  # torch, python and numpy draw the same again
+    set_rng_state(back["ranks"][1]["rng"])  # torch, python and numpy draw the same again
     again = (torch.rand(3), random.random(), np.random.rand())
     assert torch.equal(again[0], expected[0]) and again[1:] == expected[1:]
 
@@ -121,3 +122,44 @@ def test_world_size_change_only_at_an_epoch_boundary(tmp_path):
     with pytest.raises(UserError, match="saved by 4 ranks in the middle of epoch 2; this run has 2"):
         ck.check_resumable(payload(2, 3, world_size=4), tmp_path / "b.pt", config, {"num_nodes": 10}, 2)
     assert ck.check_resumable(payload(2, 3, world_size=2), tmp_path / "c.pt", config, {"num_nodes": 10}, 2) == []
+
+
+# ---- the state protocol: Checkpointer asks parts, never a Trainer --------------------------------
+class Part:
+    """A minimal `Stateful`: what a checkpoint needs of any part of the run."""
+
+    def __init__(self, **state):
+        self.state = dict(state)
+
+    def state_dict(self) -> dict:
+        return dict(self.state)
+
+    def load_state_dict(self, state: dict) -> None:
+        self.state = dict(state)
+
+
+def test_checkpointer_saves_and_restores_any_parts_that_hand_over_their_state(tmp_path):
+    import torch.distributed as dist
+
+    from train.distenv import resolve
+
+    env = resolve({"SLURM_RESTART_COUNT": "1"}, pick_free_port=lambda: 1)
+    config = load_config("tiny").to_dict()
+    kwargs = dict(config=config, fingerprint={"num_nodes": 10}, keep=2, resume="auto")
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        shared = Part(epoch=2, history=[{"epoch": 0}, {"epoch": 1}], model={"w": torch.ones(2)})
+        own = Part(step=5, stats={"seeds": 7})
+        saver = ck.Checkpointer(tmp_path, env, shared, own, **kwargs)
+        path = saver.save("test")
+        assert path.name == ck.checkpoint_name(2, 5) and saver.save("again") == path  # same position: no rewrite
+        payload = ck.load_checkpoint(path)
+        assert payload["ranks"] == [{"step": 5, "stats": {"seeds": 7}}] and payload["restart_count"] == 1
+        assert payload["world_size"] == 1 and payload["config"] == config
+
+        fresh_shared, fresh_own = Part(), Part()
+        assert ck.Checkpointer(tmp_path, env, fresh_shared, fresh_own, **kwargs).resume()
+        assert fresh_shared.state["epoch"] == 2 and torch.equal(fresh_shared.state["model"]["w"], torch.ones(2))
+        assert fresh_own.state == {"step": 5, "stats": {"seeds": 7}}
+    finally:
+        dist.destroy_process_group()

@@ -9,8 +9,8 @@ import torch
 from tests.harness.reddit_files import write_reddit_raw
 from train.config import DataConfig
 from train.data import load_graph, prepare_dataset, synthetic_graph
+from train.epoch_split import epoch_order, rank_shard
 from train.errors import UserError
-from train.shards import epoch_order, rank_shard
 
 
 def test_synthetic_is_deterministic_and_split_is_a_partition():
@@ -55,7 +55,7 @@ def test_reddit_loads_from_raw_files(tmp_path):
 
 def test_data_root_defaults_to_data_dir(tmp_path):
     write_reddit_raw(tmp_path)
-    assert prepare_dataset(DataConfig(name="Reddit"), environ={"DATA_DIR": str(tmp_path)}) == tmp_path
+    assert prepare_dataset(DataConfig(name="Reddit"), data_dir=str(tmp_path)) == tmp_path
 
 
 def test_missing_dataset_offline_says_to_prepare_on_a_login_node(tmp_path, monkeypatch):

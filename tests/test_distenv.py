@@ -320,3 +320,52 @@ def test_every_bad_environment_is_one_message_and_status_2_from_the_cli():
                 or not all(name in done.stderr for name in names):
             failures.append(f"{case_id}: rc {done.returncode}: {done.stderr.strip()[:300]}")
     assert not failures, "\n".join(failures)
+
+
+# ---- the job's facts beside the rank (train/jobfacts.py) ------------------------------------------
+@pytest.mark.parametrize("environ,restarts,source", [
+    ({}, 0, "default"),
+    ({**WHOLE_JOB_STEP, "SLURM_RESTART_COUNT": "2"}, 2, "SLURM_RESTART_COUNT"),
+    ({**WHOLE_JOB_STEP, "SLURM_RESTART_COUNT": "x"}, 0, "SLURM_RESTART_COUNT (not a count: 'x'; taken as 0)"),
+    # torchrun inside a requeued job: the job's requeues count, not torchrun's worker restarts
+    ({**TORCHRUN_UNDER_SRUN, "SLURM_RESTART_COUNT": "1", "TORCHELASTIC_RESTART_COUNT": "0"}, 1, "SLURM_RESTART_COUNT"),
+    # torchrun alone: its own restart count, in its own contract
+    ({"TORCHELASTIC_RUN_ID": "r", "WORLD_SIZE": "2", "RANK": "1", "MASTER_ADDR": "h", "MASTER_PORT": "29500",
+      "TORCHELASTIC_RESTART_COUNT": "3"}, 3, "TORCHELASTIC_RESTART_COUNT"),
+    # outside torchrun its variable means nothing
+    ({"TORCHELASTIC_RESTART_COUNT": "3"}, 0, "default"),
+])
+def test_restart_count_is_resolved_with_its_source(environ, restarts, source):
+    env = resolve(environ, pick_free_port=fixed_port)
+    assert (env.restart_count, env.sources["restart_count"]) == (restarts, source)
+
+
+def test_job_facts_are_resolved_beside_the_rank_with_their_source():
+    env = resolve({**WHOLE_JOB_STEP, "DATA_DIR": "/shared/data", "SLURM_TMPDIR": "/local/job", "TMPDIR": "/tmp/x",
+                   "CUDA_VISIBLE_DEVICES": "2,3", "SLURM_CLUSTER_NAME": " alpha ", "PYG_SUBMISSION_ID": "s1"},
+                  pick_free_port=fixed_port)
+    assert (env.data_dir, env.node_tmpdirs) == ("/shared/data", ("/local/job", "/tmp/x"))
+    assert env.cuda_visible_devices == "2,3"
+    assert (env.cluster_name, env.submission_id) == ("alpha", "s1")
+    assert env.sources["data_dir"] == "DATA_DIR" and env.sources["node_tmpdirs"] == "SLURM_TMPDIR, TMPDIR"
+    bare = resolve({}, pick_free_port=fixed_port)
+    assert (bare.data_dir, bare.node_tmpdirs, bare.cuda_visible_devices, bare.cluster_name) == (None, (), None, None)
+    assert bare.sources["data_dir"] == "unset" and bare.rank == 0
+
+
+def test_job_facts_alone_are_never_refused():
+    """`python -m train data` runs in a batch script too, where resolve would refuse a lone process."""
+    from train.distenv import job_facts
+
+    with pytest.raises(UserError):
+        resolve({**BATCH, "DATA_DIR": "/d"})
+    facts, sources = job_facts({**BATCH, "DATA_DIR": "/d", "SLURM_RESTART_COUNT": "1"})
+    assert facts["data_dir"] == "/d" and facts["restart_count"] == 1 and sources["data_dir"] == "DATA_DIR"
+
+
+def test_cli_prints_the_job_facts_with_their_sources():
+    done = _run_env({"DATA_DIR": "/d", "SLURM_RESTART_COUNT": "4"})
+    assert done.returncode == 0, done.stderr
+    printed = json.loads(done.stdout)
+    assert printed["data_dir"] == "/d" and printed["restart_count"] == 4
+    assert printed["sources"]["restart_count"] == "SLURM_RESTART_COUNT"

@@ -301,12 +301,12 @@ def test_dataset_check_looks_where_train_data_keeps_the_dataset(tmp_path, name, 
     from train.data import dataset_folder
 
     config = DataConfig(name=name, root=str(tmp_path) if via == "root" else "")
-    environ = {"DATA_DIR": str(tmp_path)} if via == "DATA_DIR" else {}
-    assert probes.inspect_dataset(config, environ)["state"] == "missing"
-    folder = dataset_folder(config, environ)
+    data_dir = str(tmp_path) if via == "DATA_DIR" else None  # DATA_DIR, as resolved at the entry
+    assert probes.inspect_dataset(config, data_dir)["state"] == "missing"
+    folder = dataset_folder(config, data_dir)
     (folder / "processed").mkdir(parents=True)
     (folder / "processed" / "data.pt").write_bytes(b"x" * 10)
-    seen = probes.inspect_dataset(config, environ)
+    seen = probes.inspect_dataset(config, data_dir)
     assert seen["state"] == "present" and seen["dir"] == str(folder) and seen["bytes"] == 10, seen
 
 
@@ -322,10 +322,10 @@ def test_dataset_check_of_your_own_files_looks_at_data_path(tmp_path):
         (folder / name).write_bytes(b"x" * 5)
     for path, size in ((saved, 7), (folder, 10)):
         config = DataConfig(name="files", path=str(path))
-        seen = probes.inspect_dataset(config, {})
-        assert seen["state"] == "present" and seen["dir"] == str(dataset_folder(config, {})) and seen["bytes"] == size
+        seen = probes.inspect_dataset(config, None)
+        assert seen["state"] == "present" and seen["dir"] == str(dataset_folder(config, None)) and seen["bytes"] == size
     for path, detail in ((tmp_path / "nothing", "no files at data.path="), ("", "data.path is empty")):
-        seen = probes.inspect_dataset(DataConfig(name="files", path=str(path)), {})
+        seen = probes.inspect_dataset(DataConfig(name="files", path=str(path)), None)
         assert seen["state"] == "missing" and detail in seen["detail"], seen
         message = levels(checks.check_environment([{**_minimal_record(), "data": seen}]), "data")[0][1]
         assert "set data.path to your graph" in message and "python -m train data" not in message

@@ -17,7 +17,7 @@ from train.distenv import free_port
 from train.errors import UserError
 from train.model import build_model
 from train.sampler import build_csc
-from train.sharing import attach_csc
+from train.shared_graph import attach_csc
 
 
 class _Env:
@@ -43,7 +43,7 @@ def _worker(rank, world, port, out_dir):
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:
         from train.evaluate import RowOwners, evaluate, fetch_rows
-        from train.sharing import plan_sampling
+        from train.sampling_plan import plan_sampling
 
         data = _graph()
         result = {}
@@ -132,7 +132,7 @@ def test_eval_config_mistakes_are_named(overrides, needle):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (evaluation on cuda with nccl)")
 def test_full_and_sampled_evaluation_on_cuda_equal_the_cpu_reference():
     from train.evaluate import evaluate
-    from train.sharing import plan_sampling
+    from train.sampling_plan import plan_sampling
 
     dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
     try:

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def ident(cluster="a", job="2", submission="s1"):
-    return job_identity(job, {"SLURM_CLUSTER_NAME": cluster, "PYG_SUBMISSION_ID": submission})
+    return job_identity(job, cluster, submission)
 
 
 def existing(runs: Path, name: str, identity: dict | None, files=("config.yaml",)) -> Path:

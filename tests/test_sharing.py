@@ -22,19 +22,17 @@ import torch
 from tests.harness.localjob import ROOT, WORKERS, free_port, run_local_job, srun_env
 from train.config import DataConfig, SamplerConfig, load_config
 from train.errors import UserError
-from train.sharing import (
-    GPU_GRAPH_FRACTION,
+from train.sampling_plan import GPU_GRAPH_FRACTION, gpu_placement, plan_sampling
+from train.shared_graph import (
     PREFIX,
     SHM,
     Segment,
     attach_csc,
     choose_dir,
-    gpu_placement,
     graph_csc,
     graph_from_tensors,
     graph_tensors,
     map_tensors,
-    plan_sampling,
     remove_stale,
     segment_name,
     write_tensors,
@@ -162,7 +160,7 @@ def test_small_shm_falls_back_to_disk_or_says_what_is_needed():
 
 
 def test_share_dir_must_exist():
-    from train.sharing import candidate_dirs
+    from train.shared_graph import candidate_dirs
 
     with pytest.raises(UserError, match="data.share_dir='/no/such/dir' is not a directory"):
         candidate_dirs("/no/such/dir")
@@ -254,9 +252,9 @@ def _worker(argv: list[str]) -> None:
     import torch.distributed as dist
 
     from train.distenv import resolve
-    from train.distributed import process_group
     from train.fit import obtain_graph
-    from train.sharing import shared_graphs
+    from train.procgroup import process_group
+    from train.shared_graph import shared_graphs
 
     config = load_config("tiny", argv)
     env = resolve(os.environ)

@@ -195,9 +195,9 @@ def _worker() -> None:
 
     from train.config import load_config
     from train.distenv import resolve
-    from train.distributed import process_group
     from train.fit import Trainer, obtain_graph
-    from train.sharing import shared_graphs
+    from train.procgroup import process_group
+    from train.shared_graph import shared_graphs
 
     config = load_config("tiny", ["trainer.epochs=1", "dist.backend=gloo", "output.progress=lines"])
     env = resolve(os.environ)

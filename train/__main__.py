@@ -62,7 +62,7 @@ def exit_without_teardown(code: int) -> None:
     ranks that had printed their final result; cf. pytorch/pytorch#75097). Everything this
     program writes is closed by now, so skipping the teardown loses nothing.
     """
-    atexit._run_exitfuncs()  # e.g. shared-memory cleanup registered by train.sharing
+    atexit._run_exitfuncs()  # e.g. shared-memory cleanup registered by train.shared_graph
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

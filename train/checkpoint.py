@@ -12,9 +12,10 @@ that is truncated or corrupted anyway (a full disk, a bad copy) fails the length
 test and is skipped with a warning that names it; the one before it is used.
 
 `load_checkpoint(path)` reads one back (weights_only: no code runs while loading).
-The payload: model and optimizer state, epoch, every rank's step, epoch statistics and RNG
-states (torch, CUDA, numpy, python), the seeds of the per-epoch shuffle and of the sampler,
-the metrics history, the config, the world size and a fingerprint of the graph.
+The payload: what the run's parts hand over (`Checkpointer`: model and optimizer state, epoch,
+the metrics history, the seeds of the per-epoch shuffle and of the sampler, and every rank's
+step, epoch statistics and RNG states), then the config, the world size and a fingerprint of
+the graph, which `check_resumable` compares before anything is loaded.
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
+from train.distenv import DistEnv
 from train.errors import UserError
 
 MAGIC = b"PYGCKPT1"
@@ -264,38 +266,13 @@ def describe(path: Path, payload: dict) -> str:
     return f"{path} ({where}, {payload.get('reason', '?')}, saved {saved})"
 
 
-# ---- a Trainer's state --------------------------------------------------------------------------
-def rng_state() -> dict:
-    """Every RNG of this process that the run draws from (numpy's as a tensor: weights_only)."""
-    import random
+# ---- the run's parts ----------------------------------------------------------------------------
+class Stateful(Protocol):
+    """A part of the run that survives a restart: it hands over its state and takes it back."""
 
-    import numpy as np
-    import torch
+    def state_dict(self) -> dict: ...
 
-    kind, key, pos, has_gauss, gauss = np.random.get_state()
-    state = {
-        "torch": torch.get_rng_state(),
-        "python": random.getstate(),
-        "numpy": {"kind": kind, "key": torch.from_numpy(key.astype(np.int64)), "pos": int(pos),
-                  "has_gauss": int(has_gauss), "gauss": float(gauss)},
-    }
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def set_rng_state(state: dict) -> None:
-    import random
-
-    import numpy as np
-    import torch
-
-    torch.set_rng_state(state["torch"])
-    random.setstate(state["python"])
-    n = state["numpy"]
-    np.random.set_state((n["kind"], n["key"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["gauss"]))
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+    def load_state_dict(self, state: dict) -> None: ...
 
 
 def graph_fingerprint(data) -> dict:
@@ -308,77 +285,49 @@ def graph_fingerprint(data) -> dict:
     }
 
 
-def _rank_state(trainer) -> dict:
-    import dataclasses
-
-    return {"step": trainer.state.step, "stats": dataclasses.asdict(trainer.state.stats), "rng": rng_state()}
-
-
-def restore(trainer, payload: dict) -> None:
-    """Put a checkpoint's state into `trainer` (every rank; model and optimizer are replicated)."""
-    from train.fit import EpochStats
-
-    trainer.model.load_state_dict(payload["model"])
-    trainer.optimizer.load_state_dict(payload["optimizer"])
-    trainer.state.epoch = payload["epoch"]
-    trainer.state.history = list(payload["history"])
-    if payload["world_size"] == trainer.env.world_size:
-        mine = payload["ranks"][trainer.env.rank]
-        trainer.state.step = mine["step"]
-        trainer.state.stats = EpochStats(**mine["stats"])
-        set_rng_state(mine["rng"])
-    else:  # resharded at an epoch boundary (check_resumable refused anything else)
-        trainer.state.step, trainer.state.stats = 0, EpochStats()
-
-
 class Checkpointer:
-    """Saving and resuming for one run directory; every method is collective (all ranks call it)."""
+    """Saving and resuming for one run directory; every method is collective (all ranks call it).
 
-    def __init__(self, trainer, out_dir: Path, environ=os.environ):
-        self.trainer = trainer
+    What is saved comes from two parts: `shared`, what every rank holds alike (model, optimizer,
+    epoch, history: rank 0's is written), and `own`, each rank's own (its step in the epoch,
+    statistics, RNGs: gathered from all). Their `state_dict()` keys are the payload's; this class
+    reads only "epoch" (shared) and "step" (own), which name the file and place it in training.
+    """
+
+    def __init__(self, out_dir: Path, env: DistEnv, shared: Stateful, own: Stateful, *, config: dict,
+                 fingerprint: dict, keep: int, resume: str):
         self.directory = Path(out_dir) / CHECKPOINT_DIR
-        self.keep = trainer.config.trainer.keep_checkpoints
-        self.environ = environ
-        self.fingerprint = graph_fingerprint(trainer.data)
+        self.env, self.shared, self.own = env, shared, own
+        self.config, self.fingerprint, self.keep, self.mode = config, fingerprint, keep, resume
         self.last_save_time = time.monotonic()
         self.last_position: tuple | None = None
         self.last_path: Path | None = None
 
     def _say(self, message: str) -> None:
-        if self.trainer.env.is_main:
+        if self.env.is_main:
             print(message, flush=True)
+
+    def seconds_since_save(self) -> float:
+        return time.monotonic() - self.last_save_time
 
     # -- save
     def save(self, reason: str) -> Path | None:
         """Rank 0 writes the run's state; returns its path (None if nothing changed since the last)."""
         import torch.distributed as dist
-        from train.shards import derive_seed
 
-        trainer, env = self.trainer, self.trainer.env
+        env = self.env
         ranks: list = [None] * env.world_size
-        dist.all_gather_object(ranks, _rank_state(trainer))
-        position = (trainer.state.epoch, tuple(r["step"] for r in ranks))
+        dist.all_gather_object(ranks, self.own.state_dict())
+        shared = self.shared.state_dict()  # references, no copies: alike on every rank, rank 0's is written
+        position = (shared["epoch"], tuple(r["step"] for r in ranks))
         if position == self.last_position:
             return self.last_path
         outcome = [None]
         if env.is_main:
-            cfg = trainer.config
             payload = {
-                "format": FORMAT_VERSION,
-                "epoch": trainer.state.epoch,
-                "position_step": max(position[1]),
-                "ranks": ranks,
-                "model": trainer.model.state_dict(),
-                "optimizer": trainer.optimizer.state_dict(),
-                "history": trainer.state.history,
-                "seeds": {"shuffle": cfg.trainer.seed, "sampler": derive_seed(cfg.trainer.seed, 1)},
-                "config": cfg.to_dict(),
-                "world_size": env.world_size,
-                "data": self.fingerprint,
-                "reason": reason,
-                "saved_at": time.time(),
-                "job_id": env.job_id,
-                "restart_count": int(self.environ.get("SLURM_RESTART_COUNT") or 0),
+                "format": FORMAT_VERSION, **shared, "position_step": max(position[1]), "ranks": ranks,
+                "config": self.config, "world_size": env.world_size, "data": self.fingerprint, "reason": reason,
+                "saved_at": time.time(), "job_id": env.job_id, "restart_count": env.restart_count,
             }
             try:
                 outcome[0] = str(save_checkpoint(self.directory, payload, self.keep))
@@ -396,8 +345,7 @@ class Checkpointer:
     # -- resume
     def _find(self) -> dict:
         """Rank 0: which checkpoint to resume from under trainer.resume, as a message for all."""
-        trainer, env = self.trainer, self.trainer.env
-        mode = trainer.config.trainer.resume
+        mode = self.mode
         if mode == "never":
             if list_checkpoints(self.directory):
                 aside = self.directory.with_name(f"{CHECKPOINT_DIR}.replaced-{time.strftime('%Y%m%d-%H%M%S')}")
@@ -408,8 +356,8 @@ class Checkpointer:
             remove_stale_temporaries(self.directory)
             found = find_latest_valid(self.directory)
             if found is None:
-                if int(self.environ.get("SLURM_RESTART_COUNT") or 0) > 0:
-                    warn(f"job restart {self.environ['SLURM_RESTART_COUNT']} but no usable checkpoint in "
+                if self.env.restart_count > 0:
+                    warn(f"job restart {self.env.restart_count} but no usable checkpoint in "
                          f"{self.directory}: training starts from the beginning")
                 return {}
             path, payload = found
@@ -422,14 +370,14 @@ class Checkpointer:
                 payload = load_checkpoint(path)
             except CorruptCheckpoint as exc:
                 raise UserError(f"trainer.resume={mode!r}: the checkpoint is not usable ({exc}).") from None
-        notes = check_resumable(payload, path, trainer.config.to_dict(), self.fingerprint, env.world_size)
+        notes = check_resumable(payload, path, self.config, self.fingerprint, self.env.world_size)
         return {"payload": payload, "path": str(path), "notes": notes}
 
     def resume(self) -> bool:
         """Continue from a checkpoint as trainer.resume says; True if the run resumed."""
         import torch.distributed as dist
 
-        trainer, env = self.trainer, self.trainer.env
+        env = self.env
         message: list = [None]
         if env.is_main:
             try:
@@ -445,33 +393,18 @@ class Checkpointer:
         if "payload" not in found:
             return False
         payload = found["payload"]
-        restore(trainer, payload)
+        self.shared.load_state_dict(payload)  # model and optimizer are replicated: every rank loads them
+        if payload["world_size"] == env.world_size:
+            self.own.load_state_dict(payload["ranks"][env.rank])
+        # else resharded at an epoch boundary (check_resumable refused anything else): a fresh epoch start
         for note in found["notes"]:
             self._say(note)
-        restarts = self.environ.get("SLURM_RESTART_COUNT")
+        restarts = env.restart_count
+        told = restarts > 0 or env.sources.get("restart_count") == "SLURM_RESTART_COUNT"  # SLURM's, even 0
         self._say(f"resuming from {describe(Path(found['path']), payload)}"
-                  + (f"; job {env.job_id} restart {restarts}" if restarts else ""))
+                  + (f"; job {env.job_id} restart {restarts}" if told else ""))
         if payload["world_size"] == env.world_size and Path(found["path"]).parent == self.directory:
             # saving the same position again would only rewrite this file
             self.last_position = (payload["epoch"], tuple(r["step"] for r in payload["ranks"]))
             self.last_path = Path(found["path"])
         return True
-
-
-def settle_gradient_buckets(trainer) -> None:
-    """One forward and backward pass on a one-node dummy input before the first real step.
-
-    DDP lays its gradient buckets out anew after the first backward pass (in the order the
-    gradients became ready). With 3 or more ranks the all-reduce sums each gradient in an
-    order that depends on that layout, so a resumed run, whose first step would still use
-    the initial layout, would end some ULPs away from an uninterrupted run. Settling the
-    layout on every run, fresh or resumed, gives every real step the same layout. Collective
-    (every rank calls it once); no optimizer step, the gradients are dropped.
-    """
-    import torch
-
-    x = torch.zeros(1, trainer.data.num_features, device=trainer.device)
-    edge_index = torch.empty(2, 0, dtype=torch.long, device=trainer.device)
-    trainer.ddp.train()
-    trainer.ddp(x, edge_index).sum().backward()
-    trainer.optimizer.zero_grad(set_to_none=True)

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import os
+
 from train.cli_fit import add_config_arguments as add_arguments  # noqa: F401  (same arguments as fit)
 from train.config import load_config
 
 
 def main(args) -> int:
     from train.data import prepare_dataset
+    from train.distenv import job_facts
 
     config = load_config(args.config, args.overrides)
-    root = prepare_dataset(config.data)
+    facts, _sources = job_facts(os.environ)  # DATA_DIR, read here at the entry
+    root = prepare_dataset(config.data, facts["data_dir"])
     print(f"dataset {config.data.name} ready under {root}")
     return 0

@@ -8,7 +8,6 @@ runs on a login node, since compute nodes often have no internet.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,9 +69,9 @@ SYNTHETIC = "synthetic"
 FILES = "files"  # the user's own graph at data.path (train/graphfiles.py)
 
 
-def data_root(config: DataConfig, environ=os.environ) -> Path:
-    """`data.root`, else $DATA_DIR, else ./data (a shared path on a cluster)."""
-    return Path(config.root or environ.get("DATA_DIR") or "data")
+def data_root(config: DataConfig, data_dir: str | None = None) -> Path:
+    """`data.root`, else `data_dir` ($DATA_DIR, resolved at the entry: `DistEnv.data_dir`), else ./data."""
+    return Path(config.root or data_dir or "data")
 
 
 def check_dataset_name(name: str) -> None:
@@ -168,14 +167,14 @@ def _open(name: str, root: Path) -> Data:
                         f"{advice[0].upper()}{advice[1:]} and {prepare_again(name)}.") from None
 
 
-def dataset_folder(config: DataConfig, environ=os.environ) -> Path | None:
+def dataset_folder(config: DataConfig, data_dir: str | None = None) -> Path | None:
     """Where dataset `config.name` lives on disk (data.path for files; None for synthetic), for checks."""
     check_dataset_name(config.name)
     if config.name == SYNTHETIC:
         return None
     if config.name == FILES:
         return Path(config.path)
-    return DATASETS[config.name].folder(data_root(config, environ))
+    return DATASETS[config.name].folder(data_root(config, data_dir))
 
 
 def is_prepared(name: str, root: Path) -> bool:
@@ -183,10 +182,10 @@ def is_prepared(name: str, root: Path) -> bool:
     return all((spec.folder(root) / f).is_file() for f in spec.processed)
 
 
-def prepare_dataset(config: DataConfig, environ=os.environ) -> Path:
+def prepare_dataset(config: DataConfig, data_dir: str | None = None) -> Path:
     """Download and process a real dataset into the data root (run once, on a login node)."""
     check_dataset_name(config.name)
-    root = data_root(config, environ)
+    root = data_root(config, data_dir)
     if config.name in (SYNTHETIC, FILES) or is_prepared(config.name, root):
         return root  # generated, the user's own files (checked as they load), or processed already
     root.mkdir(parents=True, exist_ok=True)
@@ -194,7 +193,7 @@ def prepare_dataset(config: DataConfig, environ=os.environ) -> Path:
     return root
 
 
-def load_graph(config: DataConfig, environ=os.environ) -> Data:
+def load_graph(config: DataConfig, data_dir: str | None = None) -> Data:
     """The graph for `config`; a real dataset must already be prepared (see `prepare_dataset`)."""
     check_dataset_name(config.name)
     if config.name == SYNTHETIC:
@@ -203,7 +202,7 @@ def load_graph(config: DataConfig, environ=os.environ) -> Data:
         from train.graphfiles import load_files
 
         return load_files(config.path)
-    root = data_root(config, environ)
+    root = data_root(config, data_dir)
     root.mkdir(parents=True, exist_ok=True)
     return _open(config.name, root)
 

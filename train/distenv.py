@@ -38,24 +38,18 @@ port). `python -m train env --port` prints it for scripts.
 from __future__ import annotations
 
 import dataclasses
-import re
 import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-import hostlist
-
+from train.envvalues import (  # noqa: F401 (the value forms: public here, where the contract is documented)
+    PORT_BASE, PORT_SPAN, check_master_addr, expand_nodelist, expand_tasks_per_node, parse_job_id, port_for_job,
+)
+from train.envvalues import parse_int as _parse_int
 from train.errors import UserError
+from train.jobfacts import read_facts
 
 LOCAL_ADDR = "127.0.0.1"
-# MASTER_PORT from the job id: the whole id (not its last four digits: jobs 12345 and 22345 would
-# share a port) folded into 10000..32767, below Linux's ephemeral range (32768-60999), so no
-# outgoing connection of the node holds the port by chance. Two jobs get one port only when their
-# ids differ by a multiple of PORT_SPAN and they share a first node at the same time; rank 0 then
-# fails at once naming the port and its holder (train.distributed).
-PORT_BASE = 10000
-PORT_SPAN = 22768
-
 JOB_ID_VARS = ("SLURM_JOB_ID", "SLURM_JOBID")
 STEP_ID_VARS = ("SLURM_STEP_ID", "SLURM_STEPID")
 SLURM_WORLD_VARS = ("SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "SLURM_NPROCS")
@@ -92,6 +86,13 @@ class DistEnv:
     # torchrun's agent already serves the store at MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE=True):
     # rank 0 connects as a client instead of binding it again (torch would log a bind error).
     agent_store: bool = False
+    # Facts of the job beside the rank (train/jobfacts.py), so that nothing below the entry reads os.environ:
+    restart_count: int = 0  # SLURM's requeues of this job (under torchrun outside SLURM: torchrun's restarts)
+    data_dir: str | None = None  # DATA_DIR: the datasets' root unless data.root says otherwise
+    node_tmpdirs: tuple[str, ...] = ()  # node-local scratch: SLURM_TMPDIR, TMPDIR (set ones, in that order)
+    cuda_visible_devices: str | None = None  # as the launcher left it; for messages about device binding
+    cluster_name: str | None = None  # SLURM_CLUSTER_NAME: job ids repeat across clusters (train/rundir.py)
+    submission_id: str | None = None  # PYG_SUBMISSION_ID: one id for every requeue of a `make submit`
     sources: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -134,79 +135,6 @@ def check_empty(environ: Mapping[str, str]) -> None:
         )
 
 
-def _parse_int(name: str, value: str, minimum: int) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise UserError(f"{name}={value!r} is not an integer; expected an integer >= {minimum}.") from None
-    if number < minimum:
-        raise UserError(f"{name}={value!r} is out of range; expected an integer >= {minimum}.")
-    return number
-
-
-_TASKS_ITEM = re.compile(r"^(\d+)(?:\(x(\d+)\))?$")
-
-
-def expand_tasks_per_node(name: str, value: str) -> list[int]:
-    """SLURM's compressed tasks-per-node form, e.g. "2(x3),1" -> [2, 2, 2, 1]."""
-    counts: list[int] = []
-    for item in value.split(","):
-        match = _TASKS_ITEM.match(item.strip())
-        if not match or int(match.group(1)) < 1 or int(match.group(2) or 1) < 1:
-            raise UserError(
-                f"{name}={value!r} is not a tasks-per-node list; expected a form like '4' or '2(x3),1'."
-            )
-        count, repeat = int(match.group(1)), int(match.group(2) or 1)
-        counts.extend([count] * repeat)
-    return counts
-
-
-def expand_nodelist(name: str, value: str) -> list[str]:
-    """A SLURM node list such as "gpu[007-008],cpu1" expanded with python-hostlist."""
-    try:
-        hosts = hostlist.expand_hostlist(value)
-    except hostlist.BadHostlist as exc:
-        raise UserError(f"{name}={value!r} is not a valid node list ({exc}); expected e.g. 'node[01-04],gpu7'.") from None
-    hosts = [h.strip() for h in hosts]  # "a, b": spaces after commas are not part of a name
-    if not hosts or any(not h or any(c.isspace() for c in h) for h in hosts):
-        raise UserError(f"{name}={value!r} is not a valid node list; expected e.g. 'node[01-04],gpu7'.")
-    return hosts
-
-
-_HOST = re.compile(r"^[A-Za-z0-9_.:%-]+$")  # a hostname, an IPv4 or an IPv6 address
-
-
-def check_master_addr(name: str, value: str) -> str:
-    """One host: not a host-list expression (`n[1-4]`, `a,b`), no spaces."""
-    if _HOST.match(value):
-        return value
-    hint = ""
-    if any(c in value for c in "[],") and not any(c.isspace() for c in value):
-        try:
-            hint = f" (its first host is {hostlist.expand_hostlist(value)[0]!r})"
-        except (hostlist.BadHostlist, IndexError):
-            hint = ""
-        problem = "is a host-list expression"
-    elif any(c.isspace() for c in value):
-        problem = "contains spaces"
-    else:
-        problem = "is not a hostname or an IP address"
-    raise UserError(f"{name}={value!r} {problem}; expected one host, e.g. MASTER_ADDR=node01 or 10.0.0.1{hint}.")
-
-
-def parse_job_id(name: str, value: str) -> int:
-    """A SLURM job id as a number; the array form A_T counts as A and T."""
-    if not re.fullmatch(r"\d+(_\d+)?", value):
-        raise UserError(f"{name}={value!r} is not a numeric job id; set MASTER_PORT explicitly.")
-    parent, _, task = value.partition("_")
-    return int(parent) + int(task or 0)
-
-
-def port_for_job(job_id: str, name: str = "SLURM_JOB_ID") -> int:
-    """The master port of a job when MASTER_PORT is unset: PORT_BASE + job id mod PORT_SPAN."""
-    return PORT_BASE + parse_job_id(name, job_id) % PORT_SPAN
-
-
 # SLURM's own steps that are not srun's: the batch script, the extern and salloc's interactive step
 # (by name, or by their ids 0xfffffffa..0xfffffffe as some versions print them).
 NON_SRUN_STEPS = {"batch", "extern", "interactive", *(str(n) for n in range(0xFFFFFFFA, 0xFFFFFFFF))}
@@ -229,22 +157,6 @@ def launcher(environ: Mapping[str, str]) -> str:
     if _first(environ, JOB_ID_VARS):
         return ALLOCATION
     return PLAIN
-
-
-class _Reader:
-    """Reads integers from `environ`, recording in `sources` which variable gave each field."""
-
-    def __init__(self, environ: Mapping[str, str]):
-        self.environ = environ
-        self.sources: dict[str, str] = {}
-
-    def integer(self, field_name: str, names: tuple[str, ...], minimum: int, record: bool = True) -> tuple[str, int] | None:
-        found = _first(self.environ, names)
-        if found is None:
-            return None
-        if record:
-            self.sources[field_name] = found[0]
-        return found[0], _parse_int(found[0], found[1], minimum)
 
 
 def _agree(explicit: tuple[str, int] | None, slurm: tuple[str, int] | None, what: str) -> None:
@@ -325,6 +237,226 @@ def _step_note(environ: Mapping[str, str]) -> str:
     return f"{step[0]}={step[1]} is SLURM's own step, not srun's" if step else "no SLURM_STEP_ID"
 
 
+class _Reading:
+    """One resolution under way: the environment, the launcher, the fields found so far and their sources."""
+
+    def __init__(self, environ: Mapping[str, str], kind: str, pick_free_port: Callable[[], int] = free_port):
+        self.environ, self.kind, self.pick_free_port = environ, kind, pick_free_port
+        self.use_slurm = kind in (STEP, PLAIN)  # PLAIN: SLURM-like variables without a job id (hand-made)
+        self.sources: dict[str, str] = {}
+        self.values: dict = {}
+        self.tasks_list: tuple[str, str] | None = None  # (variable, value) of SLURM's tasks-per-node list
+        self.tasks_per_node: list[int] | None = None
+        self.explicit_local: tuple[str, int] | None = None
+
+    def first(self, names: tuple[str, ...]) -> tuple[str, str] | None:
+        return _first(self.environ, names)
+
+    def integer(self, field_name: str, names: tuple[str, ...], minimum: int,
+                record: bool = True) -> tuple[str, int] | None:
+        """The first of `names` as an integer >= minimum (recorded as the field's source), or None."""
+        found = self.first(names)
+        if found is None:
+            return None
+        if record:
+            self.sources[field_name] = found[0]
+        return found[0], _parse_int(found[0], found[1], minimum)
+
+    def pick(self, field_name: str, minimum: int, what: str) -> int | None:
+        """The field from its explicit variable, else SLURM's; in an srun step both must agree."""
+        explicit_names, slurm_names = VARIABLES[field_name]
+        explicit = self.integer(field_name, explicit_names, minimum)
+        slurm = self.integer(field_name, slurm_names, minimum, record=explicit is None) if self.use_slurm else None
+        if self.kind == STEP:
+            _agree(explicit, slurm, what)
+        chosen = explicit or slurm
+        return None if chosen is None else chosen[1]
+
+    def take(self, field_name: str, value, source: str = "default"):
+        """`value` for the field, given by `source` (a variable, or how it was derived)."""
+        self.sources[field_name] = source
+        return value
+
+
+# ---- one helper per field, in the order they are resolved (later ones read earlier ones) -----------
+def _world_size(r: _Reading) -> int:
+    found = r.pick("world_size", 1, "the number of processes")
+    return r.take("world_size", 1) if found is None else found
+
+
+def _rank(r: _Reading) -> int:
+    rank, world_size = r.pick("rank", 0, "this process's rank"), r.values["world_size"]
+    if rank is None:
+        return r.take("rank", 0)
+    if rank >= world_size:
+        het = r.first(HET_SIZE_VARS)
+        raise UserError(
+            f"{r.sources['rank']}={rank} is not a valid rank for a world of {world_size} processes "
+            f"({r.sources['world_size']}={world_size}); expected 0..{world_size - 1}. "
+            + (f"This step spans several components of a heterogeneous job ({het[0]}={het[1]}); train on one: "
+               "srun --het-group=N ..." if het and r.kind == STEP else
+               "Were these variables left over from another job?")
+        )
+    return rank
+
+
+def _num_nodes(r: _Reading) -> int:
+    """GROUP_WORLD_SIZE (torchrun) or SLURM's node count, else the length of SLURM's tasks-per-node list."""
+    names = ("GROUP_WORLD_SIZE",) if r.kind == TORCHRUN else SLURM_NODES_VARS if r.use_slurm else ()
+    found = r.integer("num_nodes", names, 1)
+    num_nodes = found[1] if found else None
+    r.explicit_local = r.integer("local_world_size", ("LOCAL_WORLD_SIZE",), 1)
+    local = r.explicit_local[1] if r.explicit_local else None
+    r.tasks_list = r.first(SLURM_TASKS_LIST_VARS) if r.use_slurm else None
+    if r.tasks_list is not None:
+        r.tasks_per_node = expand_tasks_per_node(*r.tasks_list)
+        if local is None:
+            r.sources["local_world_size"] = r.tasks_list[0]
+        if num_nodes is None:
+            num_nodes = r.take("num_nodes", len(r.tasks_per_node), r.tasks_list[0])
+        world_var, world_size = r.sources["world_size"], r.values["world_size"]
+        if world_var in SLURM_WORLD_VARS and sum(r.tasks_per_node) != world_size:
+            raise UserError(f"{r.tasks_list[0]}={r.tasks_list[1]} adds up to {sum(r.tasks_per_node)} tasks but "
+                            f"{world_var}={world_size}; the two must agree.")
+    elif local is None and r.use_slurm:
+        local = (r.integer("local_world_size", ("SLURM_NTASKS_PER_NODE",), 1) or (None, None))[1]
+    r.values["local_world_size"] = local  # provisional: `_local_world_size` completes it
+    if num_nodes is None:
+        if local is not None:
+            num_nodes = r.take("num_nodes", -(-r.values["world_size"] // local),
+                                  "derived from world_size / local_world_size")
+        else:
+            num_nodes = r.take("num_nodes", 1)
+    if r.tasks_per_node is not None and len(r.tasks_per_node) != num_nodes:
+        raise UserError(f"{r.tasks_list[0]} lists {len(r.tasks_per_node)} nodes but "
+                        f"{r.sources['num_nodes']}={num_nodes}; the two must agree.")
+    return num_nodes
+
+
+def _node_rank(r: _Reading) -> int:
+    node_rank, num_nodes = r.pick("node_rank", 0, "this node's rank"), r.values["num_nodes"]
+    if node_rank is None:
+        per_node = r.values["local_world_size"] or (
+            r.tasks_per_node[0] if r.tasks_per_node else r.values["world_size"] // num_nodes or 1)
+        node_rank = r.take("node_rank", min(r.values["rank"] // per_node, num_nodes - 1), "derived from rank")
+    if node_rank >= num_nodes:
+        raise UserError(f"{r.sources['node_rank']}={node_rank} is not a valid node rank for {num_nodes} nodes "
+                        f"({r.sources['num_nodes']}); expected 0..{num_nodes - 1}.")
+    return node_rank
+
+
+def _local_world_size(r: _Reading) -> int:
+    local, world_size, num_nodes = r.values["local_world_size"], r.values["world_size"], r.values["num_nodes"]
+    if r.tasks_per_node is not None:
+        mine = r.tasks_per_node[r.values["node_rank"]]
+        if r.explicit_local is not None and r.kind == STEP:
+            _agree(r.explicit_local, (r.tasks_list[0], mine), "processes on this node")
+        if local is None:
+            local = mine
+    if local is None:
+        if num_nodes == 1:
+            local = r.take("local_world_size", world_size, "derived: one node")
+        else:
+            local = r.take("local_world_size", -(-world_size // num_nodes), "derived: world_size / num_nodes")
+    return local
+
+
+def _local_rank(r: _Reading) -> int:
+    local_rank, local = r.pick("local_rank", 0, "this process's rank on its node"), r.values["local_world_size"]
+    if local_rank is None:
+        local_rank = r.take("local_rank", r.values["rank"] % local, "derived from rank")
+    if local_rank >= local:
+        raise UserError(
+            f"{r.sources['local_rank']}={local_rank} is not a valid local rank for {local} "
+            f"processes on this node ({r.sources['local_world_size']}={local}); expected 0..{local - 1}."
+        )
+    if local > r.values["world_size"]:
+        raise UserError(f"{r.sources['local_world_size']}={local} is larger than the world size "
+                        f"({r.sources['world_size']}={r.values['world_size']}).")
+    return local_rank
+
+
+def _job_id(r: _Reading) -> str | None:
+    job = r.first(JOB_ID_VARS)
+    if job is None:
+        return None
+    r.sources["job_id"] = job[0]
+    return job[1]
+
+
+def _master_addr(r: _Reading) -> str:
+    """MASTER_ADDR (one host), else the first host of the step's node list."""
+    found = r.first(("MASTER_ADDR",))
+    if found is not None:
+        addr = check_master_addr(*found)
+        r.sources["master_addr"] = found[0]
+        step = r.first(("SLURM_STEP_NODELIST",))
+        job = r.first(("SLURM_JOB_NODELIST", "SLURM_NODELIST"))
+        if r.kind == STEP and step is not None and job is not None:
+            step_hosts = expand_nodelist(*step)
+            if addr in expand_nodelist(*job) and addr not in step_hosts:
+                raise UserError(
+                    f"MASTER_ADDR={addr} is a node of the job ({job[0]}={job[1]}) but not of this srun step "
+                    f"({step[0]}={step[1]}): nobody would listen there. Unset MASTER_ADDR (the step's first "
+                    f"node, {step_hosts[0]}, is then used) or set it to a node of the step."
+                )
+        return addr
+    found = r.first(SLURM_NODELIST_VARS) if r.use_slurm else None
+    if found is not None:
+        r.sources["master_addr"] = found[0]
+        return expand_nodelist(*found)[0]
+    world_size, num_nodes = r.values["world_size"], r.values["num_nodes"]
+    if world_size > 1 and num_nodes > 1:
+        raise UserError(f"{world_size} processes on {num_nodes} nodes but neither MASTER_ADDR nor "
+                        "SLURM_STEP_NODELIST is set; set MASTER_ADDR to the first node's hostname.")
+    return r.take("master_addr", LOCAL_ADDR)
+
+
+def _master_port(r: _Reading) -> int:
+    """MASTER_PORT, else the job's port (`port_for_job`), else (one process) any free port."""
+    found = r.first(("MASTER_PORT",))
+    if found is not None:
+        port = _parse_int(found[0], found[1], 1)
+        if port > 65535:
+            raise UserError(f"MASTER_PORT={found[1]!r} is out of range; expected 1..65535.")
+        r.sources["master_port"] = found[0]
+        return port
+    world_size = r.values["world_size"]
+    if world_size == 1:  # nobody else connects: a free port cannot collide with another job
+        return r.take("master_port", r.pick_free_port(), "free port")
+    job = r.first(JOB_ID_VARS) if r.use_slurm or r.kind == ALLOCATION else None
+    if job is not None:
+        return r.take("master_port", port_for_job(job[1], job[0]), f"{PORT_BASE} + {job[0]} mod {PORT_SPAN}")
+    raise UserError(f"{world_size} processes but neither MASTER_PORT nor SLURM_JOB_ID is set; "
+                    "set MASTER_PORT to the same free port on every process.")
+
+
+def _agent_store(r: _Reading) -> bool:
+    value = r.environ.get("TORCHELASTIC_USE_AGENT_STORE", "")
+    return r.kind == TORCHRUN and value.strip().lower() == "true"
+
+
+# field -> (its own variables, SLURM's): `_Reading.pick` takes the first set, its own ones first.
+VARIABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "world_size": (("WORLD_SIZE",), SLURM_WORLD_VARS),
+    "rank": (("RANK",), ("SLURM_PROCID",)),
+    "num_nodes": (("GROUP_WORLD_SIZE",), SLURM_NODES_VARS),
+    "local_world_size": (("LOCAL_WORLD_SIZE",), (*SLURM_TASKS_LIST_VARS, "SLURM_NTASKS_PER_NODE")),
+    "node_rank": (("GROUP_RANK", "NODE_RANK"), ("SLURM_NODEID",)),
+    "local_rank": (("LOCAL_RANK",), ("SLURM_LOCALID",)),
+    "job_id": ((), JOB_ID_VARS),
+    "master_addr": (("MASTER_ADDR",), SLURM_NODELIST_VARS),
+    "master_port": (("MASTER_PORT",), JOB_ID_VARS),
+    "agent_store": (("TORCHELASTIC_USE_AGENT_STORE",), ()),
+}
+# The rank and the rendezvous, in the order they are resolved (a field may read those before it).
+PLACEMENT: tuple[tuple[str, Callable[[_Reading], object]], ...] = (
+    ("world_size", _world_size), ("rank", _rank), ("num_nodes", _num_nodes), ("node_rank", _node_rank),
+    ("local_world_size", _local_world_size), ("local_rank", _local_rank), ("job_id", _job_id),
+    ("master_addr", _master_addr), ("master_port", _master_port), ("agent_store", _agent_store),
+)
+
+
 def resolve(environ: Mapping[str, str], pick_free_port: Callable[[], int] = free_port,
             command: str = "python -m train fit ...") -> DistEnv:
     """Resolve the contract from `environ` (pure, apart from `pick_free_port` for local runs).
@@ -338,178 +470,13 @@ def resolve(environ: Mapping[str, str], pick_free_port: Callable[[], int] = free
     _check_heterogeneous(environ, kind)
     if kind == ALLOCATION and _first(environ, ("WORLD_SIZE",)) is None:
         _not_under_srun(environ, command)
-    read = _Reader(environ)
-    sources = read.sources
-    use_slurm = kind in (STEP, PLAIN)  # PLAIN: SLURM-like variables without a job id (hand-made)
-
-    def pick(field_name: str, explicit_names: tuple[str, ...], slurm_names: tuple[str, ...], minimum: int,
-             what: str) -> int | None:
-        explicit = read.integer(field_name, explicit_names, minimum)
-        slurm = read.integer(field_name, slurm_names, minimum, record=explicit is None) if use_slurm else None
-        if kind == STEP:
-            _agree(explicit, slurm, what)
-        chosen = explicit or slurm
-        return None if chosen is None else chosen[1]
-
-    world_size = pick("world_size", ("WORLD_SIZE",), SLURM_WORLD_VARS, 1, "the number of processes")
-    if world_size is None:
-        world_size, sources["world_size"] = 1, "default"
-    rank = pick("rank", ("RANK",), ("SLURM_PROCID",), 0, "this process's rank")
-    if rank is None:
-        rank, sources["rank"] = 0, "default"
-    if rank >= world_size:
-        het = _first(environ, HET_SIZE_VARS)
-        raise UserError(
-            f"{sources['rank']}={rank} is not a valid rank for a world of {world_size} processes "
-            f"({sources['world_size']}={world_size}); expected 0..{world_size - 1}. "
-            + (f"This step spans several components of a heterogeneous job ({het[0]}={het[1]}); train on one: "
-               "srun --het-group=N ..." if het and kind == STEP else
-               "Were these variables left over from another job?")
-        )
-
-    if kind == TORCHRUN:
-        node_names: tuple[str, ...] = ("GROUP_WORLD_SIZE",)
-    else:
-        node_names = SLURM_NODES_VARS if use_slurm else ()
-    found_nodes = read.integer("num_nodes", node_names, 1)
-    num_nodes = found_nodes[1] if found_nodes else None
-
-    tasks_per_node: list[int] | None = None
-    explicit_local = read.integer("local_world_size", ("LOCAL_WORLD_SIZE",), 1)
-    local_world_size = explicit_local[1] if explicit_local else None
-    tasks_list = _first(environ, SLURM_TASKS_LIST_VARS) if use_slurm else None
-    if tasks_list is not None:
-        tasks_per_node = expand_tasks_per_node(*tasks_list)
-        if local_world_size is None:
-            sources["local_world_size"] = tasks_list[0]
-        if num_nodes is None:
-            num_nodes, sources["num_nodes"] = len(tasks_per_node), tasks_list[0]
-        world_var = sources["world_size"]
-        if world_var in SLURM_WORLD_VARS and sum(tasks_per_node) != world_size:
-            raise UserError(
-                f"{tasks_list[0]}={tasks_list[1]} adds up to {sum(tasks_per_node)} tasks but "
-                f"{world_var}={world_size}; the two must agree."
-            )
-    elif local_world_size is None and use_slurm:
-        local_world_size = (read.integer("local_world_size", ("SLURM_NTASKS_PER_NODE",), 1) or (None, None))[1]
-    if num_nodes is None:
-        if local_world_size is not None:
-            num_nodes = -(-world_size // local_world_size)
-            sources["num_nodes"] = "derived from world_size / local_world_size"
-        else:
-            num_nodes, sources["num_nodes"] = 1, "default"
-    if tasks_per_node is not None and len(tasks_per_node) != num_nodes:
-        raise UserError(
-            f"{tasks_list[0]} lists {len(tasks_per_node)} nodes but "
-            f"{sources['num_nodes']}={num_nodes}; the two must agree."
-        )
-
-    node_names = ("GROUP_RANK", "NODE_RANK")
-    node_rank = pick("node_rank", node_names, ("SLURM_NODEID",), 0, "this node's rank")
-    if node_rank is None:
-        per_node = local_world_size or (tasks_per_node[0] if tasks_per_node else world_size // num_nodes or 1)
-        node_rank, sources["node_rank"] = min(rank // per_node, num_nodes - 1), "derived from rank"
-    if node_rank >= num_nodes:
-        raise UserError(
-            f"{sources['node_rank']}={node_rank} is not a valid node rank for {num_nodes} nodes "
-            f"({sources['num_nodes']}); expected 0..{num_nodes - 1}."
-        )
-
-    if tasks_per_node is not None:
-        if explicit_local is not None and kind == STEP:
-            _agree(explicit_local, (tasks_list[0], tasks_per_node[node_rank]), "processes on this node")
-        if local_world_size is None:
-            local_world_size = tasks_per_node[node_rank]
-    if local_world_size is None:
-        if num_nodes == 1:
-            local_world_size, sources["local_world_size"] = world_size, "derived: one node"
-        else:
-            local_world_size, sources["local_world_size"] = -(-world_size // num_nodes), "derived: world_size / num_nodes"
-
-    local_rank = pick("local_rank", ("LOCAL_RANK",), ("SLURM_LOCALID",), 0, "this process's rank on its node")
-    if local_rank is None:
-        local_rank, sources["local_rank"] = rank % local_world_size, "derived from rank"
-    if local_rank >= local_world_size:
-        raise UserError(
-            f"{sources['local_rank']}={local_rank} is not a valid local rank for {local_world_size} "
-            f"processes on this node ({sources['local_world_size']}={local_world_size}); "
-            f"expected 0..{local_world_size - 1}."
-        )
-    if local_world_size > world_size:
-        raise UserError(
-            f"{sources['local_world_size']}={local_world_size} is larger than the world size "
-            f"({sources['world_size']}={world_size})."
-        )
-
-    job = _first(environ, JOB_ID_VARS)
-    job_id = job[1] if job else None
-    master_addr = _master_addr(environ, kind, use_slurm, world_size, num_nodes, sources)
-    master_port = _master_port(environ, job if use_slurm or kind == ALLOCATION else None, world_size,
-                               pick_free_port, sources)
-    return DistEnv(
-        world_size=world_size,
-        rank=rank,
-        local_rank=local_rank,
-        local_world_size=local_world_size,
-        node_rank=node_rank,
-        num_nodes=num_nodes,
-        master_addr=master_addr,
-        master_port=master_port,
-        job_id=job_id,
-        launcher=kind,
-        agent_store=kind == TORCHRUN and environ.get("TORCHELASTIC_USE_AGENT_STORE", "").strip().lower() == "true",
-        sources=sources,
-    )
+    reading = _Reading(environ, kind, pick_free_port)
+    for name, helper in PLACEMENT:
+        reading.values[name] = helper(reading)
+    facts, fact_sources = read_facts(environ, torchrun=kind == TORCHRUN)  # train/jobfacts.py
+    return DistEnv(**reading.values, **facts, launcher=kind, sources={**reading.sources, **fact_sources})
 
 
-def _master_addr(environ: Mapping[str, str], kind: str, use_slurm: bool, world_size: int, num_nodes: int,
-                 sources: dict[str, str]) -> str:
-    """MASTER_ADDR (one host), else the first host of the step's node list."""
-    found = _first(environ, ("MASTER_ADDR",))
-    if found is not None:
-        addr = check_master_addr(*found)
-        sources["master_addr"] = found[0]
-        step = _first(environ, ("SLURM_STEP_NODELIST",))
-        job = _first(environ, ("SLURM_JOB_NODELIST", "SLURM_NODELIST"))
-        if kind == STEP and step is not None and job is not None:
-            step_hosts = expand_nodelist(*step)
-            if addr in expand_nodelist(*job) and addr not in step_hosts:
-                raise UserError(
-                    f"MASTER_ADDR={addr} is a node of the job ({job[0]}={job[1]}) but not of this srun step "
-                    f"({step[0]}={step[1]}): nobody would listen there. Unset MASTER_ADDR (the step's first "
-                    f"node, {step_hosts[0]}, is then used) or set it to a node of the step."
-                )
-        return addr
-    found = _first(environ, SLURM_NODELIST_VARS) if use_slurm else None
-    if found is not None:
-        sources["master_addr"] = found[0]
-        return expand_nodelist(*found)[0]
-    if world_size > 1 and num_nodes > 1:
-        raise UserError(
-            f"{world_size} processes on {num_nodes} nodes but neither MASTER_ADDR nor "
-            "SLURM_STEP_NODELIST is set; set MASTER_ADDR to the first node's hostname."
-        )
-    sources["master_addr"] = "default"
-    return LOCAL_ADDR
-
-
-def _master_port(environ: Mapping[str, str], job: tuple[str, str] | None, world_size: int,
-                 pick_free_port: Callable[[], int], sources: dict[str, str]) -> int:
-    """MASTER_PORT, else the job's port (`port_for_job`), else (one process) any free port."""
-    found = _first(environ, ("MASTER_PORT",))
-    if found is not None:
-        port = _parse_int(found[0], found[1], 1)
-        if port > 65535:
-            raise UserError(f"MASTER_PORT={found[1]!r} is out of range; expected 1..65535.")
-        sources["master_port"] = found[0]
-        return port
-    if world_size == 1:  # nobody else connects: a free port cannot collide with another job
-        sources["master_port"] = "free port"
-        return pick_free_port()
-    if job is not None:
-        sources["master_port"] = f"{PORT_BASE} + {job[0]} mod {PORT_SPAN}"
-        return port_for_job(job[1], job[0])
-    raise UserError(
-        f"{world_size} processes but neither MASTER_PORT nor SLURM_JOB_ID is set; "
-        "set MASTER_PORT to the same free port on every process."
-    )
+def job_facts(environ: Mapping[str, str]) -> tuple[dict, dict[str, str]]:
+    """The job's facts alone, never refused (no rank): for a command that runs outside a training step."""
+    return read_facts(environ, torchrun=launcher(environ) == TORCHRUN)

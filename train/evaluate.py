@@ -22,10 +22,11 @@ from torch_geometric.data import Data
 
 from train.config import Config
 from train.distenv import DistEnv
+from train.epoch_split import derive_seed, rank_shard, shard_sizes
 from train.model import GNN, hop_counts
 from train.sampler import make_node_loader
-from train.shards import derive_seed, rank_shard, shard_sizes
-from train.sharing import SamplingPlan, graph_csc
+from train.sampling_plan import SamplingPlan
+from train.shared_graph import graph_csc
 
 SPLITS = ("val", "test")
 

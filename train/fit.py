@@ -7,6 +7,7 @@ reproducible, evaluation sharded over all ranks, and metrics written by rank 0.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import json
@@ -27,13 +28,15 @@ from torch_geometric.data import Data
 from train.config import Config, dump_config
 from train.data import num_classes, prepare_dataset
 from train.distenv import DistEnv
-from train.distributed import process_group
+from train.epoch_split import derive_seed, epoch_order, rank_shard
 from train.errors import UserError
 from train.evaluate import evaluate
 from train.model import GNN, build_model, hop_counts
+from train.procgroup import process_group
+from train.rng import ProcessRng
 from train.sampler import make_node_loader
-from train.shards import derive_seed, epoch_order, rank_shard
-from train.sharing import obtain_shared_or_private, plan_sampling, shared_graphs
+from train.sampling_plan import plan_sampling
+from train.shared_graph import obtain_shared_or_private, shared_graphs
 from train.timing import AllReduceProbe, PhaseTimer, reduce_mean
 
 
@@ -61,18 +64,39 @@ class RunState:
     stats: EpochStats = field(default_factory=EpochStats)
     history: list[dict] = field(default_factory=list)
 
+    def state_dict(self) -> dict:
+        """The part every rank holds alike: the epoch in progress and the metrics so far."""
+        return {"epoch": self.epoch, "history": self.history}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.epoch, self.history = state["epoch"], list(state["history"])
+
+
+class RankState:
+    """This rank's own part of a checkpoint: its step in the epoch, its statistics so far, its RNGs."""
+
+    def __init__(self, run: RunState, rng: ProcessRng):
+        self.run, self.rng = run, rng
+
+    def state_dict(self) -> dict:
+        return {"step": self.run.step, "stats": dataclasses.asdict(self.run.stats), "rng": self.rng.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.run.step, self.run.stats = state["step"], EpochStats(**state["stats"])
+        self.rng.load_state_dict(state["rng"])
+
 
 def run_dir(config: Config, env: DistEnv) -> Path:
     """output.dir, else runs/$SLURM_JOB_ID under SLURM, else runs/<timestamp> agreed by all ranks."""
     if config.output.dir:
         path = config.output.dir
     elif env.job_id:  # runs/<jobid> if it is this job's (a requeue resumes it), else its own (train/rundir.py)
-        from train.preemption import restart_count
         from train.rundir import choose, job_identity
 
         chosen = [None, None]
         if env.is_main:
-            found, note = choose(Path("runs"), job_identity(env.job_id), restart_count() > 0)
+            found, note = choose(Path("runs"), job_identity(env.job_id, env.cluster_name, env.submission_id),
+                                 env.restart_count > 0)
             chosen = [str(found), note]
         dist.broadcast_object_list(chosen, src=0)
         if env.is_main and chosen[1]:
@@ -89,10 +113,10 @@ def obtain_graph(config: Config, env: DistEnv) -> Data:
     """Exactly one process prepares (downloads/processes) a dataset; the others wait, then load.
 
     data.share=node: each node's local rank 0 loads it and the node's ranks map that one copy
-    (train/sharing.py); process: every rank loads its own. `data.csc` holds the sampler's CSC.
+    (train/shared_graph.py); process: every rank loads its own. `data.csc` holds the sampler's CSC.
     """
     if env.is_main:
-        prepare_dataset(config.data)
+        prepare_dataset(config.data, env.data_dir)
     dist.barrier()
     return obtain_shared_or_private(config.data, env)
 
@@ -135,13 +159,30 @@ class Trainer:
         self.ddp = DistributedDataParallel(self.model, device_ids=[device.index] if device.type == "cuda" else None)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay)
         self.state = RunState()
-        self.stop_requested = False  # set by a preemption handler; checked at step boundaries
+        self.rank_state = RankState(self.state, ProcessRng())  # this rank's own part of a checkpoint
+        self.stop_requested = False  # set by `request_stop` (the preemption vote); checked at step boundaries
         self.joinables: list = []  # more Joinables that take part in every step (preemption.StepAgreement)
         self.sampling = plan_sampling(data, config.sampler, device)  # sampler.device: where batches are sampled
         self.timer = PhaseTimer(device)  # where each epoch's time goes (train/timing.py)
         self.allreduce_probe = AllReduceProbe(self.model, device)
         if self.sampling.note and env.is_main:
             print(self.sampling.note, flush=True)
+
+    # ---- state (train/checkpoint.py saves and restores it) -------------------------------------
+    def state_dict(self) -> dict:
+        """What every rank holds alike: model, optimizer, epoch, history, and the seeds batches come from."""
+        seed = self.config.trainer.seed
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), **self.state.state_dict(),
+                "seeds": {"shuffle": seed, "sampler": derive_seed(seed, 1)}}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.state.load_state_dict(state)
+
+    def request_stop(self) -> None:
+        """Stop at the next step boundary (all ranks agreed: train/preemption.py)."""
+        self.stop_requested = True
 
     # ---- batches -------------------------------------------------------------------------------
     def epoch_shard(self, epoch: int) -> torch.Tensor:
@@ -287,6 +328,23 @@ class Trainer:
         }
 
 
+def settle_gradient_buckets(ddp: DistributedDataParallel, optimizer, num_features: int, device: torch.device) -> None:
+    """One forward and backward pass on a one-node dummy input before the first real step.
+
+    DDP lays its gradient buckets out anew after the first backward pass (in the order the
+    gradients became ready). With 3 or more ranks the all-reduce sums each gradient in an
+    order that depends on that layout, so a resumed run, whose first step would still use
+    the initial layout, would end some ULPs away from an uninterrupted run. Settling the
+    layout on every run, fresh or resumed, gives every real step the same layout. Collective
+    (every rank calls it once); no optimizer step, the gradients are dropped.
+    """
+    x = torch.zeros(1, num_features, device=device)
+    edge_index = torch.empty(2, 0, dtype=torch.long, device=device)
+    ddp.train()
+    ddp(x, edge_index).sum().backward()
+    optimizer.zero_grad(set_to_none=True)
+
+
 def weights_digest(model: torch.nn.Module) -> str:
     """A SHA-256 over every parameter and buffer, in state-dict order (equal weights, equal digest)."""
     digest = hashlib.sha256()
@@ -324,8 +382,8 @@ def run_fit(config: Config, env: DistEnv) -> int:
 
 def _train(config: Config, env: DistEnv, backend: str, device: torch.device, signals) -> int:
     """Resume (trainer.resume), train with checkpoints, and end: finished, or stopped by a signal."""
-    from train.checkpoint import Checkpointer, atomic_write, atomic_write_text, settle_gradient_buckets
-    from train.preemption import STOP_SIGNALS, StepAgreement, restart_count, signal_name, stop_outcome
+    from train.checkpoint import Checkpointer, atomic_write, atomic_write_text, graph_fingerprint
+    from train.preemption import STOP_SIGNALS, StepAgreement, signal_name, stop_outcome
 
     out_dir = run_dir(config, env)
     if env.is_main:
@@ -339,7 +397,9 @@ def _train(config: Config, env: DistEnv, backend: str, device: torch.device, sig
     print(f"rank {env.rank} runs {sys.executable} (torch {torch.__version__})", flush=True)
     data = obtain_graph(config, env)
     trainer = Trainer(config, env, device, data, out_dir)
-    checkpointer = Checkpointer(trainer, out_dir)
+    cfg = config.trainer
+    checkpointer = Checkpointer(out_dir, env, trainer, trainer.rank_state, config=config.to_dict(),
+                                fingerprint=graph_fingerprint(data), keep=cfg.keep_checkpoints, resume=cfg.resume)
     checkpointer.resume()
     if env.is_main:  # only now: a refused run (data, checkpoint) leaves no run directory, and no config.yaml over another's
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -347,17 +407,23 @@ def _train(config: Config, env: DistEnv, backend: str, device: torch.device, sig
         if env.job_id and not config.output.dir:
             from train.rundir import job_identity, write_identity
 
-            write_identity(out_dir, job_identity(env.job_id))  # whose directory this is (train/rundir.py)
-    settle_gradient_buckets(trainer)  # same DDP bucket layout for every step: resumed == uninterrupted
+            # whose directory this is (train/rundir.py)
+            write_identity(out_dir, job_identity(env.job_id, env.cluster_name, env.submission_id))
+    settle_gradient_buckets(trainer.ddp, trainer.optimizer, data.num_features, device)  # resumed == uninterrupted
     if env.is_main:  # metrics.jsonl lists exactly the epochs of the run state (none on a fresh start)
         atomic_write_text(out_dir / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in trainer.state.history))
-    agreement = StepAgreement(trainer, signals, checkpointer)
+    agreement = StepAgreement(
+        signals, rank=env.rank, device=device, optimizer=trainer.optimizer, save=checkpointer.save,
+        seconds_since_save=checkpointer.seconds_since_save, on_stop=trainer.request_stop, epochs=cfg.epochs,
+        every_epochs=cfg.checkpoint_every, every_minutes=cfg.checkpoint_every_minutes,
+        step_delay=cfg.step_delay_seconds)
     trainer.joinables.append(agreement)
-    summary = trainer.fit(on_step_end=agreement.on_step_end, on_epoch_end=agreement.on_epoch_end)
+    summary = trainer.fit(on_step_end=lambda _trainer: agreement.on_step_end(),
+                          on_epoch_end=lambda tr: agreement.on_epoch_end(tr.state.epoch))
     if summary.get("stopped"):
         signum = agreement.stop_signal
         path = checkpointer.save(f"stop signal {signal_name(signum)}")
-        code, next_step = stop_outcome(restart_count(), config.trainer.max_restarts, env.job_id is not None, str(out_dir))
+        code, next_step = stop_outcome(env.restart_count, cfg.max_restarts, env.job_id is not None, str(out_dir))
         if env.is_main:
             print(f"stopped in epoch {summary['epoch']} after step {summary['step']}: {signal_name(signum)}, "
                   f"{STOP_SIGNALS[signum]}. Checkpoint {path}; {next_step}.", flush=True)

@@ -94,11 +94,11 @@ def _files_size(path: str) -> GraphSize:
 
 
 def shared_graph_bytes(size: GraphSize) -> int:
-    """What data.share=node writes once per node (train/sharing.py's graph_tensors), from meta tensors."""
+    """What data.share=node writes once per node (train/shared_graph.py's graph_tensors), from meta tensors."""
     import torch  # here: `python -m train` imports this module to build its parser
     from torch_geometric.data import Data
 
-    from train.sharing import graph_tensors
+    from train.shared_graph import graph_tensors
 
     meta = Data(x=torch.empty(size.nodes, size.features, device="meta"),
                 y=torch.empty(size.nodes, dtype=torch.long, device="meta"),

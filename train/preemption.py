@@ -8,12 +8,12 @@ with `EXIT_REQUEUE`, the agreed status that tells jobs/train.sbatch "checkpointe
 Ranks that already ran out of batches (DDP `Join`, uneven shards) take part through a join
 hook, so the vote never hangs.
 
-Which status: trainer.max_restarts is read here, not in the batch script. While
-SLURM_RESTART_COUNT < trainer.max_restarts the training step ends with EXIT_REQUEUE (3);
-after that with EXIT_STOPPED (4): checkpointed, but not to be requeued. The batch script only
-compares the step's status with 3. Ranks other than 0 leave first with status 0 and rank 0
-last with the status, so srun --kill-on-bad-exit never kills a rank that is still on its way
-out (which would turn the step's status into 137).
+Which status: trainer.max_restarts is read here, not in the batch script. While the job's
+restart count (SLURM_RESTART_COUNT, `DistEnv.restart_count`) < trainer.max_restarts the training
+step ends with EXIT_REQUEUE (3); after that with EXIT_STOPPED (4): checkpointed, but not to be
+requeued. The batch script only compares the step's status with 3. Ranks other than 0 leave
+first with status 0 and rank 0 last with the status, so srun --kill-on-bad-exit never kills a
+rank that is still on its way out (which would turn the step's status into 137).
 
 Failures. A rank that raises posts its error in the rendezvous store (a TCPStore in rank 0's
 process) and exits with its traceback. A rank whose collective fails because a peer is gone
@@ -34,7 +34,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable
 
 from train.errors import EXIT_FAILED, EXIT_REQUEUE, EXIT_STOPPED  # noqa: F401  (their one home; re-exported)
 
@@ -103,14 +103,6 @@ class StopSignals:
         self._previous.clear()
 
 
-def restart_count(environ: Mapping[str, str] = os.environ) -> int:
-    """How often SLURM has requeued this job (0 on the first run and outside SLURM)."""
-    try:
-        return int(environ.get("SLURM_RESTART_COUNT") or 0)
-    except ValueError:
-        return 0
-
-
 def stop_outcome(restarts: int, max_restarts: int, under_slurm: bool, run_dir: str) -> tuple[int, str]:
     """The exit status after a checkpointed stop, and what happens next, in words."""
     again = f"output.dir={run_dir}"
@@ -162,53 +154,55 @@ class StepAgreement:
     Inside an uneven epoch (a rank has joined) the time-based checkpoint waits for the epoch
     end, so every checkpoint is taken while all ranks hold the same model and optimizer.
 
+    Everything it acts on comes in as arguments: `save(reason)` writes a checkpoint (collective),
+    `seconds_since_save()` says how long ago the last one was, `on_stop()` tells the loop to stop
+    at the next boundary, and `optimizer` is the one `sync_optimizer` brings back in step.
+
     A torch `Joinable` by duck typing (join_hook, join_device, join_process_group; `Join`
     sets `_join_config`), so that this module needs no torch at import time.
     """
 
-    def __init__(self, trainer, signals: StopSignals, checkpointer):
-        self.trainer, self.signals, self.checkpointer = trainer, signals, checkpointer
-        cfg = trainer.config.trainer
-        self.every_seconds = cfg.checkpoint_every_minutes * 60.0
-        self.every_epochs = cfg.checkpoint_every
-        self.step_delay = cfg.step_delay_seconds
+    def __init__(self, signals: StopSignals, *, rank: int, device, optimizer, save: Callable[[str], object],
+                 seconds_since_save: Callable[[], float], on_stop: Callable[[], None], epochs: int,
+                 every_epochs: int = 0, every_minutes: float = 0.0, step_delay: float = 0.0):
+        self.signals, self.rank, self.device, self.optimizer = signals, rank, device, optimizer
+        self.save, self.seconds_since_save, self.on_stop = save, seconds_since_save, on_stop
+        self.epochs, self.every_epochs = epochs, every_epochs
+        self.every_seconds = every_minutes * 60.0
+        self.step_delay = step_delay
         self.stop_signal = 0
 
     def vote(self, joined: bool) -> tuple[int, bool, bool]:
         import torch
         import torch.distributed as dist
 
-        due = (self.trainer.env.is_main and self.every_seconds > 0
-               and time.monotonic() - self.checkpointer.last_save_time >= self.every_seconds)
-        flags = torch.tensor([self.signals.received, int(due), int(joined)], dtype=torch.int64,
-                             device=self.trainer.device)
+        due = self.rank == 0 and self.every_seconds > 0 and self.seconds_since_save() >= self.every_seconds
+        flags = torch.tensor([self.signals.received, int(due), int(joined)], dtype=torch.int64, device=self.device)
         dist.all_reduce(flags, op=dist.ReduceOp.MAX)
         signum, any_due, any_joined = (int(v) for v in flags.tolist())
         if signum:
             self.stop_signal = signum
-            self.trainer.stop_requested = True
+            self.on_stop()
         return signum, bool(any_due), bool(any_joined)
 
-    def on_step_end(self, trainer) -> bool:
-        """Trainer's per-step hook on ranks that still have batches; True: leave the epoch now."""
+    def on_step_end(self) -> bool:
+        """After each step on ranks that still have batches; True: leave the epoch now."""
         if self.step_delay > 0:
             time.sleep(self.step_delay)  # testing aid: a short run that lasts long enough to interrupt
         signum, due, joined = self.vote(joined=False)
         if signum:
             return True
         if due and not joined:
-            self.checkpointer.save("time interval (trainer.checkpoint_every_minutes)")
+            self.save("time interval (trainer.checkpoint_every_minutes)")
         return False
 
-    def on_epoch_end(self, trainer) -> None:
-        """After an epoch (all ranks, outside Join): the scheduled checkpoint, or one that is due."""
+    def on_epoch_end(self, done: int) -> None:
+        """After `done` epochs (all ranks, outside Join): the scheduled checkpoint, or one that is due."""
         signum, due, _ = self.vote(joined=False)
-        done = trainer.state.epoch  # already advanced to the next epoch
-        scheduled = done == trainer.config.trainer.epochs or (
-            self.every_epochs > 0 and done % self.every_epochs == 0)
+        scheduled = done == self.epochs or (self.every_epochs > 0 and done % self.every_epochs == 0)
         if scheduled or due or signum:
             why = "" if scheduled else (" (time interval)" if due else " (stop signal)")
-            self.checkpointer.save(f"end of epoch {done - 1}{why}")
+            self.save(f"end of epoch {done - 1}{why}")
 
     # Joinable: ranks without batches left keep voting, and get the optimizer back in step.
     def join_hook(self, **kwargs) -> "_AgreementJoinHook":
@@ -216,7 +210,7 @@ class StepAgreement:
 
     @property
     def join_device(self):
-        return self.trainer.device
+        return self.device
 
     @property
     def join_process_group(self):
@@ -234,18 +228,17 @@ class StepAgreement:
         import torch
         import torch.distributed as dist
 
-        rank = self.trainer.env.rank
+        rank = self.rank
         flags = torch.tensor([0 if is_last_joiner else 1, rank if is_last_joiner else -1],
-                             dtype=torch.int64, device=self.trainer.device)
+                             dtype=torch.int64, device=self.device)
         dist.all_reduce(flags, op=dist.ReduceOp.MAX)
         uneven, source = (int(v) for v in flags.tolist())
         if not uneven:
             return
-        optimizer = self.trainer.optimizer
-        box = [optimizer.state_dict() if rank == source else None]
-        dist.broadcast_object_list(box, src=source, device=self.trainer.device)
+        box = [self.optimizer.state_dict() if rank == source else None]
+        dist.broadcast_object_list(box, src=source, device=self.device)
         if rank != source:
-            optimizer.load_state_dict(box[0])
+            self.optimizer.load_state_dict(box[0])
 
 
 class _AgreementJoinHook:

@@ -38,14 +38,14 @@ def check_writable_dir(path: Path, what: str) -> None:
                         "give a writable directory.")
 
 
-def check_fit(config: Config, env: DistEnv, environ=os.environ) -> None:
+def check_fit(config: Config, env: DistEnv) -> None:
     """Everything about a fit's input that each rank can check alone; `UserError` names the value."""
     from train.data import check_dataset_name, data_root
 
     check_dataset_name(config.data.name)
-    root = data_root(config.data, environ)
+    root = data_root(config.data, env.data_dir)
     if root.exists() and not root.is_dir():
-        source = "data.root" if config.data.root else "DATA_DIR" if environ.get("DATA_DIR") else "the default data root"
+        source = "data.root" if config.data.root else "DATA_DIR" if env.data_dir else "the default data root"
         raise UserError(f"{source}={str(root)!r} is a file, not a directory; give the datasets folder.")
     what = "output.dir" if config.output.dir else "the run directory"
     check_writable_dir(planned_run_dir(config, env), what)

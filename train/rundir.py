@@ -17,18 +17,15 @@ PYG_SUBMISSION_ID, the same for every requeue of that submission). Without `outp
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from pathlib import Path
 
 IDENTITY_FILE = "job.json"
-SUBMISSION_VAR = "PYG_SUBMISSION_ID"
 
 
-def job_identity(job_id: str, environ: Mapping[str, str] = os.environ) -> dict[str, str]:
-    """What tells this job from another with the same id."""
-    return {"cluster": environ.get("SLURM_CLUSTER_NAME", "").strip() or "unknown", "job_id": job_id,
-            "submission": environ.get(SUBMISSION_VAR, "").strip()}
+def job_identity(job_id: str, cluster_name: str | None, submission_id: str | None) -> dict[str, str]:
+    """What tells this job from another with the same id (`DistEnv.cluster_name`, `.submission_id`)."""
+    return {"cluster": cluster_name or "unknown", "job_id": job_id, "submission": submission_id or ""}
 
 
 def read_identity(directory: Path) -> dict | None:

@@ -5,6 +5,7 @@ import torch
 
 from train import checkpoint as ck
 from train.config import load_config
+from train.rng import rng_state
 
 
 def payload(epoch: int, step: int = 0, world_size: int = 1, config=None, value: float = 1.0) -> dict:
@@ -12,7 +13,7 @@ def payload(epoch: int, step: int = 0, world_size: int = 1, config=None, value: 
     config = config or load_config("tiny")
     return {
         "format": ck.FORMAT_VERSION, "epoch": epoch, "position_step": step,
-        "ranks": [{"step": step, "stats": {}, "rng": ck.rng_state()} for _ in range(world_size)],
+        "ranks": [{"step": step, "stats": {}, "rng": rng_state()} for _ in range(world_size)],
         "model": {"w": torch.full((3, 2), value)}, "optimizer": {"state": {}, "param_groups": []},
         "history": [{"epoch": e} for e in range(epoch)], "config": config.to_dict(),
         "world_size": world_size, "data": {"num_nodes": 10}, "reason": "test", "saved_at": 0.0,

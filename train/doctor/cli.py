@@ -55,7 +55,7 @@ def main(args) -> int:
     import torch
     import torch.distributed as dist
 
-    from train.distributed import choose_backend
+    from train.procgroup import choose_backend
 
     backend = choose_backend(config.dist.backend, torch.cuda.is_available())
     record = collect_record(env, config, backend, net, environ)

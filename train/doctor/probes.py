@@ -129,7 +129,7 @@ def pre_rendezvous(env: DistEnv, deadline: float, agent_store: bool) -> tuple[di
     return info, []
 
 
-def inspect_dataset(data: DataConfig, environ: Mapping[str, str]) -> dict:
+def inspect_dataset(data: DataConfig, data_dir: str | None) -> dict:
     """Is the dataset there and readable? Never downloads (the compute node may have no internet).
 
     Where it lives is train.data.dataset_folder's answer, the one home of that fact."""
@@ -138,7 +138,7 @@ def inspect_dataset(data: DataConfig, environ: Mapping[str, str]) -> dict:
                 "detail": "generated from data.seed", "bytes": synthetic_graph_bytes(data)}
     from train.data import FILES, data_root, dataset_folder  # imports PyG: only for real datasets
 
-    directory = dataset_folder(data, environ)
+    directory = dataset_folder(data, data_dir)
     if data.name == FILES:
         out = {"name": data.name, "root": data.path or "-", "dir": data.path or "-",
                "fix": "set data.path to your graph (a folder of arrays or a saved .pt) on storage every node mounts"}
@@ -146,7 +146,7 @@ def inspect_dataset(data: DataConfig, environ: Mapping[str, str]) -> dict:
             return {**out, "state": "missing", "detail": "data.path is empty"}
         files = [directory] if directory.is_file() else sorted(p for p in directory.glob("*") if p.is_file())
         return {**out, **_readable(files, "files", f"no files at data.path={data.path}")}
-    out = {"name": data.name, "root": str(data_root(data, environ)), "dir": str(directory)}
+    out = {"name": data.name, "root": str(data_root(data, data_dir)), "dir": str(directory)}
     processed = sorted(p for p in (directory / "processed").glob("*") if p.is_file())
     raw = sorted(p for p in (directory / "raw").glob("*") if p.is_file())
     kind = "processed" if processed else "raw only (processed on first load)"
@@ -205,10 +205,10 @@ def package_version(*names: str) -> str | None:
     return None
 
 
-def inspect_device(env: DistEnv, backend: str, environ: Mapping[str, str]) -> dict:
+def inspect_device(env: DistEnv, backend: str) -> dict:
     import torch
 
-    from train.distributed import choose_device_index
+    from train.procgroup import choose_device_index
 
     cpus = sorted(os.sched_getaffinity(0))
     out: dict = {"type": "cpu", "cpus": cpus, "ncpus": len(cpus), "threads": torch.get_num_threads()}
@@ -216,7 +216,7 @@ def inspect_device(env: DistEnv, backend: str, environ: Mapping[str, str]) -> di
         return out
     out["type"] = "cuda"
     try:
-        index = choose_device_index(env.local_rank, torch.cuda.device_count(), environ)
+        index = choose_device_index(env.local_rank, torch.cuda.device_count(), env.cuda_visible_devices)
     except UserError as exc:
         return {**out, "error": str(exc)}
     props = torch.cuda.get_device_properties(index)
@@ -261,7 +261,7 @@ def collect_record(env: DistEnv, config: Config, backend: str, net: dict, enviro
         nccl = torch.cuda.nccl.version()
         versions.update(cuda=torch.version.cuda, driver=driver_version(),
                         nccl=".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl))
-    data = inspect_dataset(config.data, environ)
+    data = inspect_dataset(config.data, env.data_dir)
     data["shm_need"] = data.get("bytes", 0) if config.data.share == "node" else 0
     # where data.share=node maps the graph
     shm = {"path": config.data.share_dir or "/dev/shm", "total": None, "free": None}
@@ -275,7 +275,7 @@ def collect_record(env: DistEnv, config: Config, backend: str, net: dict, enviro
     return {
         **env.to_dict(), "host": hostname, "pid": os.getpid(), "backend": backend,
         "env": {k: environ[k] for k in ENV_SHOWN if environ.get(k)},
-        "cpu_count": os.cpu_count() or 0, "device": inspect_device(env, backend, environ),
+        "cpu_count": os.cpu_count() or 0, "device": inspect_device(env, backend),
         "network": network, "versions": versions, "data": data, "run_dir": probe_writable(run_path),
         "shm": shm, "config_digest": digest,
     }

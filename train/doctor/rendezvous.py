@@ -127,7 +127,7 @@ def bandwidth_phase(store, env: DistEnv, backend: str, sizes: list[int] | None, 
 
     device = torch.device("cpu")
     if backend == "nccl":
-        from train.distributed import select_device
+        from train.procgroup import select_device
 
         device = select_device(env, backend)
     sizes = sizes or parse_sizes(GPU_SIZES if backend == "nccl" else CPU_SIZES)

@@ -21,13 +21,11 @@ torch.manual_seed(0)
 model = torch.nn.Linear(4, 1)
 ddp = torch.nn.parallel.DistributedDataParallel(model)
 optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
-trainer = types.SimpleNamespace(
-    config=types.SimpleNamespace(trainer=types.SimpleNamespace(
-        checkpoint_every_minutes=0.0, checkpoint_every=0, step_delay_seconds=0.0, epochs=1)),
-    env=types.SimpleNamespace(rank=rank, is_main=rank == 0, world_size=2),
-    device=torch.device("cpu"), optimizer=optimizer, stop_requested=False)
+trainer = types.SimpleNamespace(stop_requested=False)
 signals = StopSignals(rank).install()
-agreement = StepAgreement(trainer, signals, types.SimpleNamespace(last_save_time=0.0))
+agreement = StepAgreement(signals, rank=rank, device=torch.device("cpu"), optimizer=optimizer, save=print,
+                          seconds_since_save=lambda: 0.0, on_stop=lambda: setattr(trainer, "stop_requested", True),
+                          epochs=1)
 steps = 0
 with Join([ddp, agreement]):
     for _ in range(8 if rank == 0 else 2):  # rank 1 runs out after 2 batches and joins
@@ -35,7 +33,7 @@ with Join([ddp, agreement]):
         optimizer.step()
         optimizer.zero_grad()
         steps += 1
-        if agreement.on_step_end(trainer):
+        if agreement.on_step_end():
             break
     if rank == 1:
         os.kill(os.getpid(), signal.SIGUSR1)  # arrives after rank 1 joined: only its join hook can vote

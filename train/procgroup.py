@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 
 import torch
 import torch.distributed as dist
@@ -30,7 +29,7 @@ def choose_backend(requested: str, cuda_available: bool) -> str:
     return requested
 
 
-def choose_device_index(local_rank: int, visible_gpus: int, environ: Mapping[str, str]) -> int:
+def choose_device_index(local_rank: int, visible_gpus: int, cuda_visible_devices: str | None) -> int:
     """The CUDA device index for this local rank.
 
     With `--gpu-bind=none` (the seed) every task sees all GPUs of its node: use
@@ -39,22 +38,22 @@ def choose_device_index(local_rank: int, visible_gpus: int, environ: Mapping[str
     """
     if visible_gpus < 1:
         raise UserError("a CUDA device was asked for, but no GPU is visible (CUDA_VISIBLE_DEVICES="
-                        f"{environ.get('CUDA_VISIBLE_DEVICES', '<unset>')!r}).")
+                        f"{'<unset>' if cuda_visible_devices is None else cuda_visible_devices!r}).")
     if visible_gpus == 1:
         return 0
     if local_rank >= visible_gpus:
         raise UserError(
             f"local rank {local_rank} has no GPU of its own: only {visible_gpus} are visible "
-            f"(CUDA_VISIBLE_DEVICES={environ.get('CUDA_VISIBLE_DEVICES', '<unset>')!r}); "
+            f"(CUDA_VISIBLE_DEVICES={'<unset>' if cuda_visible_devices is None else cuda_visible_devices!r}); "
             "run at most one task per GPU (--ntasks-per-node <= GPUs per node)."
         )
     return local_rank
 
 
-def select_device(env: DistEnv, backend: str, environ: Mapping[str, str] = os.environ) -> torch.device:
+def select_device(env: DistEnv, backend: str) -> torch.device:
     if backend != "nccl":
         return torch.device("cpu")
-    index = choose_device_index(env.local_rank, torch.cuda.device_count(), environ)
+    index = choose_device_index(env.local_rank, torch.cuda.device_count(), env.cuda_visible_devices)
     torch.cuda.set_device(index)
     return torch.device("cuda", index)
 

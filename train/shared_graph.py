@@ -1,4 +1,4 @@
-"""One copy of the graph per node, mapped by every rank of that node; and where batches are sampled.
+"""One copy of the graph per node, mapped by every rank of that node (where batches are sampled: sampling_plan).
 
 Under SLURM every task is its own process, so loading the graph in each (the seed's way,
 `data.share=process`) holds one copy per GPU: 4-8 copies of ~57 GB of features for
@@ -37,7 +37,8 @@ import shutil
 import socket
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from functools import partial
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -47,7 +48,7 @@ import torch.distributed as dist
 from torch import Tensor
 from torch_geometric.data import Data
 
-from train.config import DataConfig, SamplerConfig
+from train.config import DataConfig
 from train.data import load_graph
 from train.distenv import DistEnv
 from train.errors import UserError
@@ -60,9 +61,6 @@ FORMAT = 1
 SPLITS = ("train_idx", "val_idx", "test_idx")
 # Room kept free on the file system beyond the graph itself.
 HEADROOM_BYTES = 64 << 20
-# Fraction of the free GPU memory the graph may take with sampler.device=cuda
-# (the rest is for the model, activations and the sampler's per-batch tensors).
-GPU_GRAPH_FRACTION = 0.6
 
 CSC = tuple[Tensor, Tensor, "Tensor | None"]
 
@@ -97,15 +95,16 @@ def segment_name(job_id: str | None, master_port: int, node_rank: int, uid: int)
     return f"{PREFIX}j{job}-p{master_port}-n{node_rank}-u{uid}"
 
 
-def candidate_dirs(share_dir: str, environ: Mapping[str, str] = os.environ) -> list[Path]:
-    """`data.share_dir` alone when set; else /dev/shm, then node-local disk ($SLURM_TMPDIR, $TMPDIR, /tmp)."""
+def candidate_dirs(share_dir: str, node_tmpdirs: Sequence[str] = ()) -> list[Path]:
+    """`data.share_dir` alone when set; else /dev/shm, then node-local disk (`DistEnv.node_tmpdirs`: $SLURM_TMPDIR,
+    $TMPDIR), then /tmp."""
     if share_dir:
         if not Path(share_dir).is_dir():
             raise UserError(f"data.share_dir={share_dir!r} is not a directory on this node; give an existing "
                             "node-local directory (e.g. /dev/shm, $SLURM_TMPDIR, /tmp), or '' to choose one.")
         return [Path(share_dir)]
     found: list[Path] = []
-    for path in (str(SHM), environ.get("SLURM_TMPDIR", ""), environ.get("TMPDIR", ""), "/tmp"):
+    for path in (str(SHM), *node_tmpdirs, "/tmp"):
         if path and Path(path).is_dir() and Path(path) not in found:
             found.append(Path(path))
     return found
@@ -116,7 +115,8 @@ def free_bytes(path: Path) -> int:
     return stats.f_bavail * stats.f_frsize
 
 
-def _gib(n: float) -> str:
+def gib(n: float) -> str:
+    """A byte count in GiB, for messages."""
     return f"{n / 2**30:.2f} GiB"
 
 
@@ -130,14 +130,14 @@ def choose_dir(required: int, candidates: list[Path], free: Callable[[Path], int
         if room[path] >= required + HEADROOM_BYTES:
             note = ""
             if path != candidates[0]:
-                note = (f"data.share=node: {candidates[0]} has {_gib(room[candidates[0]])} free but the graph needs "
-                        f"{_gib(required)}; sharing it from {path} (node-local disk) instead. To keep it in memory, "
+                note = (f"data.share=node: {candidates[0]} has {gib(room[candidates[0]])} free but the graph needs "
+                        f"{gib(required)}; sharing it from {path} (node-local disk) instead. To keep it in memory, "
                         f"give the job a larger {candidates[0]} (docker/podman --shm-size={-(-required // 2**30) + 1}g; "
                         "enroot/pyxis mount the host's /dev/shm).")
             return path, note
-    listing = ", ".join(f"{p} has {_gib(n)}" for p, n in room.items())
+    listing = ", ".join(f"{p} has {gib(n)}" for p, n in room.items())
     raise UserError(
-        f"data.share=node needs {_gib(required + HEADROOM_BYTES)} of node-local space for one copy of the graph, "
+        f"data.share=node needs {gib(required + HEADROOM_BYTES)} of node-local space for one copy of the graph, "
         f"but {listing} free. Give the job a larger /dev/shm (docker/podman --shm-size={-(-required // 2**30) + 1}g; "
         "enroot/pyxis use the host's), point data.share_dir at a node-local directory with room, or use "
         "data.share=process (one copy per rank, in RAM)."
@@ -389,7 +389,7 @@ def node_group(env: DistEnv, timeout: timedelta):
 
 def _write_segment(config: DataConfig, env: DistEnv, load: Callable[[DataConfig], Data]) -> tuple[Segment, str]:
     """Local rank 0: load, pick a place with room, write. Returns the segment and a note for the log."""
-    bases = candidate_dirs(config.share_dir)
+    bases = candidate_dirs(config.share_dir, env.node_tmpdirs)
     remove_stale(bases)
     data = load(config)
     tensors, size = graph_tensors(data)
@@ -403,24 +403,30 @@ def _write_segment(config: DataConfig, env: DistEnv, load: Callable[[DataConfig]
     except BaseException as exc:
         segment.remove()
         if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
-            raise UserError(f"{base} filled up while the graph ({_gib(size)}) was written to it (something else took "
+            raise UserError(f"{base} filled up while the graph ({gib(size)}) was written to it (something else took "
                             "the room after the check); free it, set data.share_dir to a node-local directory "
                             "with room, or use data.share=process.") from None
         raise
     return segment, note
 
 
-def share_graph(config: DataConfig, env: DistEnv, load: Callable[[DataConfig], Data] = load_graph) -> Data:
+def _loader(env: DistEnv) -> Callable[[DataConfig], Data]:
+    """`load_graph` under this job's data root ($DATA_DIR, resolved at the entry)."""
+    return partial(load_graph, data_dir=env.data_dir)
+
+
+def share_graph(config: DataConfig, env: DistEnv, load: Callable[[DataConfig], Data] | None = None) -> Data:
     """`data.share=node`: one copy per node, mapped by all its ranks. Collective over ALL ranks."""
+    load = load or _loader(env)
     if env.world_size == 1:
-        remove_stale(candidate_dirs(config.share_dir))
+        remove_stale(candidate_dirs(config.share_dir, env.node_tmpdirs))
         return private_graph(config, load)
     timeout = timedelta(seconds=config.load_timeout_seconds)
     group, leader, size = node_group(env, timeout)  # every rank takes part, whatever its node's size
     segment = None
     try:
         if size == 1:  # alone on its node: nothing to share
-            remove_stale(candidate_dirs(config.share_dir))
+            remove_stale(candidate_dirs(config.share_dir, env.node_tmpdirs))
             return private_graph(config, load)
         status: list = [None]
         if env.local_rank == 0:
@@ -453,100 +459,19 @@ def share_graph(config: DataConfig, env: DistEnv, load: Callable[[DataConfig], D
             dist.destroy_process_group(group)
 
 
-def obtain_shared_or_private(config: DataConfig, env: DistEnv, load: Callable[[DataConfig], Data] = load_graph) -> Data:
+def obtain_shared_or_private(config: DataConfig, env: DistEnv,
+                             load: Callable[[DataConfig], Data] | None = None) -> Data:
     """The graph as `data.share` says; `data.csc` holds the sampler's CSC either way."""
+    load = load or _loader(env)
     if config.share == "node":
         return share_graph(config, env, load)
     if env.local_rank == 0:
-        remove_stale(candidate_dirs(""))  # what earlier node-shared runs may have left
+        remove_stale(candidate_dirs("", env.node_tmpdirs))  # what earlier node-shared runs may have left
     return private_graph(config, load)
 
 
-# ---- where batches are sampled (sampler.device) --------------------------------------------------
-
-def gpu_placement(structure_bytes: int, feature_bytes: int, free: int,
-                  fraction: float = GPU_GRAPH_FRACTION) -> tuple[bool, bool]:
-    """(structure on the GPU?, features on the GPU too?) within `fraction` of the free GPU memory."""
-    budget = free * fraction
-    structure = structure_bytes <= budget
-    return structure, structure and structure_bytes + feature_bytes <= budget
-
-
-def gather_pinned(source: Tensor, index: Tensor) -> Tensor:
-    """``source[index]`` written straight into page-locked memory, ready for a non-blocking copy.
-
-    PyTorch's caching host allocator keeps the block until the copy that reads it has finished.
-    """
-    out = torch.empty((index.numel(), *source.shape[1:]), dtype=source.dtype, pin_memory=True)
-    return torch.index_select(source, 0, index, out=out)
-
-
-@dataclass
-class SamplingPlan:
-    """Decided once per run: where the sampler runs, what each batch is gathered from."""
-
-    device: torch.device  # where the sampler runs
-    data: Data  # what the loader gathers per batch (no split indices: batches must not carry them)
-    csc: CSC
-    host_features: tuple[Tensor, Tensor] | None  # (x, y) gathered per batch into pinned memory
-    pin_memory: bool  # DataLoader pinning: CPU sampling, GPU training
-    num_workers: int
-    note: str = ""
-
-    def complete(self, batch: Data, device: torch.device) -> Data:
-        """Add the features when they stay on the host: pinned gather, then a non-blocking copy."""
-        if self.host_features is None:
-            return batch
-        index = batch.n_id.to("cpu")
-        x, y = self.host_features
-        batch.x = gather_pinned(x, index).to(device, non_blocking=True)
-        batch.y = gather_pinned(y, index).to(device, non_blocking=True)
-        return batch
-
-
-def _nbytes(tensors) -> int:
-    return sum(t.nbytes for t in tensors if t is not None)
-
-
-def plan_sampling(data: Data, config: SamplerConfig, device: torch.device, free_gpu_bytes: int | None = None) -> SamplingPlan:
-    """CPU sampling (features gathered by the loader, pinned when training on a GPU), or GPU sampling with
-    the CSC on the GPU and the features there too when they fit, else gathered on the host into pinned memory."""
-    csc = graph_csc(data)
-    if csc is None:
-        csc = build_csc(data.edge_index, data.num_nodes)
-        attach_csc(data, csc)
-    on_host = Data(x=data.x, y=data.y, edge_index=data.edge_index)
-    cpu_plan = SamplingPlan(torch.device("cpu"), on_host, csc, None,
-                            pin_memory=config.pin_memory and device.type == "cuda", num_workers=config.num_workers)
-    if config.device == "cpu":
-        return cpu_plan
-    if device.type != "cuda":
-        raise UserError(f"sampler.device='cuda' needs training on a GPU, but this rank trains on {device} "
-                        "(no GPU visible, or dist.backend=gloo); use sampler.device=cpu.")
-    if free_gpu_bytes is None:
-        free_gpu_bytes, _total = torch.cuda.mem_get_info(device)
-    scratch = data.num_nodes * 8  # the sampler's global -> local id map
-    structure = _nbytes(csc) + scratch
-    features = data.x.nbytes + data.y.nbytes
-    structure_fits, features_fit = gpu_placement(structure, features, free_gpu_bytes)
-    if not structure_fits:
-        cpu_plan.note = (f"sampler.device=cuda: the CSC needs {_gib(structure)} but {_gib(free_gpu_bytes)} of GPU "
-                         f"memory is free (at most {GPU_GRAPH_FRACTION:.0%} of it goes to the graph); sampling on the CPU.")
-        return cpu_plan
-    gpu_csc = tuple(t.to(device) if t is not None else None for t in csc)
-    placeholder = torch.empty(2, 0, dtype=torch.long, device=device)  # gives the batches' edge_index its device
-    if features_fit:
-        on_gpu = Data(x=data.x.to(device), y=data.y.to(device), edge_index=placeholder)
-        return SamplingPlan(device, on_gpu, gpu_csc, None, False, 0,
-                            f"sampler.device=cuda: graph structure and features on {device}.")
-    structure_only = Data(edge_index=placeholder, num_nodes=data.num_nodes)
-    return SamplingPlan(device, structure_only, gpu_csc, (data.x, data.y), False, 0,
-                        f"sampler.device=cuda: structure on {device}; features ({_gib(features)}) stay on the host, "
-                        "gathered into pinned memory and copied without blocking.")
-
-
 __all__ = [
-    "SamplingPlan", "Segment", "attach_csc", "candidate_dirs", "choose_dir", "gather_pinned", "gpu_placement",
-    "graph_csc", "graph_from_tensors", "graph_tensors", "map_tensors", "obtain_shared_or_private", "plan_sampling",
-    "private_graph", "release_all", "remove_stale", "segment_name", "share_graph", "shared_graphs", "write_tensors",
+    "Segment", "attach_csc", "candidate_dirs", "choose_dir", "graph_csc", "graph_from_tensors", "graph_tensors",
+    "map_tensors", "obtain_shared_or_private", "private_graph", "release_all", "remove_stale", "segment_name",
+    "share_graph", "shared_graphs", "write_tensors",
 ]

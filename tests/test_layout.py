@@ -1,0 +1,161 @@
+"""Rules of train/'s layout, read from the sources (ast): no import cycle, os.environ only at the entry, short files.
+
+Nothing is imported but `train.__main__` (for its list of subcommands), so a breach is named even
+when it would make `import train.fit` fail.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from train.__main__ import SUBCOMMANDS
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "train"
+MAX_LINES = 500
+LONG_ALLOWED = {"train/doctor.py"}  # being split into a package (issue 10, part 4)
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules(package: Path = PACKAGE) -> dict[str, Path]:
+    return {module_name(path): path for path in sorted(package.rglob("*.py"))}
+
+
+def imported(tree: ast.AST, name: str, is_package: bool, known: set[str]) -> set[str]:
+    """The modules of `known` that a module imports anywhere (top level, in functions, under TYPE_CHECKING)."""
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative: from the module's package, one level up per extra dot
+                base = name.split(".") if is_package else name.split(".")[:-1]
+                base = base[: len(base) - (node.level - 1)]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            targets = [module] + [f"{module}.{alias.name}" for alias in node.names]
+        else:
+            continue
+        for target in targets:
+            while target and target not in known:  # `import train.a.b` names train.a.b; the module may be train.a
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                found.add(target)
+    return found
+
+
+def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
+    """module -> the modules of the package it imports."""
+    mods = modules(package)
+    known = set(mods)
+    return {name: imported(ast.parse(path.read_text(), str(path)), name, path.name == "__init__.py", known)
+            for name, path in mods.items()}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle as [a, b, ..., a], or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state and (cycle := visit(nxt)):
+                return cycle
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def test_no_import_cycle_in_train():
+    cycle = find_cycle(import_graph())
+    assert cycle is None, "import cycle in train/: " + " -> ".join(cycle)
+
+
+def test_the_cycle_finder_finds_lazy_and_relative_imports(tmp_path):
+    """The rule above would pass vacuously if imports inside functions or relative ones were missed."""
+    pkg = tmp_path / "train"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("def f():\n    from train.b import g\n")
+    (pkg / "b.py").write_text("from train.sub import c\n")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "sub" / "c.py").write_text("from ..a import f\n")
+    assert find_cycle(_graph_under(tmp_path)) == ["train.a", "train.b", "train.sub.c", "train.a"]
+    (pkg / "sub" / "c.py").write_text("import os\n")
+    assert find_cycle(_graph_under(tmp_path)) is None
+
+
+def _graph_under(root: Path) -> dict[str, set[str]]:
+    mods = {".".join(p.relative_to(root).with_suffix("").parts).removesuffix(".__init__"): p
+            for p in sorted((root / "train").rglob("*.py"))}
+    return {name: imported(ast.parse(path.read_text()), name, path.name == "__init__.py", set(mods))
+            for name, path in mods.items()}
+
+
+# ---- job facts are read at the entry -------------------------------------------------------------
+ENV_ATTRS = {"environ", "environb", "getenv", "getenvb", "putenv", "unsetenv"}
+
+
+def entry_modules() -> set[str]:
+    """`python -m train` itself and the modules its subcommands dispatch to (the CLI shims, doctor, report...)."""
+    return {"train.__main__", *(module for module, _help in SUBCOMMANDS.values())}
+
+
+def reads_environment(tree: ast.AST) -> list[int]:
+    """Lines that touch os.environ / os.getenv (or import them from os)."""
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in ENV_ATTRS and \
+                isinstance(node.value, ast.Name) and node.value.id == "os":
+            lines.append(node.lineno)
+        elif isinstance(node, ast.ImportFrom) and node.module == "os" and \
+                any(alias.name in ENV_ATTRS for alias in node.names):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_only_the_entry_modules_read_the_environment():
+    """Below the entry, job facts come from `DistEnv` (train/distenv.py, train/jobfacts.py), never os.environ."""
+    entries = entry_modules()
+    offenders = []
+    for name, path in modules().items():
+        if name in entries or any(name.startswith(entry + ".") for entry in entries):
+            continue
+        for line in reads_environment(ast.parse(path.read_text(), str(path))):
+            offenders.append(f"{path.relative_to(ROOT)}:{line}")
+    assert not offenders, ("os.environ read below the entry (resolve the fact in train/distenv.py or "
+                           f"train/jobfacts.py and pass it down): {', '.join(offenders)}")
+
+
+@pytest.mark.parametrize("source,flagged", [
+    ("import os\nx = os.environ.get('A')\n", [2]),
+    ("import os\ndef f(environ=os.environ):\n    pass\n", [2]),
+    ("import os\nos.getenv('A')\n", [2]),
+    ("from os import environ\n", [1]),
+    ("import os\nos.path.join('a')\nenviron = {}\n", []),
+])
+def test_the_environment_rule_sees_each_form(source, flagged):
+    assert reads_environment(ast.parse(source)) == flagged
+
+
+def test_no_module_in_train_is_over_500_lines():
+    long = {str(path.relative_to(ROOT)): n for path in modules().values()
+            if (n := len(path.read_text().splitlines())) > MAX_LINES}
+    assert not {k: v for k, v in long.items() if k not in LONG_ALLOWED}, long

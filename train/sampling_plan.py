@@ -1,0 +1,104 @@
+"""Where batches are sampled (sampler.device) and what each batch is gathered from, decided once per run.
+
+CPU sampling: the loader's workers sample and gather the features (pinned when training on a
+GPU). GPU sampling: the CSC on the GPU, the features there too when they fit, else gathered on
+the host into pinned memory and copied without blocking.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+from torch_geometric.data import Data
+
+from train.config import SamplerConfig
+from train.errors import UserError
+from train.sampler import build_csc
+from train.shared_graph import CSC, attach_csc, gib, graph_csc
+
+# Fraction of the free GPU memory the graph may take with sampler.device=cuda
+# (the rest is for the model, activations and the sampler's per-batch tensors).
+GPU_GRAPH_FRACTION = 0.6
+
+
+def gpu_placement(structure_bytes: int, feature_bytes: int, free: int,
+                  fraction: float = GPU_GRAPH_FRACTION) -> tuple[bool, bool]:
+    """(structure on the GPU?, features on the GPU too?) within `fraction` of the free GPU memory."""
+    budget = free * fraction
+    structure = structure_bytes <= budget
+    return structure, structure and structure_bytes + feature_bytes <= budget
+
+
+def gather_pinned(source: Tensor, index: Tensor) -> Tensor:
+    """``source[index]`` written straight into page-locked memory, ready for a non-blocking copy.
+
+    PyTorch's caching host allocator keeps the block until the copy that reads it has finished.
+    """
+    out = torch.empty((index.numel(), *source.shape[1:]), dtype=source.dtype, pin_memory=True)
+    return torch.index_select(source, 0, index, out=out)
+
+
+@dataclass
+class SamplingPlan:
+    """Decided once per run: where the sampler runs, what each batch is gathered from."""
+
+    device: torch.device  # where the sampler runs
+    data: Data  # what the loader gathers per batch (no split indices: batches must not carry them)
+    csc: CSC
+    host_features: tuple[Tensor, Tensor] | None  # (x, y) gathered per batch into pinned memory
+    pin_memory: bool  # DataLoader pinning: CPU sampling, GPU training
+    num_workers: int
+    note: str = ""
+
+    def complete(self, batch: Data, device: torch.device) -> Data:
+        """Add the features when they stay on the host: pinned gather, then a non-blocking copy."""
+        if self.host_features is None:
+            return batch
+        index = batch.n_id.to("cpu")
+        x, y = self.host_features
+        batch.x = gather_pinned(x, index).to(device, non_blocking=True)
+        batch.y = gather_pinned(y, index).to(device, non_blocking=True)
+        return batch
+
+
+def _nbytes(tensors) -> int:
+    return sum(t.nbytes for t in tensors if t is not None)
+
+
+def plan_sampling(data: Data, config: SamplerConfig, device: torch.device, free_gpu_bytes: int | None = None) -> SamplingPlan:
+    """CPU sampling (features gathered by the loader, pinned when training on a GPU), or GPU sampling with
+    the CSC on the GPU and the features there too when they fit, else gathered on the host into pinned memory."""
+    csc = graph_csc(data)
+    if csc is None:
+        csc = build_csc(data.edge_index, data.num_nodes)
+        attach_csc(data, csc)
+    on_host = Data(x=data.x, y=data.y, edge_index=data.edge_index)
+    cpu_plan = SamplingPlan(torch.device("cpu"), on_host, csc, None,
+                            pin_memory=config.pin_memory and device.type == "cuda", num_workers=config.num_workers)
+    if config.device == "cpu":
+        return cpu_plan
+    if device.type != "cuda":
+        raise UserError(f"sampler.device='cuda' needs training on a GPU, but this rank trains on {device} "
+                        "(no GPU visible, or dist.backend=gloo); use sampler.device=cpu.")
+    if free_gpu_bytes is None:
+        free_gpu_bytes, _total = torch.cuda.mem_get_info(device)
+    scratch = data.num_nodes * 8  # the sampler's global -> local id map
+    structure = _nbytes(csc) + scratch
+    features = data.x.nbytes + data.y.nbytes
+    structure_fits, features_fit = gpu_placement(structure, features, free_gpu_bytes)
+    if not structure_fits:
+        cpu_plan.note = (f"sampler.device=cuda: the CSC needs {gib(structure)} but {gib(free_gpu_bytes)} of GPU "
+                         f"memory is free (at most {GPU_GRAPH_FRACTION:.0%} of it goes to the graph); sampling on the CPU.")
+        return cpu_plan
+    gpu_csc = tuple(t.to(device) if t is not None else None for t in csc)
+    placeholder = torch.empty(2, 0, dtype=torch.long, device=device)  # gives the batches' edge_index its device
+    if features_fit:
+        on_gpu = Data(x=data.x.to(device), y=data.y.to(device), edge_index=placeholder)
+        return SamplingPlan(device, on_gpu, gpu_csc, None, False, 0,
+                            f"sampler.device=cuda: graph structure and features on {device}.")
+    structure_only = Data(edge_index=placeholder, num_nodes=data.num_nodes)
+    return SamplingPlan(device, structure_only, gpu_csc, (data.x, data.y), False, 0,
+                        f"sampler.device=cuda: structure on {device}; features ({gib(features)}) stay on the host, "
+                        "gathered into pinned memory and copied without blocking.")
