@@ -1,7 +1,9 @@
-# Linters: shellcheck on every shell script, hadolint on the Dockerfile (both pinned in requirements-dev.lock).
+# Linters: shellcheck on every shell script, hadolint on the Dockerfile, ruff on the Python (all pinned in
+# requirements-dev.lock; ruff's rules are in pyproject.toml).
 SHELL_SCRIPTS = $(shell git ls-files '*.sh' '*.sbatch' .ci/run 2>/dev/null)
 DOCKERFILES = $(wildcard container/Dockerfile)
 
-lint: setup ## Run shellcheck and hadolint
+lint: setup ## Run shellcheck, hadolint and ruff
 	@if [ -n "$(SHELL_SCRIPTS)" ]; then "$$VENV/bin/shellcheck" -x $(SHELL_SCRIPTS) && echo "shellcheck: $(words $(SHELL_SCRIPTS)) scripts clean"; fi
 	@if [ -n "$(DOCKERFILES)" ]; then "$$VENV/bin/hadolint" $(DOCKERFILES) && echo "hadolint: $(DOCKERFILES) clean"; fi
+	@"$$VENV/bin/ruff" check --quiet train tests bench && echo "ruff: train tests bench clean"
