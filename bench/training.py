@@ -152,9 +152,9 @@ def to_target(args) -> None:
 
     from train.config import load_config
     from train.distenv import resolve
-    from train.procgroup import process_group
     from train.evaluate import evaluate
     from train.fit import EpochStats, Trainer, obtain_graph
+    from train.procgroup import process_group
     from train.shared_graph import shared_graphs
 
     config = load_config("synthetic", [*target_overrides(args)])

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from tests.harness.jobscript import run_job_script
-from train.doctor import checks, findings, probes
 from train.config import load_config
 from train.distenv import free_port, resolve
+from train.doctor import checks, findings, probes
 
 ROOT = Path(__file__).resolve().parents[1]
 _CLEARED = ("SLURM_", "TORCHELASTIC_", "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",

@@ -63,10 +63,11 @@ def test_graph_model_beats_feature_only_model(tmp_path):
 
 def test_bad_rendezvous_is_a_message_not_a_hang(tmp_path):
     """Rank 1 of 2 alone: nobody listens at the master port; it ends within the init timeout."""
-    from tests.harness.localjob import ROOT, free_port
     import os
     import subprocess
     import sys
+
+    from tests.harness.localjob import ROOT, free_port
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "MASTER_"))}
     env.update(PYTHONPATH=str(ROOT), WORLD_SIZE="2", RANK="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))

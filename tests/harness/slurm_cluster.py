@@ -37,12 +37,28 @@ import time
 from pathlib import Path
 
 from tests.harness import slurm_conf
-from tests.harness.machine import (SYSTEM_PATH, SlurmClusterError, SlurmClusterUnavailable, alive, all_pids,
-                                   cmdline, comm, descendants, ensure_slurm_installed, exe, free_port, kill,
-                                   machine_lock, pids_in_netns, ppid, skip_or_fail_unavailable, system_env, tail,
-                                   unavailable_reason)
-from tests.harness.slurm_conf import (SLURM_CLIENTS, SLURM_ENV_PREFIXES, TERMINAL_STATES,
-                                      parse_scontrol_oneliner)
+from tests.harness.machine import (
+    SYSTEM_PATH,
+    SlurmClusterError,
+    SlurmClusterUnavailable,
+    alive,
+    all_pids,
+    cmdline,
+    comm,
+    descendants,
+    ensure_slurm_installed,
+    exe,
+    free_port,
+    kill,
+    machine_lock,
+    pids_in_netns,
+    ppid,
+    skip_or_fail_unavailable,
+    system_env,
+    tail,
+    unavailable_reason,
+)
+from tests.harness.slurm_conf import SLURM_CLIENTS, SLURM_ENV_PREFIXES, TERMINAL_STATES, parse_scontrol_oneliner
 
 __all__ = [
     "SlurmCluster",

@@ -4,8 +4,21 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 
-from train.doctor.findings import (FAIL, MIN_FREE_BYTES, OK, SHM_MARGIN, WARN, Finding, _agreement, by_host,
-                                   failed, format_bytes, format_cpus, is_loopback, rank_list)
+from train.doctor.findings import (
+    FAIL,
+    MIN_FREE_BYTES,
+    OK,
+    SHM_MARGIN,
+    WARN,
+    Finding,
+    _agreement,
+    by_host,
+    failed,
+    format_bytes,
+    format_cpus,
+    is_loopback,
+    rank_list,
+)
 
 
 def check_contract(records: list[dict], expected_world: int) -> list[Finding]:
