@@ -29,7 +29,7 @@ class DataConfig:
     path: str = ""  # data.name=files: a folder of arrays or a saved PyG Data (.pt), see train/graphfiles.py
     share: str = "node"  # node: one copy per node in shared memory; process: each rank loads its own
     share_dir: str = ""  # "" -> /dev/shm, else node-local disk ($SLURM_TMPDIR, $TMPDIR, /tmp) when it is too small
-    share_keep: bool = False  # keep the shared files until exit (to inspect them); default: unlink once all ranks mapped them
+    share_keep: bool = False  # keep the shared files until exit, to inspect them; else unlink once all ranks map them
     load_timeout_seconds: float = 3600.0  # how long a node's ranks wait for its local rank 0 to load the graph
     # synthetic graph (a stochastic block model with noisy class-dependent features)
     num_nodes: int = 20000
@@ -271,7 +271,8 @@ def parse_override(text: str) -> tuple[str, str, Any]:
     dotted, _, raw_value = text.partition("=")
     section, dot, key = dotted.strip().partition(".")
     if not dot or not section or not key:
-        raise UserError(f"override {text!r} must look like section.key=value (a section and a key), e.g. trainer.epochs=3.")
+        raise UserError(f"override {text!r} must look like section.key=value (a section and a key), "
+                        "e.g. trainer.epochs=3.")
     try:
         value = yaml.safe_load(raw_value) if raw_value.strip() else ""
     except yaml.YAMLError:

@@ -127,7 +127,8 @@ def validate_graph(arrays: Mapping[str, Tensor], source: str) -> Data:
         bad = (~finite).nonzero().view(-1)
         raise UserError(f"{source}: x holds NaN or infinite values in {bad.numel()} rows (first: row {int(bad[0])}); "
                         "fill or drop them before training.")
-    if edge_index.dim() != 2 or edge_index.size(0) != 2 or edge_index.is_floating_point() or edge_index.dtype == torch.bool:
+    if (edge_index.dim() != 2 or edge_index.size(0) != 2 or edge_index.is_floating_point()
+            or edge_index.dtype == torch.bool):
         raise UserError(f"{source}: edge_index has shape {tuple(edge_index.shape)} and dtype {edge_index.dtype}; "
                         "expected integer node ids of shape (2, num_edges): sources in row 0, targets in row 1.")
     if edge_index.numel() and (int(edge_index.min()) < 0 or int(edge_index.max()) >= num_nodes):
