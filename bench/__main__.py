@@ -25,7 +25,8 @@ def main(argv: list[str] | None = None) -> int:
         names.append(argv.pop(0))
     unknown = [n for n in names if n not in BENCHES]
     if unknown:
-        print(f"error: unknown benchmark {', '.join(unknown)}; expected some of: {', '.join(BENCHES)}.", file=sys.stderr)
+        print(f"error: unknown benchmark {', '.join(unknown)}; expected some of: {', '.join(BENCHES)}.",
+              file=sys.stderr)
         return 2
     if check_only:
         return 0

@@ -42,8 +42,8 @@ def anchor_evaluate(model, data, config, env, device) -> dict[str, float]:
     import torch.distributed as dist
     from torch_geometric.data import Data
 
-    from train.sampler import make_node_loader
     from train.epoch_split import rank_shard, shard_sizes
+    from train.sampler import make_node_loader
     from train.shared_graph import graph_csc
 
     structure = Data(edge_index=data.edge_index, num_nodes=data.num_nodes)
@@ -86,9 +86,9 @@ def worker(args) -> None:
 
     from train.config import load_config
     from train.distenv import resolve
-    from train.procgroup import process_group
     from train.evaluate import evaluate
     from train.fit import Trainer, obtain_graph
+    from train.procgroup import process_group
     from train.shared_graph import graph_csc, shared_graphs
 
     config = load_config("synthetic", graph_overrides(args))

@@ -201,7 +201,8 @@ def check_pinned(args, budget: float) -> dict:
             rows = gather_pinned(x, index) if name == "pinned" else x.index_select(0, index)
             rows.to("cuda", non_blocking=name == "pinned")
         torch.cuda.synchronize()
-        rates[name] = args.gather_repeats * index.numel() * x.size(1) * x.element_size() / (time.perf_counter() - started)
+        moved = args.gather_repeats * index.numel() * x.size(1) * x.element_size()
+        rates[name] = moved / (time.perf_counter() - started)
     return {"rows_per_batch": index.numel(), "features": x.size(1), "pageable_gb_per_s": rates["pageable"] / 1e9,
             "pinned_gb_per_s": rates["pinned"] / 1e9, "pinned_over_pageable": rates["pinned"] / rates["pageable"]}
 
@@ -313,7 +314,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", type=Path, default=None,
                         help="where to write the result (default bench/results/gpu-check-<time>.json)")
-    parser.add_argument("--small", action="store_true", help="a quick run on a small graph (for tests and smoke checks)")
+    parser.add_argument("--small", action="store_true",
+                        help="a quick run on a small graph (for tests and smoke checks)")
     parser.add_argument("--only", default="", help=f"comma-separated subset of: {', '.join(CHECKS)}")
     parser.add_argument("--budget", type=float, default=450.0, help="seconds for all checks together (default 450)")
     parser.add_argument("--nodes", type=int, default=None)

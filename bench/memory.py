@@ -91,15 +91,16 @@ def run(args) -> dict:
         }
         s = summary[mode]
         memory_rows.append([mode, round(gib(total), 2), round(gib(total) / len(ranks), 2),
-                            round(gib(s["pss_anon_bytes"]), 2), round(gib(s["pss_shmem_bytes"] + s["pss_file_bytes"]), 2),
+                            round(gib(s["pss_anon_bytes"]), 2),
+                            round(gib(s["pss_shmem_bytes"] + s["pss_file_bytes"]), 2),
                             round(gib(s["graph_bytes_per_rank_view"]), 2)])
         startup_rows.append([mode, round(s["imported_s"], 1), round(s["graph_load_s"], 1), round(s["graph_s"], 1),
                              round(s["first_batch_s"], 1)])
     print()
     print(f"Memory: {args.ranks} local ranks, synthetic graph {args.nodes:,} nodes, avg degree {args.degree}, "
           f"{args.features} float32 features; PSS summed over the ranks after one training step")
-    print(table(["data.share", "total PSS GiB", "per rank GiB", "anon GiB", "shared GiB", "graph GiB (one rank's view)"],
-                memory_rows))
+    print(table(["data.share", "total PSS GiB", "per rank GiB", "anon GiB", "shared GiB",
+                 "graph GiB (one rank's view)"], memory_rows))
     print()
     print("Start-up, seconds from process start (slowest rank): python+imports, loading the graph, graph ready, "
           "first training step done")

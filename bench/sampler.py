@@ -240,7 +240,8 @@ def measure_graph(name: str, args, with_pyg_lib: bool) -> dict:
                                       args.warmup, args.batches) for n, fn in samplers.items()}
             loader_runs = {n: _timed(make, lambda batch: int(batch.edge_index.size(1)), args.warmup,
                                      args.loader_batches) for n, make in loaders.items()}
-            measured = {"sampler": interleaved(sampler_runs, args.rounds), "loader": interleaved(loader_runs, args.rounds)}
+            measured = {"sampler": interleaved(sampler_runs, args.rounds),
+                        "loader": interleaved(loader_runs, args.rounds)}
             for level in measured.values():
                 level["project_over_pyg_lib"] = {k: ratio(level.get(PROJECT), level.get(PYG_LIB), k)
                                                  for k in ("edges_per_s", "batches_per_s")}

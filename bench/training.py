@@ -152,9 +152,9 @@ def to_target(args) -> None:
 
     from train.config import load_config
     from train.distenv import resolve
-    from train.procgroup import process_group
     from train.evaluate import evaluate
     from train.fit import EpochStats, Trainer, obtain_graph
+    from train.procgroup import process_group
     from train.shared_graph import shared_graphs
 
     config = load_config("synthetic", [*target_overrides(args)])
@@ -237,8 +237,10 @@ def run(args) -> dict:
 
     baseline_loader = ("PyG NeighborLoader on pyg-lib" if have_pyg_lib() else "PyG NeighborLoader (torch-sparse)"
                        if have_native_sampler() else
-                       f"stand-in: TorchNeighborSampler with its own CSC (no pyg-lib: {args.anchor_reason or 'not installed'})")
-    print(f"training: {args.ranks} local ranks, project loop against the seed's loop ({baseline_loader}) ...", flush=True)
+                       "stand-in: TorchNeighborSampler with its own CSC "
+                       f"(no pyg-lib: {args.anchor_reason or 'not installed'})")
+    print(f"training: {args.ranks} local ranks, project loop against the seed's loop ({baseline_loader}) ...",
+          flush=True)
     result = launch_local_ranks("bench.training", ["--worker", *_passthrough(args)], args.ranks, timeout=args.timeout)
     rows, per_loop = [], {}
     for name in ("project", "baseline"):

@@ -111,7 +111,8 @@ def test_check_resumable_names_every_differing_field(tmp_path):
     with pytest.raises(UserError) as info:
         ck.check_resumable(saved, tmp_path / "x.pt", config, {"num_nodes": 11}, 1)
     text = str(info.value)
-    assert "model.hidden: 32 in the checkpoint, 64 now" in text and "model.name: 'sage' in the checkpoint, 'mlp' now" in text
+    assert "model.hidden: 32 in the checkpoint, 64 now" in text
+    assert "model.name: 'sage' in the checkpoint, 'mlp' now" in text
     assert "graph num_nodes: 10 in the checkpoint, 11 now" in text and str(tmp_path / "x.pt") in text
 
 

@@ -28,8 +28,8 @@ from pathlib import Path
 import pytest
 
 from tests.harness import ngc_standin
-from train.distenv import port_for_job
 from tests.harness.reddit_files import write_reddit_raw
+from train.distenv import port_for_job
 
 ROOT = Path(__file__).resolve().parents[1]
 pytest_plugins = ["tests.harness.conftest_slurm"]

@@ -47,7 +47,8 @@ def test_make_data_prepares_ogbn_products_and_two_ranks_train_on_it(tmp_path):
     out = tmp_path / "run"
     job = run_local_job(["fit", "--config", "ogbn-products", "model.hidden=32", "sampler.num_neighbors=[5,5,5]",
                          "sampler.batch_size=64", "sampler.num_workers=0", "trainer.epochs=4", "trainer.eval_every=1",
-                         "optim.lr=0.01", f"output.dir={out}"], world_size=2, extra_env={"DATA_DIR": str(tmp_path / "data")})
+                         "optim.lr=0.01", f"output.dir={out}"],
+                        world_size=2, extra_env={"DATA_DIR": str(tmp_path / "data")})
     assert job.returncodes == [0, 0], job.outputs[0][-3000:]
     finals = job.final()
     assert finals[0]["weights_sha256"] == finals[1]["weights_sha256"]

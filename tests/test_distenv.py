@@ -284,7 +284,8 @@ def test_cli_fit_in_a_batch_script_is_refused_at_once_with_the_srun_line():
     probe = ("import sys, time; from train.__main__ import main; t = time.monotonic(); "
              "code = main(['fit', '--config', 'tiny', 'trainer.epochs=1']); "
              "print(code, 'torch' in sys.modules, round(time.monotonic() - t, 3))")
-    done = subprocess.run([sys.executable, "-c", probe], env={"PATH": os.environ["PATH"], "PYTHONPATH": str(ROOT), **BATCH},
+    done = subprocess.run([sys.executable, "-c", probe],
+                          env={"PATH": os.environ["PATH"], "PYTHONPATH": str(ROOT), **BATCH},
                           cwd=ROOT, capture_output=True, text=True, timeout=60)
     code, torch_loaded, seconds = done.stdout.split()
     assert code == "2" and torch_loaded == "False", done.stdout + done.stderr

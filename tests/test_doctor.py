@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from tests.harness.jobscript import run_job_script
-from train.doctor import checks, findings, probes
 from train.config import load_config
 from train.distenv import free_port, resolve
+from train.doctor import checks, findings, probes
 
 ROOT = Path(__file__).resolve().parents[1]
 _CLEARED = ("SLURM_", "TORCHELASTIC_", "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
@@ -219,7 +219,8 @@ def test_two_ranks_on_one_gpu_name_the_ranks_and_the_fix(template):
 def test_disagreeing_and_missing_ranks(template):
     records = [record(template, 0, world=4, per_node=4), record(template, 1, world=2, per_node=4)]
     messages = [m for _, m in levels(checks.run_checks(records, 4), "contract")]
-    assert any(m.startswith("ranks disagree on the world size: rank 0: 4 (from WORLD_SIZE); rank 1: 2") for m in messages), messages
+    assert any(m.startswith("ranks disagree on the world size: rank 0: 4 (from WORLD_SIZE); rank 1: 2")
+               for m in messages), messages
     assert any(m.startswith("ranks 2 and 3 of 4 never reached the master at 127.0.0.1:29500") for m in messages)
 
 
@@ -237,8 +238,9 @@ def test_multinode_gloo_on_loopback_and_bad_ifname(template):
     records[1]["env"]["NCCL_SOCKET_IFNAME"] = "ib"
     records[1]["network"]["nccl_ifaces"] = []
     found = levels(checks.run_checks(records, 2), "network")
-    assert (findings.FAIL, "on node n1 the hostname resolves to 127.0.1.1, so gloo would listen on loopback where other "
-            "nodes cannot connect: set GLOO_SOCKET_IFNAME=eth0 (the interface that reaches the master).") in found
+    loopback = ("on node n1 the hostname resolves to 127.0.1.1, so gloo would listen on loopback where other "
+                "nodes cannot connect: set GLOO_SOCKET_IFNAME=eth0 (the interface that reaches the master).")
+    assert (findings.FAIL, loopback) in found
     assert any(level == findings.WARN and m.startswith("NCCL_SOCKET_IFNAME=ib names no interface of node n2")
                for level, m in found)  # only a warning while the backend is gloo
 

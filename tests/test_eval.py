@@ -53,7 +53,8 @@ def _worker(rank, world, port, out_dir):
             sampling = plan_sampling(data, config.sampler, torch.device("cpu"))
             result[name] = evaluate(model, data, config, _Env(rank, world), torch.device("cpu"), sampling)
             if name == "sampled":
-                result["sampled-again"] = evaluate(model, data, config, _Env(rank, world), torch.device("cpu"), sampling)
+                result["sampled-again"] = evaluate(model, data, config, _Env(rank, world), torch.device("cpu"),
+                                                   sampling)
         full = torch.arange(data.num_nodes * 3, dtype=torch.float32).view(-1, 3)
         owners = RowOwners(data.num_nodes, world)
         mine = full[owners.rows(rank)]

@@ -43,7 +43,8 @@ def make(*args: str, env: dict[str, str] | None = None, dry: bool = False, timeo
 
 def test_the_lists_are_complete():
     assert {"DATASET", "PYG_TAG", "RUN", "ARGS", "CONFIG", "SBATCH_ARGS", "LOG_DIR", "VENV", "NPROC"} <= set(VARIABLES)
-    assert {"run", "data", "image", "report", "submit", "srun", "doctor", "logs", "tail", "bench", "test"} <= set(TARGETS)
+    assert {"run", "data", "image", "report", "submit", "srun", "doctor", "logs", "tail", "bench",
+            "test"} <= set(TARGETS)
 
 
 @pytest.mark.parametrize("target", TARGETS)

@@ -157,7 +157,8 @@ def test_every_problem_is_reported_at_once(standin):
     p = make(env, "submit", "NODES=0", "GPUS=x", "GPUS_PER_TASK=3", "CONFIG=nosuchconfig", "IMAGE=/nonexistent.sqsh")
     assert p.returncode != 0
     errors = [ln for ln in p.stderr.splitlines() if ln.startswith("make submit: error: ")]
-    assert [e.split("=", 1)[0].rsplit(" ", 1)[1] for e in errors] == ["NODES", "GPUS", "GPUS_PER_TASK", "IMAGE", "CONFIG"]
+    named = [e.split("=", 1)[0].rsplit(" ", 1)[1] for e in errors]
+    assert named == ["NODES", "GPUS", "GPUS_PER_TASK", "IMAGE", "CONFIG"]
     assert not record.exists()
 
 
@@ -176,7 +177,8 @@ def test_srun_line_container_mode(standin):
     assert install[-2:] == ["/workspace/container/install-project.sh", "/workspace"]
     assert train[0] == "OMP_NUM_THREADS=1" and train[1] == "DATA_DIR=/data" and train[2] == "srun"
     for option in ("--nodes=2", "--ntasks=4", "--ntasks-per-node=2", "--gpus-per-task=1", "--gpu-bind=none",
-                   "--container-image=nvcr.io#nvidia/pyg:25.05-py3", f"--container-mounts={ROOT}:/workspace,{ROOT}/data:/data",
+                   "--container-image=nvcr.io#nvidia/pyg:25.05-py3",
+                   f"--container-mounts={ROOT}:/workspace,{ROOT}/data:/data",
                    "--container-workdir=/workspace", "--no-container-mount-home", "--container-name=pyg-train",
                    "--kill-on-bad-exit=1"):
         assert option in train, (option, train)
@@ -227,7 +229,8 @@ def test_job_script_registry_image_installs_first_and_propagates_failure(tmp_pat
     assert p.returncode == 3
     (install,) = calls
     assert "--ntasks-per-node=1" in install and "--ntasks=2" in install
-    assert "--container-name=pyg-train-123456" in install and "--container-image=nvcr.io#nvidia/pyg:25.05-py3" in install
+    assert "--container-name=pyg-train-123456" in install
+    assert "--container-image=nvcr.io#nvidia/pyg:25.05-py3" in install
     assert install[-3:] == ["sh", "/workspace/container/install-project.sh", "/workspace"]
 
 
@@ -322,8 +325,9 @@ def test_a_plan_that_cannot_fit_is_refused_naming_the_numbers(cluster_standin):
         p = make(env, "submit", "IMAGE=none", "CONFIG=ogbn-papers100M", "NODES=2", "GPUS=8", *dry)
         assert p.returncode == 2, p.stdout + p.stderr
         assert "memory plan: ogbn-papers100M" in p.stdout and "per node" in p.stdout  # the table, then the verdict
-        assert ("memory plan for CONFIG='ogbn-papers100M' ARGS='' NODES=2 GPUS=8: this plan does not fit: "
-                "a node needs 193.5 GiB at its peak but has 125.0 GiB (sinfo -p gpu: smallest node)") in p.stderr, p.stderr
+        verdict = ("memory plan for CONFIG='ogbn-papers100M' ARGS='' NODES=2 GPUS=8: this plan does not fit: "
+                   "a node needs 193.5 GiB at its peak but has 125.0 GiB (sinfo -p gpu: smallest node)")
+        assert verdict in p.stderr, p.stderr
         assert "nothing was submitted" in p.stderr and "Traceback" not in p.stderr
     assert not record.exists()
 
@@ -407,7 +411,8 @@ def test_a_knob_default_changed_in_one_place_is_what_help_submit_and_the_job_use
     assert doctor[-5:] == ["doctor", "--config", "tiny", "--timeout", "77" if knob == "DOCTOR_TIMEOUT" else "120"]
     gpu_options = [w for w in doctor + train if w.startswith("--gpus-per-task")]
     assert (gpu_options == []) == (knob == "GPUS_PER_TASK"), gpu_options
-    assert train[0:1] and train[-6:] == [str(copy / ".venv" / "bin" / "python"), "-m", "train", "fit", "--config", "tiny"]
+    assert train[0:1]
+    assert train[-6:] == [str(copy / ".venv" / "bin" / "python"), "-m", "train", "fit", "--config", "tiny"]
 
 
 # ---- the launch line of every step in the image: jobs/lib/pyxis.sh -------------------------------
@@ -428,7 +433,8 @@ def test_launch_line_sqsh_image():
 
 def test_launch_line_registry_image_named_container_extra_mounts_and_env():
     assert launch("nvcr.io#nvidia/pyg:25.05-py3", "/d", "/scratch:/scratch,/x:/y", "pyg-train-7", "DATA_DIR,OMP") == [
-        "--container-image=nvcr.io#nvidia/pyg:25.05-py3", f"--container-mounts={ROOT}:/workspace,/d:/data,/scratch:/scratch,/x:/y",
+        "--container-image=nvcr.io#nvidia/pyg:25.05-py3",
+        f"--container-mounts={ROOT}:/workspace,/d:/data,/scratch:/scratch,/x:/y",
         "--container-workdir=/workspace", "--no-container-mount-home", "--container-name=pyg-train-7",
         "--container-env=DATA_DIR,OMP", "python"]
 

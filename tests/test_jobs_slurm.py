@@ -25,7 +25,8 @@ pytestmark = pytest.mark.slurm
 
 REQUEST = ["NODES=2", "GPUS=4", "IMAGE=none", "GPUS_PER_TASK=0", "CPUS_PER_TASK=1", "CONFIG=tiny"]
 JOB_TIMEOUT = 240  # generous for a 2-core CI machine; a healthy job takes ~10-30 s
-PLACEMENT = re.compile(r"^(\d+): rank (\d+)/(\d+) on (\S+) \(node (\d+), local rank (\d+), master (\S+):(\d+) from ([^)]*)\)$", re.M)
+PLACEMENT = re.compile(r"^(\d+): rank (\d+)/(\d+) on (\S+) "
+                       r"\(node (\d+), local rank (\d+), master (\S+):(\d+) from ([^)]*)\)$", re.M)
 FINAL = re.compile(r"^(\d+): rank (\d+) final (\{.*\})$", re.M)
 
 
@@ -100,7 +101,8 @@ def test_make_submit_two_nodes_four_ranks_completes(slurm_cluster, tmp_path, cap
 
 def test_one_failing_rank_fails_the_job_quickly(slurm_cluster, tmp_path, capsys):
     # A collective timeout far above the bound: only --kill-on-bad-exit can end the job in time.
-    args = f"ARGS=trainer.fail_at_step=2 trainer.fail_rank=3 dist.collective_timeout_seconds=900 output.dir={tmp_path / 'run'}"
+    args = ("ARGS=trainer.fail_at_step=2 trainer.fail_rank=3 dist.collective_timeout_seconds=900 "
+            f"output.dir={tmp_path / 'run'}")
     job, log, started = submit(slurm_cluster, tmp_path, args)
     state = wait(slurm_cluster, job, log)
     elapsed = time.monotonic() - started
@@ -123,7 +125,8 @@ def test_printed_srun_line_runs_in_salloc(slurm_cluster, tmp_path, capsys):
     r = slurm_cluster.run(["salloc", "--nodes=2", "--ntasks=4", "--cpus-per-task=1", "bash", "-c", line],
                           cwd=tmp_path, timeout=JOB_TIMEOUT)
     text = r.stdout + r.stderr
-    report(capsys, f"salloc -N2 -n4 + the `make srun` line: rc {r.returncode} after {time.monotonic() - started:.1f} s", text)
+    report(capsys, f"salloc -N2 -n4 + the `make srun` line: rc {r.returncode} "
+           f"after {time.monotonic() - started:.1f} s", text)
     assert r.returncode == 0, text
     job = re.search(r"Granted job allocation (\d+)", r.stderr).group(1)
     port = port_for_job(job)  # derived by the package from SLURM_JOB_ID: nothing exported it

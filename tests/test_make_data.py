@@ -22,7 +22,8 @@ def test_registry_image_is_a_one_task_srun(tmp_path):
     words = shlex.split(done.stdout)
     assert words[:3] == ["srun", "--nodes=1", "--ntasks=1"], words
     # the jobs' launch line (jobs/lib/pyxis.sh): pyxis flags, then the image's python
-    for flag in ("--container-image=nvcr.io#nvidia/pyg:25.05-py3", f"--container-mounts={ROOT}:/workspace,{tmp_path}:/data",
+    for flag in ("--container-image=nvcr.io#nvidia/pyg:25.05-py3",
+                 f"--container-mounts={ROOT}:/workspace,{tmp_path}:/data",
                  "--container-workdir=/workspace", "--no-container-mount-home"):
         assert flag in words[:words.index("python")], (flag, words)
     assert words[words.index("python"):][:4] == ["python", "-m", "train", "data"], words

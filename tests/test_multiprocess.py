@@ -40,14 +40,16 @@ def test_same_config_same_result(tmp_path):
 
 def test_sharded_evaluation_equals_single_process(tmp_path):
     """With no training step, evaluation alone: 1 process and 3 processes must count the same."""
-    args = [*TINY, "trainer.epochs=1", "trainer.max_steps_per_epoch=1", "optim.lr=1e-30"]  # lr 0 is refused: a step too small to change any prediction
+    # lr 0 is refused: a step too small to change any prediction
+    args = [*TINY, "trainer.epochs=1", "trainer.max_steps_per_epoch=1", "optim.lr=1e-30"]
     single = run_local_job([*args, f"output.dir={tmp_path / 'one'}"], 1)
     three = run_local_job([*args, f"output.dir={tmp_path / 'three'}"], 3)
     assert single.returncodes == [0] and three.returncodes == [0, 0, 0], three.outputs
     one, many = summary_of(tmp_path / "one"), summary_of(tmp_path / "three")
     assert one["final_test_acc"] == many["final_test_acc"]
     assert one["final_val_acc"] == many["final_val_acc"]
-    assert single.final()[0]["weights_sha256"] == three.final()[0]["weights_sha256"]  # a negligible step: the same weights
+    # a negligible step: the same weights
+    assert single.final()[0]["weights_sha256"] == three.final()[0]["weights_sha256"]
 
 
 def test_graph_model_beats_feature_only_model(tmp_path):
@@ -63,10 +65,11 @@ def test_graph_model_beats_feature_only_model(tmp_path):
 
 def test_bad_rendezvous_is_a_message_not_a_hang(tmp_path):
     """Rank 1 of 2 alone: nobody listens at the master port; it ends within the init timeout."""
-    from tests.harness.localjob import ROOT, free_port
     import os
     import subprocess
     import sys
+
+    from tests.harness.localjob import ROOT, free_port
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "MASTER_"))}
     env.update(PYTHONPATH=str(ROOT), WORLD_SIZE="2", RANK="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))

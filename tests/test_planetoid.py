@@ -55,7 +55,8 @@ def train_cora(tmp_path: Path, root: Path, model: str) -> tuple[dict, str]:
 def report_accuracy(capsys, model: str, summary: dict) -> None:
     with capsys.disabled():  # shown in CI's log, not only on failure
         print(f"\nCora {model}, 2 ranks: test accuracy {summary['test_acc_at_best_val']:.4f} at the best val "
-              f"epoch {summary['best_val_epoch']} (val {summary['best_val_acc']:.4f}); final {summary['final_test_acc']:.4f}")
+              f"epoch {summary['best_val_epoch']} (val {summary['best_val_acc']:.4f}); "
+              f"final {summary['final_test_acc']:.4f}")
 
 
 @needs_cora

@@ -276,7 +276,8 @@ def _worker(argv: list[str]) -> None:
         rows: list = [None] * env.world_size
         dist.all_gather_object(rows, {"rank": env.rank, "digests": seen, "x_after": _digest(data.x),
                                       "perm": perm is not None, "maps": maps, "write_error": write_error,
-                                      "shm_during": sorted(p.name for p in SHM.glob(f"{PREFIX}j{os.environ['SLURM_JOB_ID']}-*"))})
+                                      "shm_during": sorted(p.name for p in
+                                                           SHM.glob(f"{PREFIX}j{os.environ['SLURM_JOB_ID']}-*"))})
         if env.rank == 0:
             print(RESULT + json.dumps(rows), flush=True)
 
@@ -338,9 +339,9 @@ def _start_job(args: list[str], job_id: str, port: int, envs: list[dict] | None 
 def test_uneven_nodes_share_where_there_is_someone_to_share_with(tmp_path):
     """2 ranks on node 0 share; the single rank of node 1 loads its own; all take part in the same collectives."""
     job, port = JOB_IDS[4], free_port()
-    envs = [{"SLURM_JOB_ID": job, "SLURM_STEP_ID": "0", "SLURM_NTASKS": "3", "SLURM_PROCID": str(rank), "SLURM_LOCALID": str(local),
-             "SLURM_NODEID": str(node), "SLURM_JOB_NUM_NODES": "2", "SLURM_TASKS_PER_NODE": "2,1",
-             "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    envs = [{"SLURM_JOB_ID": job, "SLURM_STEP_ID": "0", "SLURM_NTASKS": "3", "SLURM_PROCID": str(rank),
+             "SLURM_LOCALID": str(local), "SLURM_NODEID": str(node), "SLURM_JOB_NUM_NODES": "2",
+             "SLURM_TASKS_PER_NODE": "2,1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
             for rank, (node, local) in enumerate([(0, 0), (0, 1), (1, 0)])]
     procs = _start_job(["-m", "train", *TINY, "trainer.epochs=1", f"output.dir={tmp_path}"], job, port, envs)
     outputs = [p.communicate(timeout=240)[0] for p in procs]
@@ -352,8 +353,8 @@ def test_uneven_nodes_share_where_there_is_someone_to_share_with(tmp_path):
 def test_kill_9_of_the_whole_job_leaves_nothing_after_the_restart(tmp_path):
     job, port = JOB_IDS[3], free_port()
     segment = SHM / segment_name(job, port, 0, os.getuid())
-    procs = _start_job(["-m", "train", *TINY, "data.share_keep=true", "trainer.epochs=100", "trainer.step_delay_seconds=0.2",
-                        f"output.dir={tmp_path / 'first'}"], job, port)
+    procs = _start_job(["-m", "train", *TINY, "data.share_keep=true", "trainer.epochs=100",
+                        "trainer.step_delay_seconds=0.2", f"output.dir={tmp_path / 'first'}"], job, port)
     try:
         deadline = time.monotonic() + 120
         while not (segment / "manifest.json").exists():
@@ -370,8 +371,8 @@ def test_kill_9_of_the_whole_job_leaves_nothing_after_the_restart(tmp_path):
     assert segment.is_dir() and segment.with_name(segment.name + ".lock").exists()  # what kill -9 leaves
     assert segment in _stale()
     # The same job starts again on the node (same job id; srun may give it another port): the stale segment goes first.
-    procs = _start_job(["-m", "train", *TINY, "trainer.epochs=1", "trainer.resume=never", f"output.dir={tmp_path / 'second'}"],
-                       job, free_port())
+    procs = _start_job(["-m", "train", *TINY, "trainer.epochs=1", "trainer.resume=never",
+                        f"output.dir={tmp_path / 'second'}"], job, free_port())
     outputs = [p.communicate(timeout=240)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outputs
     assert not segment.exists() and not segment.with_name(segment.name + ".lock").exists()

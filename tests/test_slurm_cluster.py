@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.harness.localjob import WORKERS
-from tests.harness.slurm_cluster import (SlurmCluster, SlurmClusterError, skip_or_fail_unavailable,
-                                 unavailable_reason)
+from tests.harness.slurm_cluster import SlurmCluster, SlurmClusterError, skip_or_fail_unavailable, unavailable_reason
 
 # The session fixture `slurm_cluster` comes from tests/harness/conftest_slurm.py: through
 # tests/conftest.py when that loads it (as a plugin or by import), else from here.

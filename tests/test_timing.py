@@ -267,7 +267,8 @@ def test_every_rank_of_a_real_run_records_the_phases(tmp_path):
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device: the all-reduce wait is timed with CUDA events")
+@pytest.mark.skipif(not torch.cuda.is_available(),
+                    reason="needs a CUDA device: the all-reduce wait is timed with CUDA events")
 def test_allreduce_probe_on_cuda_uses_events():
     model = torch.nn.Linear(64, 64).cuda()
     probe = AllReduceProbe(model, "cuda")

@@ -29,7 +29,7 @@ class DataConfig:
     path: str = ""  # data.name=files: a folder of arrays or a saved PyG Data (.pt), see train/graphfiles.py
     share: str = "node"  # node: one copy per node in shared memory; process: each rank loads its own
     share_dir: str = ""  # "" -> /dev/shm, else node-local disk ($SLURM_TMPDIR, $TMPDIR, /tmp) when it is too small
-    share_keep: bool = False  # keep the shared files until exit (to inspect them); default: unlink once all ranks mapped them
+    share_keep: bool = False  # keep the shared files until exit, to inspect them; else unlink once all ranks map them
     load_timeout_seconds: float = 3600.0  # how long a node's ranks wait for its local rank 0 to load the graph
     # synthetic graph (a stochastic block model with noisy class-dependent features)
     num_nodes: int = 20000
@@ -168,6 +168,36 @@ def _type_name(tp) -> str:
     return getattr(tp, "__name__", str(tp))
 
 
+_REFUSED = object()  # a scalar converter's answer for a value it does not take
+
+
+def _to_bool(value: Any) -> Any:
+    return value if isinstance(value, bool) else _REFUSED
+
+
+def _to_int(value: Any) -> Any:
+    return value if isinstance(value, int) and not isinstance(value, bool) else _REFUSED
+
+
+def _to_float(value: Any) -> Any:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, str):  # YAML 1.1 reads "1e-3" as a string
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    return _REFUSED
+
+
+def _to_str(value: Any) -> Any:
+    return str(value) if isinstance(value, (str, int, float)) and not isinstance(value, bool) else _REFUSED
+
+
+# The scalar field types and their lossless conversions; any other type refuses every value.
+_SCALARS = {bool: _to_bool, int: _to_int, float: _to_float, str: _to_str}
+
+
 def _coerce(key: str, value: Any, tp) -> Any:
     """Check `value` against the field type `tp`, converting only where it is lossless."""
     origin = typing.get_origin(tp)
@@ -178,24 +208,11 @@ def _coerce(key: str, value: Any, tp) -> Any:
         return [_coerce(f"{key}[{i}]", item, item_tp) for i, item in enumerate(value)]
     if origin in (typing.Union, types.UnionType):
         raise TypeError(f"unsupported config type for {key}: {tp}")  # keep config types simple
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-    elif tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    elif tp is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):  # YAML 1.1 reads "1e-3" as a string
-            try:
-                return float(value)
-            except ValueError:
-                pass
-    elif tp is str:
-        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
-            return str(value)
-    raise UserError(f"{key}={value!r} must be of type {_type_name(tp)}.")
+    convert = _SCALARS.get(tp)
+    converted = convert(value) if convert is not None else _REFUSED
+    if converted is _REFUSED:
+        raise UserError(f"{key}={value!r} must be of type {_type_name(tp)}.")
+    return converted
 
 
 def _build(raw: dict[str, Any]) -> Config:
@@ -225,7 +242,15 @@ def _build(raw: dict[str, Any]) -> Config:
 
 
 def _validate(config: Config) -> None:
+    """Refuse the first value out of range: single values first, then what fields say together."""
     flat = {f"{s}.{k}": v for s, section in config.to_dict().items() for k, v in section.items()}
+    _check_values(flat)
+    _check_fanouts(config)
+    _check_model_and_data(config)
+
+
+def _check_values(flat: dict[str, Any]) -> None:
+    """Each `section.key` on its own: the choices, finite numbers, the positive and non-negative keys."""
     for key, choices in CHOICES.items():
         if flat[key] not in choices:
             raise UserError(f"{key}={flat[key]!r} is not valid; expected one of: {', '.join(choices)}.")
@@ -238,6 +263,10 @@ def _validate(config: Config) -> None:
     for key in NON_NEGATIVE:
         if flat[key] < 0:
             raise UserError(f"{key}={flat[key]!r} must be >= 0.")
+
+
+def _check_fanouts(config: Config) -> None:
+    """The sampling fanouts for training and evaluation: valid, and one per layer of a GraphSAGE model."""
     fanouts = config.sampler.num_neighbors
     if not fanouts or any(n == 0 or n < -1 for n in fanouts):
         raise UserError(
@@ -255,6 +284,10 @@ def _validate(config: Config) -> None:
     if eval_fanouts and config.model.name == "sage" and len(eval_fanouts) != config.model.num_layers:
         raise UserError(f"eval.fanouts={eval_fanouts!r} has {len(eval_fanouts)} hops but model.num_layers="
                         f"{config.model.num_layers}; give one fanout per layer (or [] for sampler.num_neighbors).")
+
+
+def _check_model_and_data(config: Config) -> None:
+    """The remaining ranges: dropout, a path for data.name=files, room for a test split."""
     if not 0 <= config.model.dropout < 1:
         raise UserError(f"model.dropout={config.model.dropout!r} must be in [0, 1).")
     if config.data.name == "files" and not config.data.path:
@@ -271,7 +304,8 @@ def parse_override(text: str) -> tuple[str, str, Any]:
     dotted, _, raw_value = text.partition("=")
     section, dot, key = dotted.strip().partition(".")
     if not dot or not section or not key:
-        raise UserError(f"override {text!r} must look like section.key=value (a section and a key), e.g. trainer.epochs=3.")
+        raise UserError(f"override {text!r} must look like section.key=value (a section and a key), "
+                        "e.g. trainer.epochs=3.")
     try:
         value = yaml.safe_load(raw_value) if raw_value.strip() else ""
     except yaml.YAMLError:

@@ -43,7 +43,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from train.envvalues import (  # noqa: F401 (the value forms: public here, where the contract is documented)
-    PORT_BASE, PORT_SPAN, check_master_addr, expand_nodelist, expand_tasks_per_node, parse_job_id, port_for_job,
+    PORT_BASE,
+    PORT_SPAN,
+    check_master_addr,
+    expand_nodelist,
+    expand_tasks_per_node,
+    parse_job_id,
+    port_for_job,
 )
 from train.envvalues import parse_int as _parse_int
 from train.errors import UserError

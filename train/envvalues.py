@@ -53,7 +53,8 @@ def expand_nodelist(name: str, value: str) -> list[str]:
     try:
         hosts = hostlist.expand_hostlist(value)
     except hostlist.BadHostlist as exc:
-        raise UserError(f"{name}={value!r} is not a valid node list ({exc}); expected e.g. 'node[01-04],gpu7'.") from None
+        raise UserError(f"{name}={value!r} is not a valid node list ({exc}); "
+                        "expected e.g. 'node[01-04],gpu7'.") from None
     hosts = [h.strip() for h in hosts]  # "a, b": spaces after commas are not part of a name
     if not hosts or any(not h or any(c.isspace() for c in h) for h in hosts):
         raise UserError(f"{name}={value!r} is not a valid node list; expected e.g. 'node[01-04],gpu7'.")

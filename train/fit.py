@@ -155,9 +155,11 @@ class Trainer:
 
     def __init__(self, config: Config, env: DistEnv, device: torch.device, data: Data, out_dir: Path):
         self.config, self.env, self.device, self.data, self.out_dir = config, env, device, data, out_dir
-        self.model: GNN = build_model(config.model, data.num_features, num_classes(data), config.trainer.seed).to(device)
+        self.model: GNN = build_model(config.model, data.num_features, num_classes(data),
+                                      config.trainer.seed).to(device)
         self.ddp = DistributedDataParallel(self.model, device_ids=[device.index] if device.type == "cuda" else None)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.optim.lr,
+                                          weight_decay=config.optim.weight_decay)
         self.state = RunState()
         self.rank_state = RankState(self.state, ProcessRng())  # this rank's own part of a checkpoint
         self.stop_requested = False  # set by `request_stop` (the preemption vote); checked at step boundaries
@@ -401,7 +403,8 @@ def _train(config: Config, env: DistEnv, backend: str, device: torch.device, sig
     checkpointer = Checkpointer(out_dir, env, trainer, trainer.rank_state, config=config.to_dict(),
                                 fingerprint=graph_fingerprint(data), keep=cfg.keep_checkpoints, resume=cfg.resume)
     checkpointer.resume()
-    if env.is_main:  # only now: a refused run (data, checkpoint) leaves no run directory, and no config.yaml over another's
+    # only now: a refused run (data, checkpoint) leaves no run directory, and no config.yaml over another's
+    if env.is_main:
         out_dir.mkdir(parents=True, exist_ok=True)
         dump_config(config, out_dir / "config.yaml")
         if env.job_id and not config.output.dir:

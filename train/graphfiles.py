@@ -116,6 +116,18 @@ def validate_graph(arrays: Mapping[str, Tensor], source: str) -> Data:
         raise UserError(f"{source}: {', '.join(missing)} missing; expected the arrays edge_index (2 x num_edges), "
                         "x (num_nodes x num_features), y (num_nodes) and a split (train/val/test _idx or _mask).")
     x, y, edge_index = arrays["x"], arrays["y"], arrays["edge_index"]
+    num_nodes = _check_features(x, source)
+    _check_edge_index(edge_index, num_nodes, source)
+    y = _check_labels(y, num_nodes, source)
+    splits = {split: _split_indices(arrays, split, num_nodes, source) for split in SPLITS}
+    _check_splits(splits, y, source)
+    return Data(x=x if x.dtype == torch.float32 else x.float(), y=y.long(),
+                edge_index=edge_index if edge_index.dtype == torch.long else edge_index.long(),
+                train_idx=splits["train"], val_idx=splits["val"], test_idx=splits["test"])
+
+
+def _check_features(x: Tensor, source: str) -> int:
+    """x: a 2-D float array with at least one row, all finite; returns the number of nodes."""
     if x.dim() != 2 or not x.is_floating_point():
         raise UserError(f"{source}: x has shape {tuple(x.shape)} and dtype {x.dtype}; expected a 2-D float "
                         "array (num_nodes x num_features).")
@@ -127,12 +139,22 @@ def validate_graph(arrays: Mapping[str, Tensor], source: str) -> Data:
         bad = (~finite).nonzero().view(-1)
         raise UserError(f"{source}: x holds NaN or infinite values in {bad.numel()} rows (first: row {int(bad[0])}); "
                         "fill or drop them before training.")
-    if edge_index.dim() != 2 or edge_index.size(0) != 2 or edge_index.is_floating_point() or edge_index.dtype == torch.bool:
+    return num_nodes
+
+
+def _check_edge_index(edge_index: Tensor, num_nodes: int, source: str) -> None:
+    """edge_index: integer node ids of shape (2, num_edges), each a row of x."""
+    if (edge_index.dim() != 2 or edge_index.size(0) != 2 or edge_index.is_floating_point()
+            or edge_index.dtype == torch.bool):
         raise UserError(f"{source}: edge_index has shape {tuple(edge_index.shape)} and dtype {edge_index.dtype}; "
                         "expected integer node ids of shape (2, num_edges): sources in row 0, targets in row 1.")
     if edge_index.numel() and (int(edge_index.min()) < 0 or int(edge_index.max()) >= num_nodes):
         raise UserError(f"{source}: edge_index holds node ids from {int(edge_index.min())} to "
                         f"{int(edge_index.max())}, outside 0..{num_nodes - 1} (x has {num_nodes} rows).")
+
+
+def _check_labels(y: Tensor, num_nodes: int, source: str) -> Tensor:
+    """y: one integer label per node ((num_nodes, 1) is flattened), a class or UNLABELED; returns it 1-D."""
     if y.dim() == 2 and y.size(1) == 1:
         y = y.view(-1)
     if y.dim() != 1 or y.numel() != num_nodes or y.is_floating_point() or y.dtype == torch.bool:
@@ -141,7 +163,11 @@ def validate_graph(arrays: Mapping[str, Tensor], source: str) -> Data:
     if int(y.min()) < UNLABELED:
         raise UserError(f"{source}: y holds the label {int(y.min())}; labels are 0..num_classes-1, or {UNLABELED} "
                         "for an unlabeled node.")
-    splits = {split: _split_indices(arrays, split, num_nodes, source) for split in SPLITS}
+    return y
+
+
+def _check_splits(splits: dict[str, Tensor], y: Tensor, source: str) -> None:
+    """A non-empty train split; every split node labeled; no node in two splits."""
     if splits["train"].numel() == 0:
         raise UserError(f"{source}: the train split is empty; give at least one training node.")
     for split, idx in splits.items():
@@ -152,9 +178,6 @@ def validate_graph(arrays: Mapping[str, Tensor], source: str) -> Data:
     for a, b in (("train", "val"), ("train", "test"), ("val", "test")):
         if torch.isin(splits[a], splits[b]).any():
             raise UserError(f"{source}: the {a} and {b} splits share nodes; each node belongs to one split at most.")
-    return Data(x=x if x.dtype == torch.float32 else x.float(), y=y.long(),
-                edge_index=edge_index if edge_index.dtype == torch.long else edge_index.long(),
-                train_idx=splits["train"], val_idx=splits["val"], test_idx=splits["test"])
 
 
 def load_files(path: str) -> Data:

@@ -176,7 +176,8 @@ def make_plan(config: Config, size: GraphSize, nodes: int, ranks: int, gpus: boo
     }
     node = {k: v for k, v in node.items() if v}
     node["peak"] = shared + max(loader, per_node * rank_total)
-    params = sum(i * o + o for i, o in zip([size.features] + [hidden] * (layers - 1), [hidden] * (layers - 1) + [size.classes]))
+    params = sum(i * o + o for i, o in zip([size.features] + [hidden] * (layers - 1),
+                                           [hidden] * (layers - 1) + [size.classes]))
     params *= 2 if config.model.name == "sage" else 1  # SAGEConv: a neighbour and a root weight
     gpu = {}
     if gpus:
@@ -256,7 +257,8 @@ def _gib(n: int) -> str:
 def format_plan(plan: Plan, config: Config) -> str:
     size = plan.size
     lines = [f"memory plan: {config.data.name} ({size.nodes:,} nodes, {size.edges:,} edges, {size.features} features), "
-             f"{plan.nodes} node(s) x {plan.ranks_per_node} rank(s), data.share={plan.share}, eval.mode={config.eval.mode}"]
+             f"{plan.nodes} node(s) x {plan.ranks_per_node} rank(s), data.share={plan.share}, "
+             f"eval.mode={config.eval.mode}"]
     capacity = {"node": plan.node_capacity, "GPU": plan.gpu_capacity}
     for scope, items in plan.rows.items():
         if not items:
@@ -289,7 +291,8 @@ def add_arguments(parser) -> None:
     from train.cli_fit import add_config_arguments
 
     add_config_arguments(parser)
-    parser.add_argument("--nodes", type=int, default=int(os.environ.get("NODES", 1)), help="nodes (default $NODES or 1)")
+    parser.add_argument("--nodes", type=int, default=int(os.environ.get("NODES", 1)),
+                        help="nodes (default $NODES or 1)")
     parser.add_argument("--gpus", type=int, default=None,
                         help="ranks in all, one per GPU, spread evenly over the nodes (as make submit's GPUS)")
     parser.add_argument("--cpu", action="store_true", help="no GPUs: ranks without a per-GPU part (GPUS_PER_TASK=0)")

@@ -304,21 +304,35 @@ def report_failure(exc: BaseException, env, grace: float = FAILURE_GRACE_SECONDS
     peer = is_peer_failure(exc)
     report = json.dumps({"kind": "peer" if peer else "error", "error": _first_line(exc)})
     if store is not None:
-        try:
-            store.set_timeout(datetime.timedelta(seconds=grace))
-            store.set(f"failure/{rank}", report)
-        except Exception:  # the store lives in rank 0's process: it may be gone
-            pass
+        _post_failure(store, rank, report, grace)
     if not peer:
         # On rank 0 the report dies with this process (the store lives here); the others then
         # name rank 0 as gone. Staying would not help: while DDP holds the process group, its
         # connections stay open until the process exits, so the others would just wait.
         return None
-    reports: dict[int, dict] = {}
-    unreachable = store is None
-    deadline = time.monotonic() + grace
     others = [r for r in range(world_size) if r != rank]
-    while not unreachable:
+    reports, unreachable = _gather_failures(store, others, grace) if store is not None else ({}, True)
+    cause = _failure_cause(reports, others, unreachable, rank)
+    return f"rank {rank}: stopping because {cause}. This rank's error: {_first_line(exc)}"
+
+
+def _post_failure(store, rank: int, report: str, grace: float) -> None:
+    """Leave this rank's report where the others look for it, within `grace`."""
+    try:
+        store.set_timeout(datetime.timedelta(seconds=grace))
+        store.set(f"failure/{rank}", report)
+    except Exception:  # the store lives in rank 0's process: it may be gone
+        pass
+
+
+def _gather_failures(store, others: list[int], grace: float) -> tuple[dict[int, dict], bool]:
+    """The other ranks' reports, until one names an error, all have reported, or `grace` ends.
+
+    Also returns whether the store stopped answering on the way.
+    """
+    reports: dict[int, dict] = {}
+    deadline = time.monotonic() + grace
+    while True:
         for other in others:
             if other in reports:
                 continue
@@ -326,23 +340,24 @@ def report_failure(exc: BaseException, env, grace: float = FAILURE_GRACE_SECONDS
                 if store.check([f"failure/{other}"]):
                     reports[other] = json.loads(store.get(f"failure/{other}"))
             except Exception:
-                unreachable = True
-                break
+                return reports, True
         origins = [r for r, rep in reports.items() if rep["kind"] == "error"]
         if origins or len(reports) == len(others) or time.monotonic() > deadline:
-            break
+            return reports, False
         time.sleep(0.1)
+
+
+def _failure_cause(reports: dict[int, dict], others: list[int], unreachable: bool, rank: int) -> str:
+    """Who failed, in words: the ranks that reported an error, else rank 0 gone, else the silent ranks."""
     origins = {r: rep for r, rep in reports.items() if rep["kind"] == "error"}
     silent = [r for r in others if r not in reports]
     if origins:
-        cause = "; ".join(f"rank {r} failed: {rep['error']}" for r, rep in sorted(origins.items()))
-    elif unreachable and rank != 0:
-        cause = ("rank 0 is gone: the rendezvous store it hosts no longer answers "
-                 "(killed, out of memory, its node lost, or it failed)")
-    elif silent:
+        return "; ".join(f"rank {r} failed: {rep['error']}" for r, rep in sorted(origins.items()))
+    if unreachable and rank != 0:
+        return ("rank 0 is gone: the rendezvous store it hosts no longer answers "
+                "(killed, out of memory, its node lost, or it failed)")
+    if silent:
         names = ("rank " if len(silent) == 1 else "ranks ") + ", ".join(str(r) for r in silent)
-        cause = (f"{names} stopped answering without reporting an error "
-                 "(killed, out of memory, or its node was lost)")
-    else:
-        cause = "every other rank reports a communication error too; none reported a cause"
-    return f"rank {rank}: stopping because {cause}. This rank's error: {_first_line(exc)}"
+        return (f"{names} stopped answering without reporting an error "
+                "(killed, out of memory, or its node was lost)")
+    return "every other rank reports a communication error too; none reported a cause"

@@ -43,32 +43,63 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _read_format(path: Path, thorough: bool) -> None:
-    """Raise when `path` cannot be read as what its name says it is."""
-    name = path.name
-    if name.startswith("ind.") and name.endswith(".test.index"):
-        for number, line in enumerate(path.read_text().splitlines(), 1):
-            if line.strip() and not line.strip().isdigit():
-                raise ValueError(f"line {number} is not a node index: {line[:40]!r}")
-    elif name.startswith("ind."):  # the Planetoid pickles (scipy matrices, numpy arrays, dicts)
-        with path.open("rb") as fh:
-            pickle.load(fh, encoding="latin1")
-    elif name.endswith(".npz"):
-        with zipfile.ZipFile(path) as archive:  # a cut-short zip has no central directory
-            if thorough and (bad := archive.testzip()) is not None:
-                raise ValueError(f"member {bad!r} fails its CRC check")
-    elif name.endswith(".npy"):
-        np.load(path, mmap_mode="r")  # the header's shape must fit in the file
-    elif name.endswith(".json"):
-        json.loads(path.read_text())
-    elif name.endswith(".gz") and thorough:
+def _read_test_index(path: Path, thorough: bool) -> None:
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if line.strip() and not line.strip().isdigit():
+            raise ValueError(f"line {number} is not a node index: {line[:40]!r}")
+
+
+def _read_pickle(path: Path, thorough: bool) -> None:
+    with path.open("rb") as fh:
+        pickle.load(fh, encoding="latin1")
+
+
+def _read_npz(path: Path, thorough: bool) -> None:
+    with zipfile.ZipFile(path) as archive:  # a cut-short zip has no central directory
+        if thorough and (bad := archive.testzip()) is not None:
+            raise ValueError(f"member {bad!r} fails its CRC check")
+
+
+def _read_npy(path: Path, thorough: bool) -> None:
+    np.load(path, mmap_mode="r")  # the header's shape must fit in the file
+
+
+def _read_json(path: Path, thorough: bool) -> None:
+    json.loads(path.read_text())
+
+
+def _read_gzip(path: Path, thorough: bool) -> None:
+    if thorough:
         with gzip.open(path, "rb") as fh:
             while fh.read(_CHUNK):
                 pass
-    elif name.endswith(".pt") and thorough:
+
+
+def _read_pt(path: Path, thorough: bool) -> None:
+    if thorough:
         with zipfile.ZipFile(path) as archive:  # torch.save's format is a zip archive
             if (bad := archive.testzip()) is not None:
                 raise ValueError(f"member {bad!r} fails its CRC check")
+
+
+# (how the name starts, how it ends, its reader): the first rule that matches the name decides.
+_FORMATS = (
+    ("ind.", ".test.index", _read_test_index),
+    ("ind.", "", _read_pickle),  # the Planetoid pickles (scipy matrices, numpy arrays, dicts)
+    ("", ".npz", _read_npz),
+    ("", ".npy", _read_npy),
+    ("", ".json", _read_json),
+    ("", ".gz", _read_gzip),
+    ("", ".pt", _read_pt),
+)
+
+
+def _read_format(path: Path, thorough: bool) -> None:
+    """Raise when `path` cannot be read as what its name says it is."""
+    for prefix, suffix, read in _FORMATS:
+        if path.name.startswith(prefix) and path.name.endswith(suffix):
+            read(path, thorough)
+            return
 
 
 def file_problem(path: Path, thorough: bool | None = None) -> str | None:

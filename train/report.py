@@ -27,7 +27,8 @@ DPI = 100
 
 def add_arguments(parser) -> None:
     parser.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (runs/<id>) holding metrics.jsonl")
-    parser.add_argument("--output", default=None, metavar="PATH", help=f"where to draw the curves (default RUN_DIR/{CURVES})")
+    parser.add_argument("--output", default=None, metavar="PATH",
+                        help=f"where to draw the curves (default RUN_DIR/{CURVES})")
     parser.add_argument("--no-plot", action="store_true", help="print the summary only")
 
 
@@ -63,7 +64,8 @@ def _read_yaml(path: Path) -> dict | None:
 
 
 def _number(value) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) else None
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return float(value) if number and math.isfinite(value) else None
 
 
 # ---- the summary: a pure function of what was read ---------------------------------------------
@@ -108,7 +110,8 @@ def format_summary(s: dict, run_dir: str) -> str:
     status = "finished" if s["finished"] else "running or stopped"
     planned = f" of {s['epochs_planned']}" if s["epochs_planned"] else ""
     rows = [
-        ("run", f"{run_dir} ({status}): {s['dataset'] or '?'}, {s['model'] or '?'}, world size {s['world_size'] or '?'}"),
+        ("run", f"{run_dir} ({status}): {s['dataset'] or '?'}, {s['model'] or '?'}, "
+                f"world size {s['world_size'] or '?'}"),
         ("epochs", f"{s['epochs_done']}{planned}"),
         ("best val accuracy", acc(s["best_val_acc"], s["best_val_epoch"])),
         ("test acc, best val", acc(s["test_acc_at_best_val"], s["best_val_epoch"])),
@@ -198,7 +201,8 @@ def plot_phases(ax, rows: list[dict]) -> None:
 def load_run(run_dir: Path) -> tuple[list[dict], dict | None, dict | None]:
     if not run_dir.is_dir():
         parent = run_dir.parent if run_dir.parent.is_dir() else Path("runs")
-        known = sorted((p for p in parent.glob("*") if (p / "metrics.jsonl").is_file()), key=lambda p: p.stat().st_mtime)
+        known = sorted((p for p in parent.glob("*") if (p / "metrics.jsonl").is_file()),
+                       key=lambda p: p.stat().st_mtime)
         hint = f" Runs under {parent}: {', '.join(p.name for p in known[-5:])}." if known else ""
         raise UserError(f"run directory {str(run_dir)!r} does not exist.{hint}")
     metrics = run_dir / "metrics.jsonl"

@@ -67,7 +67,8 @@ def _nbytes(tensors) -> int:
     return sum(t.nbytes for t in tensors if t is not None)
 
 
-def plan_sampling(data: Data, config: SamplerConfig, device: torch.device, free_gpu_bytes: int | None = None) -> SamplingPlan:
+def plan_sampling(data: Data, config: SamplerConfig, device: torch.device,
+                  free_gpu_bytes: int | None = None) -> SamplingPlan:
     """CPU sampling (features gathered by the loader, pinned when training on a GPU), or GPU sampling with
     the CSC on the GPU and the features there too when they fit, else gathered on the host into pinned memory."""
     csc = graph_csc(data)
@@ -90,7 +91,8 @@ def plan_sampling(data: Data, config: SamplerConfig, device: torch.device, free_
     structure_fits, features_fit = gpu_placement(structure, features, free_gpu_bytes)
     if not structure_fits:
         cpu_plan.note = (f"sampler.device=cuda: the CSC needs {gib(structure)} but {gib(free_gpu_bytes)} of GPU "
-                         f"memory is free (at most {GPU_GRAPH_FRACTION:.0%} of it goes to the graph); sampling on the CPU.")
+                         f"memory is free (at most {GPU_GRAPH_FRACTION:.0%} of it goes to the graph); "
+                         "sampling on the CPU.")
         return cpu_plan
     gpu_csc = tuple(t.to(device) if t is not None else None for t in csc)
     placeholder = torch.empty(2, 0, dtype=torch.long, device=device)  # gives the batches' edge_index its device

@@ -38,9 +38,9 @@ import socket
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from functools import partial
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -132,7 +132,8 @@ def choose_dir(required: int, candidates: list[Path], free: Callable[[Path], int
             if path != candidates[0]:
                 note = (f"data.share=node: {candidates[0]} has {gib(room[candidates[0]])} free but the graph needs "
                         f"{gib(required)}; sharing it from {path} (node-local disk) instead. To keep it in memory, "
-                        f"give the job a larger {candidates[0]} (docker/podman --shm-size={-(-required // 2**30) + 1}g; "
+                        f"give the job a larger {candidates[0]} "
+                        f"(docker/podman --shm-size={-(-required // 2**30) + 1}g; "
                         "enroot/pyxis mount the host's /dev/shm).")
             return path, note
     listing = ", ".join(f"{p} has {gib(n)}" for p, n in room.items())

@@ -30,7 +30,6 @@ import os
 import threading
 import time
 from collections.abc import Iterable, Iterator
-
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:

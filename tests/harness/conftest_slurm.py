@@ -26,8 +26,12 @@ import pytest
 
 from tests.harness import pyxis_setup
 from tests.harness.machine import machine_lock
-from tests.harness.slurm_cluster import (SlurmCluster, SlurmClusterUnavailable, skip_or_fail_unavailable,
-                                         unavailable_reason)
+from tests.harness.slurm_cluster import (
+    SlurmCluster,
+    SlurmClusterUnavailable,
+    skip_or_fail_unavailable,
+    unavailable_reason,
+)
 
 __all__ = ["slurm_cluster", "pyxis_cluster", "slurm_capable", "skip_or_fail_unavailable"]
 

@@ -58,7 +58,8 @@ def run_local_job(args: list[str], world_size: int, nodes: int = 1, job_id: str 
     port = free_port()
     base = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "MASTER_", "WORLD_SIZE", "RANK",
                                                                        "LOCAL_RANK", "LOCAL_WORLD_SIZE"))}
-    base.update(PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", PYTHONFAULTHANDLER="1", **(extra_env or {}))
+    base.update(PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", PYTHONFAULTHANDLER="1",
+                **(extra_env or {}))
     procs = [
         subprocess.Popen([sys.executable, "-m", "train", *args], cwd=ROOT, text=True,
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

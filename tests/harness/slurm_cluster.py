@@ -37,12 +37,28 @@ import time
 from pathlib import Path
 
 from tests.harness import slurm_conf
-from tests.harness.machine import (SYSTEM_PATH, SlurmClusterError, SlurmClusterUnavailable, alive, all_pids,
-                                   cmdline, comm, descendants, ensure_slurm_installed, exe, free_port, kill,
-                                   machine_lock, pids_in_netns, ppid, skip_or_fail_unavailable, system_env, tail,
-                                   unavailable_reason)
-from tests.harness.slurm_conf import (SLURM_CLIENTS, SLURM_ENV_PREFIXES, TERMINAL_STATES,
-                                      parse_scontrol_oneliner)
+from tests.harness.machine import (
+    SYSTEM_PATH,
+    SlurmClusterError,
+    SlurmClusterUnavailable,
+    alive,
+    all_pids,
+    cmdline,
+    comm,
+    descendants,
+    ensure_slurm_installed,
+    exe,
+    free_port,
+    kill,
+    machine_lock,
+    pids_in_netns,
+    ppid,
+    skip_or_fail_unavailable,
+    system_env,
+    tail,
+    unavailable_reason,
+)
+from tests.harness.slurm_conf import SLURM_CLIENTS, SLURM_ENV_PREFIXES, TERMINAL_STATES, parse_scontrol_oneliner
 
 __all__ = [
     "SlurmCluster",
@@ -535,10 +551,29 @@ class SlurmCluster:
         #    dead slurmds before it exits)
         for name, p in ctld:
             self._stop_proc(name, p, errors, grace=self.stop_grace)
-        # 2. slurmd (SIGTERM through its reaper) and every process in the node
-        #    namespaces (job tasks, slurmstepd); SIGKILL what is left after the
-        #    grace period, or as soon as only SLURM's own processes are left
-        #    (slurmstepd, and srun inside jobs waits for the dead controller).
+        # 2. slurmd and every process in the node namespaces
+        self._stop_nodes(nodes, errors)
+        # 3. munged
+        for name, p in reversed(others):
+            self._stop_proc(name, p, errors, grace=self.stop_grace)
+        for f in self._logs_open:
+            with contextlib.suppress(OSError):
+                f.close()
+        left = pids_in_netns(self._ns_inodes)
+        if left:
+            errors.append(f"processes left in node namespaces: {left}")
+        # 4. network: veths (both ends), bridge, namespaces
+        self._remove_network(errors)
+        if self._tmp_rundir is not None:
+            shutil.rmtree(self._tmp_rundir, ignore_errors=True)
+        self.timings["stop_s"] = time.monotonic() - t0
+        self._stop_errors = errors
+
+    def _stop_nodes(self, nodes: list[tuple[str, subprocess.Popen]], errors: list[str]) -> None:
+        """slurmd (SIGTERM through its reaper) and every process in the node namespaces
+        (job tasks, slurmstepd); SIGKILL what is left after the grace period, or as soon as
+        only SLURM's own processes are left (slurmstepd, and srun inside jobs waits for the
+        dead controller)."""
         for _, p in nodes:
             if p.poll() is None:
                 kill(p.pid, signal.SIGTERM)  # the reaper forwards it to slurmd
@@ -559,16 +594,10 @@ class SlurmCluster:
             time.sleep(0.05)
         for name, p in nodes:
             self._stop_proc(name, p, errors, grace=2.0)
-        # 3. munged
-        for name, p in reversed(others):
-            self._stop_proc(name, p, errors, grace=self.stop_grace)
-        for f in self._logs_open:
-            with contextlib.suppress(OSError):
-                f.close()
-        left = pids_in_netns(self._ns_inodes)
-        if left:
-            errors.append(f"processes left in node namespaces: {left}")
-        # 4. network: veths (both ends), bridge, namespaces
+
+    def _remove_network(self, errors: list[str]) -> None:
+        """Delete the links and namespaces this cluster created; a link or namespace already
+        gone is no error."""
         for link in reversed(self._links_created):
             p = self._ip("link", "del", link, check=False)
             if p.returncode != 0 and "Cannot find device" not in p.stderr:
@@ -577,10 +606,6 @@ class SlurmCluster:
             p = self._ip("netns", "del", ns, check=False)
             if p.returncode != 0 and "No such file" not in p.stderr:
                 errors.append(f"ip netns del {ns}: {p.stderr.strip()}")
-        if self._tmp_rundir is not None:
-            shutil.rmtree(self._tmp_rundir, ignore_errors=True)
-        self.timings["stop_s"] = time.monotonic() - t0
-        self._stop_errors = errors
 
     @staticmethod
     def _stop_proc(name: str, p: subprocess.Popen, errors: list[str], grace: float) -> None:

@@ -3,77 +3,36 @@
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Iterator
 
-from train.doctor.findings import (FAIL, MIN_FREE_BYTES, OK, SHM_MARGIN, WARN, Finding, _agreement, by_host,
-                                   failed, format_bytes, format_cpus, is_loopback, rank_list)
+from train.doctor.findings import (
+    FAIL,
+    MIN_FREE_BYTES,
+    OK,
+    SHM_MARGIN,
+    WARN,
+    Finding,
+    _agreement,
+    by_host,
+    failed,
+    format_bytes,
+    format_cpus,
+    is_loopback,
+    rank_list,
+)
 
 
 def check_contract(records: list[dict], expected_world: int) -> list[Finding]:
     """World size, master, ranks and local ranks agree and are complete."""
-    out: list[Finding] = []
-    if len({r["world_size"] for r in records}) > 1:
-        says = _agreement(records, lambda r: r["world_size"],
-                          lambda r: f"{r['world_size']} (from {r['sources'].get('world_size')})")
-        out.append(Finding(FAIL, "contract", "ranks disagree on the world size: " + "; ".join(says)
-                           + ". Start every task from one srun (or torchrun) and don't export WORLD_SIZE "
-                             "left over from another job."))
-    if len({(r["master_addr"], r["master_port"]) for r in records}) > 1:
-        says = _agreement(records, lambda r: (r["master_addr"], r["master_port"]),
-                          lambda r: f"{r['master_addr']}:{r['master_port']} (from "
-                                    f"{r['sources'].get('master_addr')}, {r['sources'].get('master_port')})")
-        out.append(Finding(FAIL, "contract", "ranks disagree on the master: " + "; ".join(says)
-                           + ". Set MASTER_ADDR and MASTER_PORT once in the batch script, before srun."))
     counts = Counter(r["rank"] for r in records)
-    for rank, n in sorted(counts.items()):
-        if n > 1:
-            who = ", ".join(f"{r['host']} pid {r['pid']}" for r in records if r["rank"] == rank)
-            out.append(Finding(FAIL, "contract", f"rank {rank} is claimed by {n} processes ({who}): every "
-                               f"task needs its own RANK; don't export RANK to all tasks (srun sets SLURM_PROCID)."))
     outside = sorted(r for r in counts if r >= expected_world)
-    if outside:
-        out.append(Finding(FAIL, "contract", f"{rank_list(outside)} are outside 0..{expected_world - 1} "
-                           f"(rank 0 says WORLD_SIZE={expected_world})."))
     missing = sorted(set(range(expected_world)) - set(counts))
-    if missing:
-        master = records[0]
-        out.append(Finding(FAIL, "contract", f"{rank_list(missing)} of {expected_world} never reached the master "
-                           f"at {master['master_addr']}:{master['master_port']}: check that srun started every "
-                           "task (--ntasks) and that they see the same MASTER_ADDR/MASTER_PORT."))
     complete = not missing and not outside and all(n == 1 for n in counts.values())
     hosts = by_host(records)
+    out = [*_job_agreement(records), *_rank_claims(records, counts, outside, missing, expected_world)]
     for host, rs in sorted(hosts.items()):
-        local = Counter(r["local_rank"] for r in rs)
-        for local_rank, n in sorted(local.items()):
-            if n > 1:
-                dup = [r for r in rs if r["local_rank"] == local_rank]
-                both = "both" if n == 2 else "all"
-                out.append(Finding(FAIL, "contract", f"{rank_list(r['rank'] for r in dup)} on node {host} {both} "
-                                   f"have local rank {local_rank} (from {dup[0]['sources'].get('local_rank')}): give "
-                                   "each task on a node its own local rank 0..N-1; don't export LOCAL_RANK to all "
-                                   "tasks (srun sets SLURM_LOCALID, torchrun sets LOCAL_RANK)."))
-        sizes = {r["local_world_size"] for r in rs}
-        if complete and sizes != {len(rs)}:
-            said = "/".join(map(str, sorted(sizes)))
-            out.append(Finding(FAIL, "contract", f"node {host} runs {len(rs)} tasks "
-                               f"({rank_list(r['rank'] for r in rs)}) but their local world size is {said} "
-                               f"(from {rs[0]['sources'].get('local_world_size')}): "
-                               "ask for the same number of tasks on every node (--ntasks-per-node)."))
-        elif complete and all(n == 1 for n in local.values()) and set(local) != set(range(len(rs))):
-            out.append(Finding(FAIL, "contract",
-                               f"local ranks on node {host} are {sorted(local)}; expected 0..{len(rs) - 1}."))
-        if len({r["node_rank"] for r in rs}) > 1:
-            out.append(Finding(FAIL, "contract", f"ranks on node {host} disagree on the node rank: "
-                               + "; ".join(_agreement(rs, lambda r: r["node_rank"], lambda r: str(r["node_rank"])))
-                               + "."))
-    node_ranks: dict[int, set[str]] = defaultdict(set)
-    for r in records:
-        node_ranks[r["node_rank"]].add(r["host"])
-    for node_rank, names in sorted(node_ranks.items()):
-        if len(names) > 1:
-            both = "both" if len(names) == 2 else "all"
-            out.append(Finding(FAIL, "contract", f"nodes {', '.join(sorted(names))} {both} claim node rank "
-                               f"{node_rank}: "
-                               "don't export NODE_RANK/GROUP_RANK to every node (srun sets SLURM_NODEID)."))
+        out += _node_contract(host, rs, complete)
+    out += _node_rank_claims(records)
     num_nodes = {r["num_nodes"] for r in records}
     if complete and num_nodes != {len(hosts)}:
         out.append(Finding(FAIL, "contract", f"the job says {'/'.join(map(str, sorted(num_nodes)))} node(s) (from "
@@ -87,6 +46,80 @@ def check_contract(records: list[dict], expected_world: int) -> list[Finding]:
     return out
 
 
+def _job_agreement(records: list[dict]) -> Iterator[Finding]:
+    """Every rank names the same world size and the same master."""
+    if len({r["world_size"] for r in records}) > 1:
+        says = _agreement(records, lambda r: r["world_size"],
+                          lambda r: f"{r['world_size']} (from {r['sources'].get('world_size')})")
+        yield Finding(FAIL, "contract", "ranks disagree on the world size: " + "; ".join(says)
+                      + ". Start every task from one srun (or torchrun) and don't export WORLD_SIZE "
+                        "left over from another job.")
+    if len({(r["master_addr"], r["master_port"]) for r in records}) > 1:
+        says = _agreement(records, lambda r: (r["master_addr"], r["master_port"]),
+                          lambda r: f"{r['master_addr']}:{r['master_port']} (from "
+                                    f"{r['sources'].get('master_addr')}, {r['sources'].get('master_port')})")
+        yield Finding(FAIL, "contract", "ranks disagree on the master: " + "; ".join(says)
+                      + ". Set MASTER_ADDR and MASTER_PORT once in the batch script, before srun.")
+
+
+def _rank_claims(records: list[dict], counts: Counter, outside: list[int], missing: list[int],
+                 expected_world: int) -> Iterator[Finding]:
+    """Each rank 0..world-1 claimed by exactly one process."""
+    for rank, n in sorted(counts.items()):
+        if n > 1:
+            who = ", ".join(f"{r['host']} pid {r['pid']}" for r in records if r["rank"] == rank)
+            yield Finding(FAIL, "contract", f"rank {rank} is claimed by {n} processes ({who}): every "
+                          f"task needs its own RANK; don't export RANK to all tasks (srun sets SLURM_PROCID).")
+    if outside:
+        yield Finding(FAIL, "contract", f"{rank_list(outside)} are outside 0..{expected_world - 1} "
+                      f"(rank 0 says WORLD_SIZE={expected_world}).")
+    if missing:
+        master = records[0]
+        yield Finding(FAIL, "contract", f"{rank_list(missing)} of {expected_world} never reached the master "
+                      f"at {master['master_addr']}:{master['master_port']}: check that srun started every "
+                      "task (--ntasks) and that they see the same MASTER_ADDR/MASTER_PORT.")
+
+
+def _node_contract(host: str, rs: list[dict], complete: bool) -> Iterator[Finding]:
+    """On one node: local ranks unique and 0..N-1, local world size N, one node rank."""
+    local = Counter(r["local_rank"] for r in rs)
+    for local_rank, n in sorted(local.items()):
+        if n > 1:
+            dup = [r for r in rs if r["local_rank"] == local_rank]
+            both = "both" if n == 2 else "all"
+            yield Finding(FAIL, "contract", f"{rank_list(r['rank'] for r in dup)} on node {host} {both} "
+                          f"have local rank {local_rank} (from {dup[0]['sources'].get('local_rank')}): give "
+                          "each task on a node its own local rank 0..N-1; don't export LOCAL_RANK to all "
+                          "tasks (srun sets SLURM_LOCALID, torchrun sets LOCAL_RANK).")
+    sizes = {r["local_world_size"] for r in rs}
+    if complete and sizes != {len(rs)}:
+        said = "/".join(map(str, sorted(sizes)))
+        yield Finding(FAIL, "contract", f"node {host} runs {len(rs)} tasks "
+                      f"({rank_list(r['rank'] for r in rs)}) but their local world size is {said} "
+                      f"(from {rs[0]['sources'].get('local_world_size')}): "
+                      "ask for the same number of tasks on every node (--ntasks-per-node).")
+    elif complete and all(n == 1 for n in local.values()) and set(local) != set(range(len(rs))):
+        yield Finding(FAIL, "contract",
+                      f"local ranks on node {host} are {sorted(local)}; expected 0..{len(rs) - 1}.")
+    if len({r["node_rank"] for r in rs}) > 1:
+        yield Finding(FAIL, "contract", f"ranks on node {host} disagree on the node rank: "
+                      + "; ".join(_agreement(rs, lambda r: r["node_rank"], lambda r: str(r["node_rank"])))
+                      + ".")
+
+
+def _node_rank_claims(records: list[dict]) -> Iterator[Finding]:
+    """Each node rank claimed by one node only."""
+    node_ranks: dict[int, set[str]] = defaultdict(set)
+    for r in records:
+        node_ranks[r["node_rank"]].add(r["host"])
+    for node_rank, names in sorted(node_ranks.items()):
+        if len(names) > 1:
+            both = "both" if len(names) == 2 else "all"
+            yield Finding(FAIL, "contract", f"nodes {', '.join(sorted(names))} {both} claim node rank "
+                          f"{node_rank}: "
+                          "don't export NODE_RANK/GROUP_RANK to every node (srun sets SLURM_NODEID).")
+
+
 def check_devices(records: list[dict]) -> list[Finding]:
     """One GPU per rank on each node; the same CUDA/NCCL everywhere; CPU cores not oversubscribed."""
     out: list[Finding] = []
@@ -94,45 +127,65 @@ def check_devices(records: list[dict]) -> list[Finding]:
         if r["device"].get("error"):
             out.append(Finding(FAIL, "devices", f"rank {r['rank']} on {r['host']}: {r['device']['error']}"))
     for host, rs in sorted(by_host(records).items()):
-        gpus: dict[str, list[dict]] = defaultdict(list)
-        for r in rs:
-            dev = r["device"]
-            if dev.get("type") == "cuda" and not dev.get("error"):
-                gpus[dev.get("uuid") or dev.get("bus_id") or str(dev.get("index"))].append(r)
-        for users in gpus.values():
-            if len(users) > 1:
-                dev = users[0]["device"]
-                both = "both" if len(users) == 2 else "all"
-                out.append(Finding(FAIL, "devices", f"{rank_list(r['rank'] for r in users)} on node {host} {both} use "
-                                   f"GPU {dev.get('index')} (bus {dev.get('bus_id')}, CUDA_VISIBLE_DEVICES="
-                                   f"{users[0]['env'].get('CUDA_VISIBLE_DEVICES', '<unset>')}): drop --gpu-bind or use "
-                                   "--gpus-per-task=1, and run at most one task per GPU."))
-        bound = [r for r in rs if r["device"].get("ncpus", 0) < r.get("cpu_count", 0)]
-        for i, a in enumerate(bound):
-            for b in bound[i + 1:]:
-                shared = set(a["device"]["cpus"]) & set(b["device"]["cpus"])
-                if shared:
-                    out.append(Finding(WARN, "devices", f"ranks {a['rank']} and {b['rank']} on node {host} are "
-                                       f"bound to the same cores ({format_cpus(shared)}): use --cpus-per-task with "
-                                       "--cpu-bind=cores."))
-        threads = sum(r["device"].get("threads", 1) for r in rs)
-        cores = max(r.get("cpu_count", 0) for r in rs)
-        if cores and threads > cores:
-            out.append(Finding(WARN, "devices", f"node {host}: {len(rs)} ranks x {rs[0]['device'].get('threads')} "
-                               f"threads on {cores} cores oversubscribe the CPU: set OMP_NUM_THREADS (torchrun and "
-                               "enroot's hook set 1) or give each task --cpus-per-task."))
-    for key, level in (("cuda", FAIL), ("nccl", FAIL), ("driver", WARN)):
-        seen = {r["versions"].get(key) for r in records if r["versions"].get(key)}
-        if len(seen) > 1:
-            says = _agreement(records, lambda r, k=key: r["versions"].get(k),
-                              lambda r, k=key: str(r["versions"].get(k)))
-            out.append(Finding(level, "devices", f"{key} versions differ: " + "; ".join(says) + ": use the same image "
-                               "and driver on every node."))
+        out += _shared_gpus(host, rs)
+        out += _shared_cores(host, rs)
+        out += _oversubscribed_cpu(host, rs)
+    out += _version_mismatch(records)
     if not failed(out):
         kinds = Counter(r["device"].get("name") or r["device"].get("type") for r in records)
         out.append(Finding(OK, "devices", ", ".join(f"{n} x {k}" for k, n in kinds.items())
                            + (", one GPU per rank" if any(r["device"].get("type") == "cuda" for r in records) else "")))
     return out
+
+
+def _shared_gpus(host: str, rs: list[dict]) -> Iterator[Finding]:
+    """Two ranks of one node on the same GPU."""
+    gpus: dict[str, list[dict]] = defaultdict(list)
+    for r in rs:
+        dev = r["device"]
+        if dev.get("type") == "cuda" and not dev.get("error"):
+            gpus[dev.get("uuid") or dev.get("bus_id") or str(dev.get("index"))].append(r)
+    for users in gpus.values():
+        if len(users) > 1:
+            dev = users[0]["device"]
+            both = "both" if len(users) == 2 else "all"
+            yield Finding(FAIL, "devices", f"{rank_list(r['rank'] for r in users)} on node {host} {both} use "
+                          f"GPU {dev.get('index')} (bus {dev.get('bus_id')}, CUDA_VISIBLE_DEVICES="
+                          f"{users[0]['env'].get('CUDA_VISIBLE_DEVICES', '<unset>')}): drop --gpu-bind or use "
+                          "--gpus-per-task=1, and run at most one task per GPU.")
+
+
+def _shared_cores(host: str, rs: list[dict]) -> Iterator[Finding]:
+    """Two ranks of one node bound to overlapping cores (only ranks bound to fewer than all cores count)."""
+    bound = [r for r in rs if r["device"].get("ncpus", 0) < r.get("cpu_count", 0)]
+    for i, a in enumerate(bound):
+        for b in bound[i + 1:]:
+            shared = set(a["device"]["cpus"]) & set(b["device"]["cpus"])
+            if shared:
+                yield Finding(WARN, "devices", f"ranks {a['rank']} and {b['rank']} on node {host} are "
+                              f"bound to the same cores ({format_cpus(shared)}): use --cpus-per-task with "
+                              "--cpu-bind=cores.")
+
+
+def _oversubscribed_cpu(host: str, rs: list[dict]) -> Iterator[Finding]:
+    """More threads on the node's ranks together than the node has cores."""
+    threads = sum(r["device"].get("threads", 1) for r in rs)
+    cores = max(r.get("cpu_count", 0) for r in rs)
+    if cores and threads > cores:
+        yield Finding(WARN, "devices", f"node {host}: {len(rs)} ranks x {rs[0]['device'].get('threads')} "
+                      f"threads on {cores} cores oversubscribe the CPU: set OMP_NUM_THREADS (torchrun and "
+                      "enroot's hook set 1) or give each task --cpus-per-task.")
+
+
+def _version_mismatch(records: list[dict]) -> Iterator[Finding]:
+    """CUDA and NCCL (fatal) or the driver (a warning) differ between ranks."""
+    for key, level in (("cuda", FAIL), ("nccl", FAIL), ("driver", WARN)):
+        seen = {r["versions"].get(key) for r in records if r["versions"].get(key)}
+        if len(seen) > 1:
+            says = _agreement(records, lambda r, k=key: r["versions"].get(k),
+                              lambda r, k=key: str(r["versions"].get(k)))
+            yield Finding(level, "devices", f"{key} versions differ: " + "; ".join(says) + ": use the same image "
+                          "and driver on every node.")
 
 
 def check_network(records: list[dict]) -> list[Finding]:

@@ -20,8 +20,15 @@ from pathlib import Path
 
 from train.config import Config, DataConfig
 from train.distenv import DistEnv
-from train.doctor.findings import (FAIL, Finding, format_bytes, interface_of, is_loopback, nccl_interfaces,
-                                   synthetic_graph_bytes)
+from train.doctor.findings import (
+    FAIL,
+    Finding,
+    format_bytes,
+    interface_of,
+    is_loopback,
+    nccl_interfaces,
+    synthetic_graph_bytes,
+)
 from train.errors import UserError
 
 
