@@ -100,6 +100,7 @@ def slurm_capable():
 OWN_CLUSTER_MODULES = ("test_slurm_cluster.py",)
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups
 def pytest_collection_modifyitems(config, items):
     """Tests that use the cluster carry the `slurm` marker (so `-m "not slurm"` works), and with every
     test that starts a cluster of its own they form one xdist group: one worker, one cluster at a time."""
