@@ -1,10 +1,12 @@
 """Training throughput: seeds per second per rank of the project's loop against the seed's loop.
 
-Both loops run in the same processes, on the same graph, model, optimizer and hardware,
-one after the other, twice (A B A B) so that warm-up and drift hit both alike:
+The loops run in the same processes, on the same graph, model, optimizer and hardware,
+one after the other, in rounds (A B C A B C) so that warm-up and drift hit all alike:
 
 * project: `Trainer.train_epoch` (per-step seeding, Join for uneven shards, loss and
-  accuracy sums, the node-shared graph and its precomputed CSC);
+  accuracy sums, the node-shared graph and its precomputed CSC, `model.trim`);
+* project untrimmed: the same with `model.trim=false` (every sampled row in every layer, as
+  the seed's model computes): what the loop itself gains or costs;
 * baseline, as the seed's example writes it: `DistributedDataParallel`, a shuffled loader
   over this rank's `train_idx.split(ceil(N / world))` part with drop_last, and the plain
   `zero_grad / forward / cross_entropy / backward / step` loop.
@@ -29,6 +31,8 @@ import time
 from pathlib import Path
 
 from bench.common import emit, launch_local_ranks, table, write_result
+
+LOOPS = ("project", "project untrimmed", "baseline")  # baseline: the seed's loop
 
 
 def overrides(args) -> list[str]:
@@ -207,13 +211,19 @@ def worker(args) -> None:
     with process_group(env, config.dist) as (_backend, device), shared_graphs(), tempfile.TemporaryDirectory() as out:
         data = obtain_graph(config, env)
         trainer = Trainer(config, env, device, data, out_dir=Path(out))
-        measured = {"project": [0, 0.0], "baseline": [0, 0.0]}
+        # the same loop computing every sampled row in every layer, as the seed's model does: what the loop
+        # itself gains or costs, apart from model.trim
+        untrimmed = Trainer(load_config("synthetic", [*overrides(args), "model.trim=false"]), env, device, data,
+                            out_dir=Path(out))
+        measured = {name: [0, 0.0] for name in LOOPS}
         phases: dict[str, float] = {}
         baseline_split: dict[str, float] = {}
         for round_ in range(args.rounds):
-            for name in ("project", "baseline"):
+            for name in LOOPS:
                 dist.barrier()
-                if name == "project":
+                if name == "project untrimmed":
+                    seeds, seconds = _project_steps(untrimmed, round_, args.steps)
+                elif name == "project":
                     seeds, seconds = _project_steps(trainer, round_, args.steps)
                     for phase, value in trainer.timer.totals().items():  # includes the untimed warm-up step
                         phases[phase] = phases.get(phase, 0.0) + value
@@ -243,18 +253,21 @@ def run(args) -> dict:
           flush=True)
     result = launch_local_ranks("bench.training", ["--worker", *_passthrough(args)], args.ranks, timeout=args.timeout)
     rows, per_loop = [], {}
-    for name in ("project", "baseline"):
+    for name in LOOPS:
         rates = [r[name]["seeds"] / r[name]["seconds"] for r in result["ranks"]]
         per_loop[name] = {"seeds_per_s_per_rank": sum(rates) / len(rates), "per_rank": rates,
                           "steps_per_rank": args.rounds * args.steps}
         rows.append([name, args.rounds * args.steps, round(per_loop[name]["seeds_per_s_per_rank"], 1),
                      round(min(rates), 1), round(max(rates), 1)])
     ratio = per_loop["project"]["seeds_per_s_per_rank"] / per_loop["baseline"]["seeds_per_s_per_rank"]
+    untrimmed_ratio = (per_loop["project untrimmed"]["seeds_per_s_per_rank"]
+                       / per_loop["baseline"]["seeds_per_s_per_rank"])
     print()
     print(f"Training throughput: {args.ranks} ranks (gloo, CPU), synthetic graph {args.nodes:,} nodes, avg degree "
           f"{args.degree}, {args.features} features, SAGE hidden 256, fanouts [25, 10], batch {args.batch_size}")
     print(table(["loop", "timed steps/rank", "seeds/s per rank", "slowest rank", "fastest rank"], rows))
-    print(f"\nproject/baseline seeds per second = {ratio:.3f}; baseline loader: {baseline_loader}")
+    print(f"\nproject/baseline seeds per second = {ratio:.3f} (model.trim=false: {untrimmed_ratio:.3f}); "
+          f"baseline loader: {baseline_loader}")
     phases = {k: sum(r["project_phase_seconds"][k] for r in result["ranks"]) / len(result["ranks"])
               for k in result["ranks"][0]["project_phase_seconds"]}
     total = sum(phases.values()) or 1.0
@@ -269,6 +282,7 @@ def run(args) -> dict:
                                       "project_phase_seconds": phases, "baseline_split_seconds": split,
                                       "time_to_target": target,
                                       "ratios": {"project_over_baseline": ratio,
+                                                 "project_untrimmed_over_baseline": untrimmed_ratio,
                                                  **({"baseline_over_project_time_to_target": target["ratio"]}
                                                     if target and target["ratio"] else {})},
                                       "raw": result})

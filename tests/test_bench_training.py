@@ -28,6 +28,9 @@ def test_quick_training_bench_names_its_baseline_splits_the_time_and_times_to_ta
     assert loops["project"]["seeds_per_s_per_rank"] > 0 and loops["baseline"]["seeds_per_s_per_rank"] > 0
     assert result["ratios"]["project_over_baseline"] == (loops["project"]["seeds_per_s_per_rank"]
                                                          / loops["baseline"]["seeds_per_s_per_rank"])
+    assert loops["project untrimmed"]["seeds_per_s_per_rank"] > 0
+    assert result["ratios"]["project_untrimmed_over_baseline"] == (
+        loops["project untrimmed"]["seeds_per_s_per_rank"] / loops["baseline"]["seeds_per_s_per_rank"])
     phases = result["project_phase_seconds"]
     assert list(phases) == list(PHASES) and all(v >= 0 for v in phases.values())
     assert phases["compute"] > 0 and phases["sample"] > 0
