@@ -8,8 +8,6 @@ PYTHON ?= python3
 VENV ?= .venv
 NPROC ?= 2
 PYTEST_ARGS ?=
-# pytest-xdist workers of `make test` (0: one process); the SLURM cluster's tests all go to one of them.
-TEST_WORKERS ?= 2
 # The job's knobs (CONFIG, ARGS, IMAGE, NODES, GPUS, ...): each default and its documentation, once.
 include jobs/knobs.mk
 export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
@@ -48,7 +46,7 @@ run: setup ## Train the default config on NPROC local processes (torchrun, gloo 
 	echo "$${cmd[*]}"; "$${cmd[@]}"
 
 test: setup lint ## Lint scripts and run the whole test suite (starts its own SLURM cluster)
-	@$(call split,args,PYTEST_ARGS); "$$VENV/bin/python" -m pytest -n "$$TEST_WORKERS" --dist loadgroup "$${args[@]}"
+	@$(call split,args,PYTEST_ARGS); "$$VENV/bin/python" -m pytest "$${args[@]}"
 
 clean: ## Remove runs/, logs/ and caches (keeps .venv and data/)
 	rm -rf runs logs .pytest_cache
@@ -59,7 +57,7 @@ include $(wildcard mk/*.mk)
 # Every variable a user may set, to the recipes that read it (see raw_value above).
 $(call export_for,$(VENV)/.stamp setup,PYTHON VENV)
 $(call export_for,run,VENV NPROC CONFIG ARGS)
-$(call export_for,test,VENV PYTEST_ARGS TEST_WORKERS)
+$(call export_for,test,VENV PYTEST_ARGS)
 $(call export_for,lint,VENV)
 $(call export_for,bench,VENV BENCH BENCH_ARGS PYG_LIB_SRC PYTHON)
 $(call export_for,anchor,PYG_LIB_SRC PYTHON)

@@ -1,9 +1,4 @@
-"""Shared pytest wiring: the real two-node SLURM cluster fixture, and a leak check for /dev/shm.
-
-`make test` runs the suite on two pytest-xdist workers: every test that uses a SLURM cluster
-goes to one of them (xdist group `slurm-cluster`, tests/harness/conftest_slurm.py), so the other
-keeps the cores busy while the cluster's jobs start and stop.
-"""
+"""Shared pytest wiring: the real two-node SLURM cluster fixture, and a leak check for /dev/shm."""
 
 from pathlib import Path
 
@@ -30,7 +25,8 @@ def pytest_configure(config):
 def pytest_sessionfinish(session, exitstatus):
     """Every test run, the kill -9 ones included, must leave no /dev/shm entry of the project.
 
-    Checked once all workers are done (a worker's own end would see the other's live segments)."""
+    Checked once, at the very end (by the controller when pytest-xdist runs workers: a worker's own end
+    would see another worker's live segments)."""
     if _is_xdist_worker(session.config) or _SEGMENTS_BEFORE not in session.config.stash:
         return
     leaked = sorted(str(p) for p in _project_segments() - session.config.stash[_SEGMENTS_BEFORE])

@@ -96,19 +96,11 @@ def slurm_capable():
         skip_or_fail_unavailable(reason)
 
 
-# Modules whose tests start SLURM clusters of their own (serialized with the session's by the machine lock).
-OWN_CLUSTER_MODULES = ("test_slurm_cluster.py",)
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups
 def pytest_collection_modifyitems(config, items):
-    """Tests that use the cluster carry the `slurm` marker (so `-m "not slurm"` works), and with every
-    test that starts a cluster of its own they form one xdist group: one worker, one cluster at a time."""
+    """Tests that use the cluster carry the `slurm` marker (so `-m "not slurm"` works)."""
     for item in items:
         names = getattr(item, "fixturenames", ())
         if "slurm_cluster" in names or "pyxis_cluster" in names:
             item.add_marker(pytest.mark.slurm)
         if "pyxis_cluster" in names:
             item.add_marker(pytest.mark.container)
-        if item.get_closest_marker("slurm") or item.path.name in OWN_CLUSTER_MODULES:
-            item.add_marker(pytest.mark.xdist_group("slurm-cluster"))
