@@ -112,6 +112,10 @@ def gib(n: float) -> float:
     return n / 2**30
 
 
+class BenchError(RuntimeError):
+    """A benchmark's ranks failed, hung or gave no result: reported as one message, exit status 1."""
+
+
 def launch_local_ranks(module: str, args: Sequence[str], nprocs: int, timeout: float,
                        extra_env: dict[str, str] | None = None) -> dict:
     """Start `nprocs` real processes as the local ranks of one node (torchrun's variables) and
@@ -132,7 +136,11 @@ def launch_local_ranks(module: str, args: Sequence[str], nprocs: int, timeout: f
                                       stdout=logs[-1], stderr=subprocess.STDOUT))
     hung: list[int] = []
     try:
-        procs[0].wait(timeout=timeout)
+        try:
+            procs[0].wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise BenchError(f"{module}: rank 0 gave no result within {timeout:g} s; give more with --timeout "
+                             "(a busy machine can be several times slower)") from None
         for rank, proc in enumerate(procs[1:], start=1):
             try:  # once rank 0 is done, the others only have to leave
                 proc.wait(timeout=EXIT_GRACE_S if procs[0].returncode == 0 else timeout)
@@ -152,14 +160,14 @@ def launch_local_ranks(module: str, args: Sequence[str], nprocs: int, timeout: f
     if failed or procs[0].returncode:
         detail = "\n".join(f"--- rank {r} (exit {p.returncode}) ---\n{o[-3000:]}" for r, (p, o) in
                            enumerate(zip(procs, outputs)))
-        raise RuntimeError(f"{module} {' '.join(args)} failed:\n{detail}")
+        raise BenchError(f"{module} {' '.join(args)} failed:\n{detail}")
     if hung:
         print(f"warning: rank(s) {hung} did not exit within {EXIT_GRACE_S} s of rank 0's result "
               "(killed; the result stands)", file=sys.stderr, flush=True)
     for line in outputs[0].splitlines():
         if line.startswith(RESULT_TAG):
             return json.loads(line[len(RESULT_TAG):])
-    raise RuntimeError(f"{module} printed no result line:\n{outputs[0][-3000:]}")
+    raise BenchError(f"{module} printed no result line:\n{outputs[0][-3000:]}")
 
 
 def emit(result: dict) -> None:
@@ -204,5 +212,9 @@ def bench_main(doc: str, add_arguments, run, argv=None, worker=None) -> int:
 
         worker(args)
         exit_without_teardown(0)  # gloo can hang CPython's teardown (see train/__main__.py)
-    run(args)
+    try:
+        run(args)
+    except BenchError as exc:  # ranks that failed or hung: their output, not this process's traceback
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return 1
     return 0

@@ -327,7 +327,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, default=1024)
     parser.add_argument("--steps", type=int, default=8, help="timed steps per loop and round (after 1 warm-up step)")
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--timeout", type=float, default=900)
+    parser.add_argument("--timeout", type=float, default=2400, help="seconds for each launch of the ranks")
     parser.add_argument("--target-acc", type=float, default=0.98,
                         help="time to this validation accuracy, both loops from the same weights (0: skip)")
     parser.add_argument("--target-nodes", type=int, default=20_000, help="graph of the time-to-target run")

@@ -47,3 +47,13 @@ def test_summarize_takes_each_modes_largest_rank_and_flags_disagreement():
     assert summary[2]["same_accuracy"] is True  # rank 0 reports the all-reduced accuracy
     summary = summarize({1: {"ranks": [rank(0, 100, 400, acc=0.25)]}})
     assert summary[1]["same_accuracy"] is False
+
+
+def test_ranks_that_give_no_result_in_time_are_one_message_not_a_traceback(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "BENCH_RESULTS": str(tmp_path)}
+    proc = subprocess.run([sys.executable, "-m", "bench", "evalmem", "--nodes", "3000", "--world-sizes", "1",
+                           "--timeout", "0.5"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "rank 0 gave no result within 0.5 s; give more with --timeout" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not list(tmp_path.glob("evalmem-*.json"))  # nothing written for a run that did not finish
