@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 
 from tests.harness import ngc_standin
+from tests.harness.machine import comm, descendants
 from tests.harness.reddit_files import write_reddit_raw
 from train.distenv import port_for_job
 
@@ -288,10 +289,11 @@ def test_make_image_interrupted_during_install_cleans_up(login_env, tmp_path, py
                             stderr=subprocess.STDOUT, text=True, start_new_session=True,
                             env=dict(login_env, BUILDER="enroot", BASE_SQSH=str(base), IMAGE=str(image)))
     deadline = time.monotonic() + 120
-    while not any(c.startswith("pyg-train-build-") for c in enroot(login_env, "list").stdout.split()):
+    # into `enroot start`: the base's python3 (`sleep 60`) runs the install; a fixed pause raced a busy machine
+    while not any(comm(pid) == "sleep" for pid in descendants(proc.pid)):
         assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()[0]
         time.sleep(0.2)
-    time.sleep(1.0)  # into `enroot start`
+    assert any(c.startswith("pyg-train-build-") for c in enroot(login_env, "list").stdout.split())
     os.killpg(proc.pid, 2)
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 130, out
