@@ -40,18 +40,8 @@ def format_table(records: list[dict]) -> str:
             ("ok " + format_bytes(run.get("free")) + " free") if run["writable"] else "NOT WRITABLE",
         ])
     lines = [format_rows(header, rows), ""]
-    sources: dict[str, list[int]] = defaultdict(list)
-    for r in records:
-        sources[", ".join(f"{k}<-{v}" for k, v in r["sources"].items())].append(r["rank"])
-    for text, ranks in sources.items():
-        scope = "every rank" if len(sources) == 1 else rank_list(ranks)
-        lines.append(f"sources ({scope}): {text}")
-    versions: dict[str, list[int]] = defaultdict(list)
-    for r in records:
-        versions[", ".join(f"{k} {v or '-'}" for k, v in r["versions"].items())].append(r["rank"])
-    for text, ranks in versions.items():
-        scope = "every rank" if len(versions) == 1 else rank_list(ranks)
-        lines.append(f"versions ({scope}): {text}")
+    lines += _grouped("sources", records, lambda r: ", ".join(f"{k}<-{v}" for k, v in r["sources"].items()))
+    lines += _grouped("versions", records, lambda r: ", ".join(f"{k} {v or '-'}" for k, v in r["versions"].items()))
     for host, rs in sorted(by_host(records).items()):
         shm, env = rs[0].get("shm") or {}, rs[0]["env"]
         extras = " ".join(f"{k}={v}" for k, v in env.items() if k.endswith("SOCKET_IFNAME"))
@@ -71,3 +61,12 @@ def format_bandwidth(rows: list[tuple[int, float]], world_size: int, backend: st
     return (f"all-reduce over {backend}, {world_size} rank(s), float32, mean of {iters} iterations, slowest rank:\n"
             + format_rows(["size", "time", "algbw", "busbw"], table)
             + f"\nbarrier latency: {barrier_seconds * 1e6:.0f} us (median of {barrier_count})")
+
+
+def _grouped(label: str, records: list[dict], render) -> list[str]:
+    """One line per distinct `render(record)`, naming its ranks ("every rank" when all agree)."""
+    groups: dict[str, list[int]] = defaultdict(list)
+    for r in records:
+        groups[render(r)].append(r["rank"])
+    return [f"{label} ({'every rank' if len(groups) == 1 else rank_list(ranks)}): {text}"
+            for text, ranks in groups.items()]
