@@ -1,6 +1,6 @@
 """Evaluation memory: peak growth per rank during one full evaluation, at 1, 2 and 4 ranks.
 
-The project's `eval.mode=full` (train/evaluate.py) keeps each rank's rows of a hidden layer and
+The project's `eval.mode=full` (train/loop/evaluate.py) keeps each rank's rows of a hidden layer and
 fetches the rows a batch needs from their owners. The anchor is what PyG's layer-wise
 `inference` does (its multi-GPU examples): every rank holds every row of each hidden layer (here
 computed in shards and all-gathered, the fastest way to get there with several ranks). Both run
@@ -42,9 +42,9 @@ def anchor_evaluate(model, data, config, env, device) -> dict[str, float]:
     import torch.distributed as dist
     from torch_geometric.data import Data
 
-    from train.epoch_split import rank_shard, shard_sizes
-    from train.sampler import make_node_loader
-    from train.shared_graph import graph_csc
+    from train.graph.epoch_split import rank_shard, shard_sizes
+    from train.graph.sampler import make_node_loader
+    from train.graph.shared_graph import graph_csc
 
     structure = Data(edge_index=data.edge_index, num_nodes=data.num_nodes)
 
@@ -85,11 +85,11 @@ def worker(args) -> None:
     import torch.distributed as dist
 
     from train.config import load_config
-    from train.distenv import resolve
-    from train.evaluate import evaluate
-    from train.fit import Trainer, obtain_graph
-    from train.procgroup import process_group
-    from train.shared_graph import graph_csc, shared_graphs
+    from train.dist.distenv import resolve
+    from train.dist.procgroup import process_group
+    from train.graph.shared_graph import graph_csc, shared_graphs
+    from train.loop.evaluate import evaluate
+    from train.loop.fit import Trainer, obtain_graph
 
     config = load_config("synthetic", graph_overrides(args))
     env = resolve(os.environ)

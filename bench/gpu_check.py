@@ -132,8 +132,8 @@ def _graph(args):
     """The synthetic graph of the sampler and pinned checks (Reddit-sized unless --small), built once."""
     if getattr(args, "_graph", None) is None:
         from train.config import DataConfig
-        from train.data import synthetic_graph
-        from train.sampler import build_csc
+        from train.graph.data import synthetic_graph
+        from train.graph.sampler import build_csc
 
         started = time.perf_counter()
         data = synthetic_graph(DataConfig(num_nodes=args.nodes, avg_degree=args.degree, num_features=args.features,
@@ -147,7 +147,7 @@ def _sampler_rate(data, csc, device: str, seeds, batches: int, batch_size: int) 
     from torch_geometric.data import Data
     from torch_geometric.sampler import NodeSamplerInput
 
-    from train.sampler import TorchNeighborSampler
+    from train.graph.sampler import TorchNeighborSampler
 
     placed = tuple(t.to(device) if t is not None else None for t in csc)
     sampler = TorchNeighborSampler(Data(num_nodes=data.num_nodes), FANOUTS, seed=1, csc=placed)
@@ -188,7 +188,7 @@ def check_pinned(args, budget: float) -> dict:
     _need_cuda()
     import torch
 
-    from train.sampling_plan import gather_pinned
+    from train.graph.sampling_plan import gather_pinned
 
     data, csc, _ = _graph(args)
     x = data.x

@@ -18,7 +18,7 @@ samples as it would in the container (pyg-lib on the node-shared graph). Where t
 cannot be built, the baseline samples with the project's `TorchNeighborSampler` building its own
 CSC, as `NeighborLoader` would, and the table says so. Both use `sampler.num_workers` loader
 workers (the seed uses 4 workers per GPU; a 2-core machine has no room for that). The project's
-timed steps are also split into phases (train/timing.py) to show where its time goes.
+timed steps are also split into phases (train/loop/timing.py) to show where its time goes.
 """
 
 from __future__ import annotations
@@ -66,8 +66,8 @@ def seed_model(data, config, device):
     import torch
     from torch.nn.parallel import DistributedDataParallel
 
-    from train.data import num_classes
-    from train.model import build_model
+    from train.graph.data import num_classes
+    from train.loop.model import build_model
 
     model = build_model(config.model, data.num_features, num_classes(data), config.trainer.seed).to(device)
     ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
@@ -79,7 +79,7 @@ def seed_loader(data, config, env, epoch: int):
     """The seed's loader: a shuffled NeighborLoader over this rank's part of train_idx, drop_last."""
     import torch
 
-    from train.sampler import have_native_sampler, make_node_loader
+    from train.graph.sampler import have_native_sampler, make_node_loader
 
     train_idx = data.train_idx
     train_idx = train_idx.split(math.ceil(train_idx.size(0) / env.world_size))[env.rank]
@@ -155,11 +155,11 @@ def to_target(args) -> None:
     import torch.distributed as dist
 
     from train.config import load_config
-    from train.distenv import resolve
-    from train.evaluate import evaluate
-    from train.fit import EpochStats, Trainer, obtain_graph
-    from train.procgroup import process_group
-    from train.shared_graph import shared_graphs
+    from train.dist.distenv import resolve
+    from train.dist.procgroup import process_group
+    from train.graph.shared_graph import shared_graphs
+    from train.loop.evaluate import evaluate
+    from train.loop.fit import EpochStats, Trainer, obtain_graph
 
     config = load_config("synthetic", [*target_overrides(args)])
     env = resolve(os.environ)
@@ -201,10 +201,10 @@ def worker(args) -> None:
     import torch.distributed as dist
 
     from train.config import load_config
-    from train.distenv import resolve
-    from train.fit import Trainer, obtain_graph
-    from train.procgroup import process_group
-    from train.shared_graph import shared_graphs
+    from train.dist.distenv import resolve
+    from train.dist.procgroup import process_group
+    from train.graph.shared_graph import shared_graphs
+    from train.loop.fit import Trainer, obtain_graph
 
     config = load_config("synthetic", overrides(args))
     env = resolve(os.environ)
@@ -243,7 +243,7 @@ def worker(args) -> None:
 
 def run(args) -> dict:
     from bench.anchor import have_pyg_lib
-    from train.sampler import have_native_sampler
+    from train.graph.sampler import have_native_sampler
 
     baseline_loader = ("PyG NeighborLoader on pyg-lib" if have_pyg_lib() else "PyG NeighborLoader (torch-sparse)"
                        if have_native_sampler() else

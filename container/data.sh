@@ -80,7 +80,7 @@ check='
 import sys
 try:
     from train.config import load_config
-    from train.data import check_dataset_name
+    from train.graph.data import check_dataset_name
 except ImportError:
     sys.exit(0)  # no package environment on this host: the image checks it
 from train.errors import UserError

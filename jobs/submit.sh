@@ -238,7 +238,7 @@ job_partition=$PARTITION # the default partition, where sinfo names it (check_cl
 [[ $mode == srun ]] || ((!nodes_ok)) || check_cluster
 
 # ---- the memory plan: what a node, a rank and a GPU will hold, against what they have -----------
-# `python -m train plan` (train/plan.py), once the request is otherwise valid; its table is printed
+# `python -m train plan` (train/cli/plan.py), once the request is otherwise valid; its table is printed
 # (stdout), and a plan that cannot fit is refused with its numbers. It needs torch and PyG here.
 memory_plan() {
     local err status=0
@@ -338,7 +338,7 @@ fi
 # ---- make submit ------------------------------------------------------------------------------
 read -r -a sbatch_extra <<<"$SBATCH_ARGS"
 # Unique to this submission and kept by every requeue of it (the job's saved environment): its run
-# directory records it, so another job with the same id never resumes it (train/rundir.py).
+# directory records it, so another job with the same id never resumes it (train/loop/rundir.py).
 submission=$(date -u +%Y%m%dT%H%M%SZ)-$(od -An -N6 -tx1 /dev/urandom | tr -d ' \n')
 sbatch_cmd=(sbatch --parsable --export=ALL --chdir="$root" --job-name="$JOB_NAME" --output="$LOG_DIR/%x-%j.log"
     "${resources[@]}" "${sbatch_extra[@]}" "$script")

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from train.shared_graph import PREFIX, SHM
+from train.graph.shared_graph import PREFIX, SHM
 
 pytest_plugins = ["tests.harness.conftest_slurm"]
 

@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 from tests.harness.localjob import ROOT
-from train.timing import PHASES
+from train.loop.timing import PHASES
 
 
 def test_quick_training_bench_names_its_baseline_splits_the_time_and_times_to_target(tmp_path):

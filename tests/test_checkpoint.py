@@ -18,7 +18,7 @@ from tests.harness.localjob import WORKERS
 from train import checkpoint as ck
 from train.config import load_config
 from train.errors import UserError
-from train.rng import set_rng_state
+from train.loop.rng import set_rng_state
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -142,7 +142,7 @@ class Part:
 def test_checkpointer_saves_and_restores_any_parts_that_hand_over_their_state(tmp_path):
     import torch.distributed as dist
 
-    from train.distenv import resolve
+    from train.dist.distenv import resolve
 
     env = resolve({"SLURM_RESTART_COUNT": "1"}, pick_free_port=lambda: 1)
     config = load_config("tiny").to_dict()

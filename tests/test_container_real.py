@@ -30,7 +30,7 @@ import pytest
 from tests.harness import ngc_standin
 from tests.harness.machine import comm, descendants
 from tests.harness.reddit_files import write_reddit_raw
-from train.distenv import port_for_job
+from train.dist.distenv import port_for_job
 
 ROOT = Path(__file__).resolve().parents[1]
 pytest_plugins = ["tests.harness.conftest_slurm"]

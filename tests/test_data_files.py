@@ -11,9 +11,9 @@ from torch_geometric.data import Data
 
 from tests.harness.localjob import run_local_job
 from train.config import DataConfig, load_config
-from train.data import load_graph
 from train.errors import UserError
-from train.graphfiles import validate_graph
+from train.graph.data import load_graph
+from train.graph.graphfiles import validate_graph
 
 N, F, C = 120, 6, 3
 

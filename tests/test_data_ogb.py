@@ -12,9 +12,9 @@ import torch
 from tests.harness.localjob import ROOT, make_data, run_local_job
 from tests.harness.ogb_files import write_ogb
 from train.config import DataConfig, load_config
-from train.data import load_graph, num_classes
 from train.errors import UserError
-from train.ogbn import OGB_NODE_DATASETS, UNLABELED
+from train.graph.data import load_graph, num_classes
+from train.graph.ogbn import OGB_NODE_DATASETS, UNLABELED
 
 
 @pytest.mark.parametrize("name", sorted(OGB_NODE_DATASETS))
@@ -105,12 +105,12 @@ def test_shipped_ogb_configs_load_and_validate(name, layers):
 
 
 def test_importing_train_data_does_not_import_ogb():
-    code = "import sys, train.data; assert 'ogb' not in sys.modules"
+    code = "import sys, train.graph.data; assert 'ogb' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=120)
 
 
 def test_dataset_folder_names_where_each_dataset_lives(tmp_path):
-    from train.data import dataset_folder
+    from train.graph.data import dataset_folder
 
     assert dataset_folder(DataConfig(name="ogbn-products", root=str(tmp_path))) == tmp_path / "ogbn_products"
     assert dataset_folder(DataConfig(name="Cora", root=str(tmp_path))) == tmp_path / "Planetoid" / "Cora"

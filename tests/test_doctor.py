@@ -16,7 +16,7 @@ import pytest
 
 from tests.harness.jobscript import run_job_script
 from train.config import load_config
-from train.distenv import free_port, resolve
+from train.dist.distenv import free_port, resolve
 from train.doctor import checks, findings, probes
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -295,12 +295,12 @@ def test_probe_writable(tmp_path, path, detail):
     assert not (tmp_path / "new").exists()  # the probe creates nothing
 
 
-# ---- where the data check looks: train.data.dataset_folder, the one home of that fact ------------
+# ---- where the data check looks: train.graph.data.dataset_folder, the one home of that fact ------------
 @pytest.mark.parametrize("name, via", [("ogbn-products", "root"), ("Cora", "DATA_DIR"), ("Reddit", "root")])
 def test_dataset_check_looks_where_train_data_keeps_the_dataset(tmp_path, name, via):
-    """ogbn-products lives in ogbn_products/, Cora in Planetoid/Cora/: the doctor must agree with train.data."""
+    """ogbn-products lives in ogbn_products/, Cora in Planetoid/Cora/: the doctor must agree with train.graph.data."""
     from train.config import DataConfig
-    from train.data import dataset_folder
+    from train.graph.data import dataset_folder
 
     config = DataConfig(name=name, root=str(tmp_path) if via == "root" else "")
     data_dir = str(tmp_path) if via == "DATA_DIR" else None  # DATA_DIR, as resolved at the entry
@@ -314,7 +314,7 @@ def test_dataset_check_looks_where_train_data_keeps_the_dataset(tmp_path, name, 
 
 def test_dataset_check_of_your_own_files_looks_at_data_path(tmp_path):
     from train.config import DataConfig
-    from train.data import dataset_folder
+    from train.graph.data import dataset_folder
 
     saved = tmp_path / "graph.pt"
     saved.write_bytes(b"x" * 7)
@@ -348,14 +348,14 @@ def test_only_the_doctors_entry_reads_the_process_environment():
 
 def test_exit_statuses_are_defined_once_in_train_errors():
     import train.errors
-    import train.preemption
+    import train.loop.preemption
 
     defined = [f"{p.relative_to(ROOT)}: {line}" for p in sorted((ROOT / "train").rglob("*.py"))
                for line in p.read_text().splitlines() if re.match(r"\s*EXIT_\w+\s*=\s*\d", line)]
     assert all(d.startswith("train/errors.py: ") for d in defined), defined
     assert (train.errors.EXIT_FAILED, train.errors.EXIT_USER_ERROR, train.errors.EXIT_REQUEUE,
             train.errors.EXIT_STOPPED) == (1, 2, 3, 4)
-    assert train.preemption.EXIT_REQUEUE is train.errors.EXIT_REQUEUE  # the old name still works
+    assert train.loop.preemption.EXIT_REQUEUE is train.errors.EXIT_REQUEUE  # the old name still works
 
 
 # ---- the doctor step of jobs/train.sbatch, with the stand-in srun of tests/test_jobs.py --------

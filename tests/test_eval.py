@@ -12,12 +12,12 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from train.config import DataConfig, load_config
-from train.data import synthetic_graph
-from train.distenv import free_port
+from train.dist.distenv import free_port
 from train.errors import UserError
-from train.model import build_model
-from train.sampler import build_csc
-from train.shared_graph import attach_csc
+from train.graph.data import synthetic_graph
+from train.graph.sampler import build_csc
+from train.graph.shared_graph import attach_csc
+from train.loop.model import build_model
 
 
 class _Env:
@@ -42,8 +42,8 @@ CASES = {  # name -> config overrides, all evaluated in the same processes
 def _worker(rank, world, port, out_dir):
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:
-        from train.evaluate import RowOwners, evaluate, fetch_rows
-        from train.sampling_plan import plan_sampling
+        from train.graph.sampling_plan import plan_sampling
+        from train.loop.evaluate import RowOwners, evaluate, fetch_rows
 
         data = _graph()
         result = {}
@@ -132,8 +132,8 @@ def test_eval_config_mistakes_are_named(overrides, needle):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (evaluation on cuda with nccl)")
 def test_full_and_sampled_evaluation_on_cuda_equal_the_cpu_reference():
-    from train.evaluate import evaluate
-    from train.sampling_plan import plan_sampling
+    from train.graph.sampling_plan import plan_sampling
+    from train.loop.evaluate import evaluate
 
     dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
     try:

@@ -317,7 +317,7 @@ def test_default_cpus_per_task_is_the_clusters():
     assert "--cpus-per-task" not in sbatch_words(p.stdout)
 
 
-# ---- the memory plan before sbatch (train/plan.py) ----------------------------------------------
+# ---- the memory plan before sbatch (train/cli/plan.py) ----------------------------------------------
 
 def test_a_plan_that_cannot_fit_is_refused_naming_the_numbers(cluster_standin):
     env, record = cluster_standin

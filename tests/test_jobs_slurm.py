@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from train.distenv import port_for_job
+from train.dist.distenv import port_for_job
 
 ROOT = Path(__file__).resolve().parents[1]
 # The fixture comes from the plugin; this works whether or not tests/conftest.py loads it too.

@@ -1,7 +1,7 @@
 """Rules of train/'s layout, read from the sources (ast): no import cycle, os.environ only at the entry, short files.
 
 Nothing is imported but `train.__main__` (for its list of subcommands), so a breach is named even
-when it would make `import train.fit` fail.
+when it would make `import train.loop.fit` fail.
 """
 
 from __future__ import annotations
@@ -132,7 +132,7 @@ def reads_environment(tree: ast.AST) -> list[int]:
 
 
 def test_only_the_entry_modules_read_the_environment():
-    """Below the entry, job facts come from `DistEnv` (train/distenv.py, train/jobfacts.py), never os.environ."""
+    """Below the entry, job facts come from `DistEnv` (train/dist/distenv.py, jobfacts.py), not os.environ."""
     entries = entry_modules()
     offenders = []
     for name, path in modules().items():
@@ -140,8 +140,8 @@ def test_only_the_entry_modules_read_the_environment():
             continue
         for line in reads_environment(ast.parse(path.read_text(), str(path))):
             offenders.append(f"{path.relative_to(ROOT)}:{line}")
-    assert not offenders, ("os.environ read below the entry (resolve the fact in train/distenv.py or "
-                           f"train/jobfacts.py and pass it down): {', '.join(offenders)}")
+    assert not offenders, ("os.environ read below the entry (resolve the fact in train/dist/distenv.py or "
+                           f"train/dist/jobfacts.py and pass it down): {', '.join(offenders)}")
 
 
 @pytest.mark.parametrize("source,flagged", [

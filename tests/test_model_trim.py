@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from train.config import ModelConfig, load_config
-from train.data import synthetic_graph
-from train.model import build_model, hop_counts
-from train.sampler import build_csc, make_node_loader
+from train.graph.data import synthetic_graph
+from train.graph.sampler import build_csc, make_node_loader
+from train.loop.model import build_model, hop_counts
 
 
 def _batch(fanouts, batch_size=64):

@@ -11,10 +11,10 @@ import pytest
 
 from tests.harness import standin_bin
 from tests.harness.localjob import ROOT
+from train.cli.plan import GraphSize, graph_size, make_plan, shared_graph_bytes
 from train.config import DataConfig, load_config
-from train.data import synthetic_graph
-from train.plan import GraphSize, graph_size, make_plan, shared_graph_bytes
-from train.shared_graph import graph_tensors
+from train.graph.data import synthetic_graph
+from train.graph.shared_graph import graph_tensors
 
 
 def plan_cli(tmp_path: Path, *args: str, standins: dict[str, str] | None = None) -> subprocess.CompletedProcess:

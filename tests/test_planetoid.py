@@ -20,9 +20,9 @@ import pytest
 
 from tests.harness.localjob import ROOT, run_local_job
 from train.config import DataConfig
-from train.data import load_graph
 from train.errors import UserError
-from train.report import summarize
+from train.graph.data import load_graph
+from train.loop.report import summarize
 
 SHARED_CORA = ROOT.parent / "shared" / "data" / "planetoid" / "Cora" / "raw"
 needs_cora = pytest.mark.skipif(not SHARED_CORA.is_dir(),

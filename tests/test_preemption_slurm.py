@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from train import checkpoint as ck
-from train.preemption import EXIT_REQUEUE, EXIT_STOPPED
+from train.loop.preemption import EXIT_REQUEUE, EXIT_STOPPED
 
 ROOT = Path(__file__).resolve().parents[1]
 pytest_plugins = ["tests.harness.conftest_slurm"]

@@ -12,7 +12,7 @@ import pytest
 from PIL import Image
 
 from train.config import dump_config, load_config
-from train.report import DPI, FIGSIZE, read_metrics, summarize, write_report
+from train.loop.report import DPI, FIGSIZE, read_metrics, summarize, write_report
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -96,8 +96,8 @@ def test_the_time_panel_stacks_every_phase(tmp_path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from train.report import plot_phases
-    from train.timing import PHASES
+    from train.loop.report import plot_phases
+    from train.loop.timing import PHASES
 
     rows = read_metrics(write_run(tmp_path / "run") / "metrics.jsonl")
     fig, ax = plt.subplots()

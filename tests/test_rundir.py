@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from train.rundir import choose, job_identity, write_identity
+from train.loop.rundir import choose, job_identity, write_identity
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -13,7 +13,7 @@ from torch_geometric.loader import NeighborLoader, NodeLoader
 from torch_geometric.nn import SAGEConv
 from torch_geometric.sampler import NodeSamplerInput
 
-from train.sampler import (
+from train.graph.sampler import (
     TorchNeighborSampler,
     _floyd_positions,
     _random_key_positions,

@@ -22,8 +22,8 @@ import torch
 from tests.harness.localjob import ROOT, WORKERS, free_port, run_local_job, srun_env
 from train.config import DataConfig, SamplerConfig, load_config
 from train.errors import UserError
-from train.sampling_plan import GPU_GRAPH_FRACTION, gpu_placement, plan_sampling
-from train.shared_graph import (
+from train.graph.sampling_plan import GPU_GRAPH_FRACTION, gpu_placement, plan_sampling
+from train.graph.shared_graph import (
     PREFIX,
     SHM,
     Segment,
@@ -126,8 +126,8 @@ def test_node_layout_samples_like_the_per_process_csc(tmp_path):
     from torch_geometric.data import Data
     from torch_geometric.sampler import NodeSamplerInput
 
-    from train.data import synthetic_graph
-    from train.sampler import TorchNeighborSampler, build_csc
+    from train.graph.data import synthetic_graph
+    from train.graph.sampler import TorchNeighborSampler, build_csc
 
     config = DataConfig(num_nodes=500, avg_degree=9)
     original = synthetic_graph(config)
@@ -160,7 +160,7 @@ def test_small_shm_falls_back_to_disk_or_says_what_is_needed():
 
 
 def test_share_dir_must_exist():
-    from train.shared_graph import candidate_dirs
+    from train.graph.shared_graph import candidate_dirs
 
     with pytest.raises(UserError, match="data.share_dir='/no/such/dir' is not a directory"):
         candidate_dirs("/no/such/dir")
@@ -198,8 +198,8 @@ def test_sampling_placement():
     assert gpu_placement(10, 20, free=100) == (True, True)
     assert gpu_placement(10, 60, free=100) == (True, False)
     assert gpu_placement(70, 1, free=100) == (False, False)
-    from train.data import synthetic_graph
-    from train.sampler import build_csc
+    from train.graph.data import synthetic_graph
+    from train.graph.sampler import build_csc
 
     data = synthetic_graph(DataConfig(num_nodes=100, avg_degree=4))
     attach_csc(data, build_csc(data.edge_index, data.num_nodes))
@@ -214,8 +214,8 @@ def test_sampling_placement():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (sampler.device=cuda)")
 def test_gpu_sampling_batches_are_right_wherever_the_features_live():
     """sampler.device=cuda, features on the GPU or gathered pinned on the host: the same, correct batches."""
-    from train.data import synthetic_graph
-    from train.sampler import build_csc, make_node_loader
+    from train.graph.data import synthetic_graph
+    from train.graph.sampler import build_csc, make_node_loader
 
     data = synthetic_graph(DataConfig(num_nodes=3000, avg_degree=10))
     attach_csc(data, build_csc(data.edge_index, data.num_nodes))
@@ -251,10 +251,10 @@ def _worker(argv: list[str]) -> None:
     """One rank: take the graph the way training does and report what it sees."""
     import torch.distributed as dist
 
-    from train.distenv import resolve
-    from train.fit import obtain_graph
-    from train.procgroup import process_group
-    from train.shared_graph import shared_graphs
+    from train.dist.distenv import resolve
+    from train.dist.procgroup import process_group
+    from train.graph.shared_graph import shared_graphs
+    from train.loop.fit import obtain_graph
 
     config = load_config("tiny", argv)
     env = resolve(os.environ)
@@ -283,8 +283,8 @@ def _worker(argv: list[str]) -> None:
 
 
 def test_ranks_of_a_node_map_one_identical_read_only_copy():
-    from train.data import load_graph
-    from train.sampler import build_csc
+    from train.graph.data import load_graph
+    from train.graph.sampler import build_csc
 
     config = load_config("tiny")
     procs = _start_job(["-m", "tests.test_sharing", "worker"], JOB_IDS[0], free_port())

@@ -1,4 +1,4 @@
-"""Where each epoch's time goes (train/timing.py): the phases are measured, exclusive, add up to
+"""Where each epoch's time goes (train/loop/timing.py): the phases are measured, exclusive, add up to
 the epoch's wall time, and a part that is made slow on purpose shows up in its own phase."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from tests.harness.localjob import ROOT, free_port, run_local_job
-from train.timing import MEASURED, PHASES, AllReduceProbe, PhaseTimer
+from train.loop.timing import MEASURED, PHASES, AllReduceProbe, PhaseTimer
 
 RESULT = "TIMING_RESULT "
 DELAY = 0.1  # seconds added to one part per step (10 steps per epoch: 1 s, well above a busy machine's noise)
@@ -85,7 +85,7 @@ def test_a_timed_loader_still_pickles_for_spawned_workers():
 
     from torch_geometric.data import Data
 
-    from train.sampler import make_node_loader
+    from train.graph.sampler import make_node_loader
 
     data = Data(x=torch.randn(50, 4), y=torch.arange(50), edge_index=torch.randint(50, (2, 200)))
     timer = PhaseTimer()
@@ -150,9 +150,9 @@ def _slowed(part: str):
     from torch_geometric.data import Data
     from torch_geometric.loader import NodeLoader
 
-    from train.fit import Trainer
-    from train.model import GNN
-    from train.sampler import TorchNeighborSampler
+    from train.graph.sampler import TorchNeighborSampler
+    from train.loop.fit import Trainer
+    from train.loop.model import GNN
 
     targets = {"sample": (TorchNeighborSampler, "sample_from_nodes"), "gather": (NodeLoader, "filter_fn"),
                "copy": (Data, "to"), "compute": (GNN, "forward"), "eval": (Trainer, "evaluate")}
@@ -194,10 +194,10 @@ def _worker() -> None:
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
     from train.config import load_config
-    from train.distenv import resolve
-    from train.fit import Trainer, obtain_graph
-    from train.procgroup import process_group
-    from train.shared_graph import shared_graphs
+    from train.dist.distenv import resolve
+    from train.dist.procgroup import process_group
+    from train.graph.shared_graph import shared_graphs
+    from train.loop.fit import Trainer, obtain_graph
 
     config = load_config("tiny", ["trainer.epochs=1", "dist.backend=gloo", "output.progress=lines"])
     env = resolve(os.environ)

@@ -17,12 +17,12 @@ from train.errors import EXIT_USER_ERROR, UserError
 
 # name -> (module, one-line help). Modules are imported lazily: `env` must not pay for torch_geometric.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "env": ("train.cli_env", "print the resolved distributed environment as JSON"),
-    "fit": ("train.cli_fit", "train a model (run under srun or torchrun for several processes)"),
-    "data": ("train.cli_data", "download and prepare a dataset (run on a login node)"),
+    "env": ("train.cli.env", "print the resolved distributed environment as JSON"),
+    "fit": ("train.cli.fit", "train a model (run under srun or torchrun for several processes)"),
+    "data": ("train.cli.data", "download and prepare a dataset (run on a login node)"),
     "doctor": ("train.doctor", "check the allocation, devices, network and data before a run"),
-    "report": ("train.report", "draw curves.png and print a summary for a run directory"),
-    "plan": ("train.plan", "print the memory a run will need per node, rank and GPU; refuse one that cannot fit"),
+    "report": ("train.loop.report", "draw curves.png and print a summary for a run directory"),
+    "plan": ("train.cli.plan", "print the memory a run will need per node, rank and GPU; refuse one that cannot fit"),
 }
 
 
@@ -62,7 +62,7 @@ def exit_without_teardown(code: int) -> None:
     ranks that had printed their final result; cf. pytorch/pytorch#75097). Everything this
     program writes is closed by now, so skipping the teardown loses nothing.
     """
-    atexit._run_exitfuncs()  # e.g. shared-memory cleanup registered by train.shared_graph
+    atexit._run_exitfuncs()  # e.g. shared-memory cleanup registered by train.graph.shared_graph
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

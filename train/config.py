@@ -24,9 +24,9 @@ CONFIG_DIR = Path(__file__).parent / "configs"
 
 @dataclass(frozen=True)
 class DataConfig:
-    name: str = "synthetic"  # synthetic | files | Reddit, Cora, ogbn-products, ... (train.data.DATASETS)
+    name: str = "synthetic"  # synthetic | files | Reddit, Cora, ogbn-products, ... (train.graph.data.DATASETS)
     root: str = ""  # "" -> $DATA_DIR, else ./data
-    path: str = ""  # data.name=files: a folder of arrays or a saved PyG Data (.pt), see train/graphfiles.py
+    path: str = ""  # data.name=files: a folder of arrays or a saved PyG Data (.pt), see train/graph/graphfiles.py
     share: str = "node"  # node: one copy per node in shared memory; process: each rank loads its own
     share_dir: str = ""  # "" -> /dev/shm, else node-local disk ($SLURM_TMPDIR, $TMPDIR, /tmp) when it is too small
     share_keep: bool = False  # keep the shared files until exit, to inspect them; else unlink once all ranks map them

@@ -5,7 +5,7 @@ import torch
 
 from train import checkpoint as ck
 from train.config import load_config
-from train.rng import rng_state
+from train.loop.rng import rng_state
 
 
 def payload(epoch: int, step: int = 0, world_size: int = 1, config=None, value: float = 1.0) -> dict:

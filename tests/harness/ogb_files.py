@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from train.ogbn import OGB_NODE_DATASETS
+from train.graph.ogbn import OGB_NODE_DATASETS
 
 
 def _csv_gz(path: Path, rows: np.ndarray) -> None:

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from train.config import Config, DataConfig
-from train.distenv import DistEnv
+from train.dist.distenv import DistEnv
 from train.doctor.findings import (
     FAIL,
     Finding,
@@ -139,11 +139,11 @@ def pre_rendezvous(env: DistEnv, deadline: float, agent_store: bool) -> tuple[di
 def inspect_dataset(data: DataConfig, data_dir: str | None) -> dict:
     """Is the dataset there and readable? Never downloads (the compute node may have no internet).
 
-    Where it lives is train.data.dataset_folder's answer, the one home of that fact."""
+    Where it lives is train.graph.data.dataset_folder's answer, the one home of that fact."""
     if data.name == "synthetic":
         return {"name": data.name, "state": "generated", "root": "-", "dir": "-",
                 "detail": "generated from data.seed", "bytes": synthetic_graph_bytes(data)}
-    from train.data import FILES, data_root, dataset_folder  # imports PyG: only for real datasets
+    from train.graph.data import FILES, data_root, dataset_folder  # imports PyG: only for real datasets
 
     directory = dataset_folder(data, data_dir)
     if data.name == FILES:
@@ -215,7 +215,7 @@ def package_version(*names: str) -> str | None:
 def inspect_device(env: DistEnv, backend: str) -> dict:
     import torch
 
-    from train.procgroup import choose_device_index
+    from train.dist.procgroup import choose_device_index
 
     cpus = sorted(os.sched_getaffinity(0))
     out: dict = {"type": "cpu", "cpus": cpus, "ncpus": len(cpus), "threads": torch.get_num_threads()}

@@ -15,9 +15,9 @@ import torch
 import torch.distributed as dist
 
 from train.config import DistConfig
-from train.distenv import DistEnv
+from train.dist.distenv import DistEnv
 from train.errors import UserError
-from train.portholder import port_holder
+from train.dist.portholder import port_holder
 
 
 def choose_backend(requested: str, cuda_available: bool) -> str:

@@ -2,7 +2,7 @@
 
 A refused run must leave nothing behind: these checks run before the process group exists,
 and the run directory and its config.yaml are written only once the data is loaded and the
-resume decision (trainer.resume) has been accepted (train/fit.py).
+resume decision (trainer.resume) has been accepted (train/loop/fit.py).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 from train.config import Config
-from train.distenv import DistEnv
+from train.dist.distenv import DistEnv
 from train.errors import UserError
 
 
@@ -40,7 +40,7 @@ def check_writable_dir(path: Path, what: str) -> None:
 
 def check_fit(config: Config, env: DistEnv) -> None:
     """Everything about a fit's input that each rank can check alone; `UserError` names the value."""
-    from train.data import check_dataset_name, data_root
+    from train.graph.data import check_dataset_name, data_root
 
     check_dataset_name(config.data.name)
     root = data_root(config.data, env.data_dir)

@@ -15,8 +15,8 @@ from torch_geometric.data import Data
 
 from train.config import SamplerConfig
 from train.errors import UserError
-from train.sampler import build_csc
-from train.shared_graph import CSC, attach_csc, gib, graph_csc
+from train.graph.sampler import build_csc
+from train.graph.shared_graph import CSC, attach_csc, gib, graph_csc
 
 # Fraction of the free GPU memory the graph may take with sampler.device=cuda
 # (the rest is for the model, activations and the sampler's per-batch tensors).

@@ -3,12 +3,12 @@
 Both take `(x, edge_index)` so the training loop treats them alike; `layer` lets the
 evaluation run one layer at a time over the whole graph (layer-wise inference).
 
-A sampled batch lists its nodes and edges hop by hop (PyG's NeighborLoader and train/sampler.py:
+A sampled batch lists its nodes and edges hop by hop (PyG's NeighborLoader and train/graph/sampler.py:
 seeds first, then each hop's new nodes; hop h's edges point into hop h's frontier). Given the
 per-hop counts, layer i of L needs outputs only for the nodes within L-1-i hops of the seeds, so
 `forward` computes just those rows: for fanouts [25, 10] about 1 in 3 rows in the first layer and
 only the seeds in the last. PyG's `trim_to_layer` trims a layer's inputs; this also trims its
-targets, as the exact evaluation does (train/evaluate.py).
+targets, as the exact evaluation does (train/loop/evaluate.py).
 """
 
 from __future__ import annotations

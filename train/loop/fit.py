@@ -26,18 +26,18 @@ from torch.nn.parallel import DistributedDataParallel
 from torch_geometric.data import Data
 
 from train.config import Config, dump_config
-from train.data import num_classes, prepare_dataset
-from train.distenv import DistEnv
-from train.epoch_split import derive_seed, epoch_order, rank_shard
+from train.dist.distenv import DistEnv
+from train.dist.procgroup import process_group
 from train.errors import UserError
-from train.evaluate import evaluate
-from train.model import GNN, build_model, hop_counts
-from train.procgroup import process_group
-from train.rng import ProcessRng
-from train.sampler import make_node_loader
-from train.sampling_plan import plan_sampling
-from train.shared_graph import obtain_shared_or_private, shared_graphs
-from train.timing import AllReduceProbe, PhaseTimer, reduce_mean
+from train.graph.data import num_classes, prepare_dataset
+from train.graph.epoch_split import derive_seed, epoch_order, rank_shard
+from train.graph.sampler import make_node_loader
+from train.graph.sampling_plan import plan_sampling
+from train.graph.shared_graph import obtain_shared_or_private, shared_graphs
+from train.loop.evaluate import evaluate
+from train.loop.model import GNN, build_model, hop_counts
+from train.loop.rng import ProcessRng
+from train.loop.timing import AllReduceProbe, PhaseTimer, reduce_mean
 
 
 @dataclass
@@ -90,8 +90,8 @@ def run_dir(config: Config, env: DistEnv) -> Path:
     """output.dir, else runs/$SLURM_JOB_ID under SLURM, else runs/<timestamp> agreed by all ranks."""
     if config.output.dir:
         path = config.output.dir
-    elif env.job_id:  # runs/<jobid> if it is this job's (a requeue resumes it), else its own (train/rundir.py)
-        from train.rundir import choose, job_identity
+    elif env.job_id:  # runs/<jobid> if it is this job's (a requeue resumes it), else its own (train/loop/rundir.py)
+        from train.loop.rundir import choose, job_identity
 
         chosen = [None, None]
         if env.is_main:
@@ -113,7 +113,7 @@ def obtain_graph(config: Config, env: DistEnv) -> Data:
     """Exactly one process prepares (downloads/processes) a dataset; the others wait, then load.
 
     data.share=node: each node's local rank 0 loads it and the node's ranks map that one copy
-    (train/shared_graph.py); process: every rank loads its own. `data.csc` holds the sampler's CSC.
+    (train/graph/shared_graph.py); process: every rank loads its own. `data.csc` holds the sampler's CSC.
     """
     if env.is_main:
         prepare_dataset(config.data, env.data_dir)
@@ -165,12 +165,12 @@ class Trainer:
         self.stop_requested = False  # set by `request_stop` (the preemption vote); checked at step boundaries
         self.joinables: list = []  # more Joinables that take part in every step (preemption.StepAgreement)
         self.sampling = plan_sampling(data, config.sampler, device)  # sampler.device: where batches are sampled
-        self.timer = PhaseTimer(device)  # where each epoch's time goes (train/timing.py)
+        self.timer = PhaseTimer(device)  # where each epoch's time goes (train/loop/timing.py)
         self.allreduce_probe = AllReduceProbe(self.model, device)
         if self.sampling.note and env.is_main:
             print(self.sampling.note, flush=True)
 
-    # ---- state (train/checkpoint.py saves and restores it) -------------------------------------
+    # ---- state (train/loop/checkpoint.py saves and restores it) -------------------------------------
     def state_dict(self) -> dict:
         """What every rank holds alike: model, optimizer, epoch, history, and the seeds batches come from."""
         seed = self.config.trainer.seed
@@ -183,7 +183,7 @@ class Trainer:
         self.state.load_state_dict(state)
 
     def request_stop(self) -> None:
-        """Stop at the next step boundary (all ranks agreed: train/preemption.py)."""
+        """Stop at the next step boundary (all ranks agreed: train/loop/preemption.py)."""
         self.stop_requested = True
 
     # ---- batches -------------------------------------------------------------------------------
@@ -264,7 +264,7 @@ class Trainer:
 
     # ---- evaluation ----------------------------------------------------------------------------
     def evaluate(self) -> dict[str, float]:
-        """Val and test accuracy on all ranks (train/evaluate.py: full and exact, or sampled)."""
+        """Val and test accuracy on all ranks (train/loop/evaluate.py: full and exact, or sampled)."""
         return evaluate(self.model, self.data, self.config, self.env, self.device, self.sampling)
 
     # ---- the run -------------------------------------------------------------------------------
@@ -359,11 +359,11 @@ def weights_digest(model: torch.nn.Module) -> str:
 def run_fit(config: Config, env: DistEnv) -> int:
     """Entry point of `python -m train fit` once config and env are resolved.
 
-    Stop signals are caught from the first moment (train/preemption.py); a failure on any
+    Stop signals are caught from the first moment (train/loop/preemption.py); a failure on any
     rank ends this one within dist.collective_timeout_seconds, with a message naming the
     rank that failed where it can be known.
     """
-    from train.preemption import EXIT_FAILED, STOPPED, StopSignals, default_store, leave_in_order, report_failure
+    from train.loop.preemption import EXIT_FAILED, STOPPED, StopSignals, default_store, leave_in_order, report_failure
 
     signals = StopSignals.shared().install()  # usually already installed by `python -m train fit`
     signals.rank = env.rank
@@ -384,8 +384,8 @@ def run_fit(config: Config, env: DistEnv) -> int:
 
 def _train(config: Config, env: DistEnv, backend: str, device: torch.device, signals) -> int:
     """Resume (trainer.resume), train with checkpoints, and end: finished, or stopped by a signal."""
-    from train.checkpoint import Checkpointer, atomic_write, atomic_write_text, graph_fingerprint
-    from train.preemption import STOP_SIGNALS, StepAgreement, signal_name, stop_outcome
+    from train.loop.checkpoint import Checkpointer, atomic_write, atomic_write_text, graph_fingerprint
+    from train.loop.preemption import STOP_SIGNALS, StepAgreement, signal_name, stop_outcome
 
     out_dir = run_dir(config, env)
     if env.is_main:
@@ -408,9 +408,9 @@ def _train(config: Config, env: DistEnv, backend: str, device: torch.device, sig
         out_dir.mkdir(parents=True, exist_ok=True)
         dump_config(config, out_dir / "config.yaml")
         if env.job_id and not config.output.dir:
-            from train.rundir import job_identity, write_identity
+            from train.loop.rundir import job_identity, write_identity
 
-            # whose directory this is (train/rundir.py)
+            # whose directory this is (train/loop/rundir.py)
             write_identity(out_dir, job_identity(env.job_id, env.cluster_name, env.submission_id))
     settle_gradient_buckets(trainer.ddp, trainer.optimizer, data.num_features, device)  # resumed == uninterrupted
     if env.is_main:  # metrics.jsonl lists exactly the epochs of the run state (none on a fresh start)
@@ -443,7 +443,7 @@ def _train(config: Config, env: DistEnv, backend: str, device: torch.device, sig
         atomic_write_text(out_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
         print(f"final test accuracy {summary['final_test_acc']:.4f} (best val {summary['best_val_acc']:.4f} at epoch "
               f"{summary['best_val_epoch']}, test there {summary['test_acc_at_best_val']:.4f})", flush=True)
-        from train.report import write_report
+        from train.loop.report import write_report
 
         write_report(out_dir)  # curves.png and a summary table; a failure to draw only warns
     return 0

@@ -18,7 +18,7 @@ import torch
 from torch_geometric.data import Data
 
 from train.errors import UserError
-from train.rawfiles import prepare_again
+from train.graph.rawfiles import prepare_again
 
 OGB_VERSION = "1.3.6"  # the version pinned in requirements.lock; the one whose on-disk format is tested
 UNLABELED = -1  # papers100M labels only ~1.5 M of its 111 M nodes (NaN in OGB's file)

@@ -21,12 +21,12 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from train.config import Config
-from train.distenv import DistEnv
-from train.epoch_split import derive_seed, rank_shard, shard_sizes
-from train.model import GNN, hop_counts
-from train.sampler import make_node_loader
-from train.sampling_plan import SamplingPlan
-from train.shared_graph import graph_csc
+from train.dist.distenv import DistEnv
+from train.graph.epoch_split import derive_seed, rank_shard, shard_sizes
+from train.graph.sampler import make_node_loader
+from train.graph.sampling_plan import SamplingPlan
+from train.graph.shared_graph import graph_csc
+from train.loop.model import GNN, hop_counts
 
 SPLITS = ("val", "test")
 

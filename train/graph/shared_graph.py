@@ -49,10 +49,10 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from train.config import DataConfig
-from train.data import load_graph
-from train.distenv import DistEnv
+from train.dist.distenv import DistEnv
 from train.errors import UserError
-from train.sampler import build_csc
+from train.graph.data import load_graph
+from train.graph.sampler import build_csc
 
 PREFIX = "pyg-train-"
 SHM = Path("/dev/shm")

@@ -27,7 +27,7 @@ from torch_geometric.sampler import (
 )
 from torch_geometric.sampler.utils import to_csc
 
-from train.epoch_split import derive_seed
+from train.graph.epoch_split import derive_seed
 
 __all__ = [
     "TorchNeighborSampler",

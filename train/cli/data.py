@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import os
 
-from train.cli_fit import add_config_arguments as add_arguments  # noqa: F401  (same arguments as fit)
+from train.cli.fit import add_config_arguments as add_arguments  # noqa: F401  (same arguments as fit)
 from train.config import load_config
 
 
 def main(args) -> int:
-    from train.data import prepare_dataset
-    from train.distenv import job_facts
+    from train.dist.distenv import job_facts
+    from train.graph.data import prepare_dataset
 
     config = load_config(args.config, args.overrides)
     facts, _sources = job_facts(os.environ)  # DATA_DIR, read here at the entry

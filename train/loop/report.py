@@ -18,7 +18,7 @@ from pathlib import Path
 import yaml
 
 from train.errors import UserError
-from train.timing import PHASES
+from train.loop.timing import PHASES
 
 CURVES = "curves.png"
 FIGSIZE = (12.0, 4.0)  # inches; with DPI the PNG is 1200 x 400 pixels
@@ -99,7 +99,7 @@ def summarize(rows: list[dict], summary: dict | None = None, config: dict | None
         "total_seconds": sum(seconds) if seconds else None,
         "seeds_per_second": statistics.fmean(r["seeds_per_second"] for r in rates) if rates else None,
         "seeds_per_second_per_rank": statistics.fmean(per_rank) if per_rank else None,
-        "phase_seconds": phases,  # mean per epoch (and over ranks) of each phase, train/timing.py
+        "phase_seconds": phases,  # mean per epoch (and over ranks) of each phase, train/loop/timing.py
     }
 
 
@@ -181,7 +181,7 @@ def plot_curves(rows: list[dict], path: Path, title: str) -> Path:
 
 
 def plot_phases(ax, rows: list[dict]) -> None:
-    """Stacked bars per epoch: seconds in each phase (train/timing.py), mean over ranks."""
+    """Stacked bars per epoch: seconds in each phase (train/loop/timing.py), mean over ranks."""
     timed = [(r["epoch"], r["phase_seconds"]) for r in rows if isinstance(r.get("phase_seconds"), dict)]
     ax.set(title="time per epoch (mean rank)", xlabel="epoch", ylabel="seconds")
     if not timed:

@@ -54,7 +54,7 @@ KNOWN: dict[str, GraphSize] = {
 
 def graph_size(config: Config) -> GraphSize:
     """The graph's size without loading it: published, computed (synthetic), or from file headers."""
-    from train.data import check_dataset_name
+    from train.graph.data import check_dataset_name
 
     data = config.data
     check_dataset_name(data.name)
@@ -76,7 +76,7 @@ def _files_size(path: str) -> GraphSize:
     """Shapes from the memory-mapped arrays (headers): no feature is read. `fit` checks the values."""
     from pathlib import Path
 
-    from train.graphfiles import ARRAYS, load_files, read_data_file, read_folder
+    from train.graph.graphfiles import ARRAYS, load_files, read_data_file, read_folder
 
     where = Path(path)
     if not where.exists() or not path:
@@ -94,11 +94,11 @@ def _files_size(path: str) -> GraphSize:
 
 
 def shared_graph_bytes(size: GraphSize) -> int:
-    """What data.share=node writes once per node (train/shared_graph.py's graph_tensors), from meta tensors."""
+    """What data.share=node writes once per node (train/graph/shared_graph.py's graph_tensors), from meta tensors."""
     import torch  # here: `python -m train` imports this module to build its parser
     from torch_geometric.data import Data
 
-    from train.shared_graph import graph_tensors
+    from train.graph.shared_graph import graph_tensors
 
     meta = Data(x=torch.empty(size.nodes, size.features, device="meta"),
                 y=torch.empty(size.nodes, dtype=torch.long, device="meta"),
@@ -288,7 +288,7 @@ def refusals(plan: Plan) -> list[str]:
 
 
 def add_arguments(parser) -> None:
-    from train.cli_fit import add_config_arguments
+    from train.cli.fit import add_config_arguments
 
     add_config_arguments(parser)
     parser.add_argument("--nodes", type=int, default=int(os.environ.get("NODES", 1)),

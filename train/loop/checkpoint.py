@@ -30,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from train.distenv import DistEnv
+from train.dist.distenv import DistEnv
 from train.errors import UserError
 
 MAGIC = b"PYGCKPT1"

@@ -1,6 +1,6 @@
 """Facts of the job beside its ranks: restarts, the data root, node-local scratch, devices, whose job it is.
 
-Read once, at the entry, by `train.distenv.resolve` (into `DistEnv`, each with the variable that
+Read once, at the entry, by `train.dist.distenv.resolve` (into `DistEnv`, each with the variable that
 gave it in `sources`), so that no module below the entry reads os.environ. Unlike the rank, a
 fact is never refused: an unset variable is an absent fact.
 """
@@ -18,7 +18,7 @@ VARIABLES: dict[str, tuple[str, ...]] = {
     "data_dir": ("DATA_DIR",),  # the datasets' root unless data.root says otherwise
     "node_tmpdirs": ("SLURM_TMPDIR", "TMPDIR"),  # node-local scratch, every one that is set, in this order
     "cuda_visible_devices": ("CUDA_VISIBLE_DEVICES",),  # as the launcher left it, for messages on binding
-    "cluster_name": ("SLURM_CLUSTER_NAME",),  # job ids repeat across clusters (train/rundir.py)
+    "cluster_name": ("SLURM_CLUSTER_NAME",),  # job ids repeat across clusters (train/loop/rundir.py)
     "submission_id": ("PYG_SUBMISSION_ID",),  # exported by jobs/submit.sh: one id for every requeue
 }
 

@@ -18,8 +18,8 @@ from torch_geometric.utils import coalesce, to_undirected
 
 from train.config import DataConfig
 from train.errors import UserError
-from train.ogbn import OGB_NODE_DATASETS, open_ogb
-from train.rawfiles import prepare_again, problems
+from train.graph.ogbn import OGB_NODE_DATASETS, open_ogb
+from train.graph.rawfiles import prepare_again, problems
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ DATASETS: dict[str, DatasetSpec] = {
        for name, info in OGB_NODE_DATASETS.items()},
 }
 SYNTHETIC = "synthetic"
-FILES = "files"  # the user's own graph at data.path (train/graphfiles.py)
+FILES = "files"  # the user's own graph at data.path (train/graph/graphfiles.py)
 
 
 def data_root(config: DataConfig, data_dir: str | None = None) -> Path:
@@ -199,7 +199,7 @@ def load_graph(config: DataConfig, data_dir: str | None = None) -> Data:
     if config.name == SYNTHETIC:
         return synthetic_graph(config)
     if config.name == FILES:
-        from train.graphfiles import load_files
+        from train.graph.graphfiles import load_files
 
         return load_files(config.path)
     root = data_root(config, data_dir)
