@@ -89,7 +89,8 @@ def worker(args) -> None:
     from train.dist.procgroup import process_group
     from train.graph.shared_graph import graph_csc, shared_graphs
     from train.loop.evaluate import evaluate
-    from train.loop.fit import Trainer, obtain_graph
+    from train.loop.fit import Trainer
+    from train.loop.run import obtain_graph
 
     config = load_config("synthetic", graph_overrides(args))
     env = resolve(os.environ)

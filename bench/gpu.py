@@ -63,7 +63,8 @@ def run(args) -> dict:
     from train.dist.procgroup import process_group
     from train.graph.sampler import TorchNeighborSampler
     from train.graph.shared_graph import graph_csc, shared_graphs
-    from train.loop.fit import Trainer, obtain_graph
+    from train.loop.fit import Trainer
+    from train.loop.run import obtain_graph
 
     os.environ.update(WORLD_SIZE="1", RANK="0", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1", GROUP_RANK="0",
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))  # one process, wherever it runs

@@ -1,7 +1,7 @@
 """Memory and start-up: N local ranks holding one synthetic graph, data.share=node against process.
 
 Each mode starts N real processes as the local ranks of one node. Each loads the graph the
-way training does (`train.loop.fit.obtain_graph`), builds the Trainer and trains one batch, then
+way training does (`train.loop.run.obtain_graph`), builds the Trainer and trains one batch, then
 reads every page of the graph and reports its proportional set size (PSS, from
 /proc/self/smaps_rollup) while all ranks are alive. PSS splits a shared page between the
 processes that map it, so the sum over ranks is what the node really holds.
@@ -37,7 +37,8 @@ def worker(args) -> None:
     from train.dist.distenv import resolve
     from train.dist.procgroup import process_group
     from train.graph.shared_graph import graph_csc, shared_graphs
-    from train.loop.fit import Trainer, obtain_graph
+    from train.loop.fit import Trainer
+    from train.loop.run import obtain_graph
 
     t0 = float(os.environ["BENCH_T0"])
     t_imported = time.time()

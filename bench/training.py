@@ -159,7 +159,8 @@ def to_target(args) -> None:
     from train.dist.procgroup import process_group
     from train.graph.shared_graph import shared_graphs
     from train.loop.evaluate import evaluate
-    from train.loop.fit import EpochStats, Trainer, obtain_graph
+    from train.loop.fit import EpochStats, Trainer
+    from train.loop.run import obtain_graph
 
     config = load_config("synthetic", [*target_overrides(args)])
     env = resolve(os.environ)
@@ -204,7 +205,8 @@ def worker(args) -> None:
     from train.dist.distenv import resolve
     from train.dist.procgroup import process_group
     from train.graph.shared_graph import shared_graphs
-    from train.loop.fit import Trainer, obtain_graph
+    from train.loop.fit import Trainer
+    from train.loop.run import obtain_graph
 
     config = load_config("synthetic", overrides(args))
     env = resolve(os.environ)

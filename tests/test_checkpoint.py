@@ -15,7 +15,7 @@ import torch
 
 from tests.harness.checkpoints import payload
 from tests.harness.localjob import WORKERS
-from train import checkpoint as ck
+from train.loop import checkpoint as ck
 from train.config import load_config
 from train.errors import UserError
 from train.loop.rng import set_rng_state

@@ -348,14 +348,12 @@ def test_only_the_doctors_entry_reads_the_process_environment():
 
 def test_exit_statuses_are_defined_once_in_train_errors():
     import train.errors
-    import train.loop.preemption
 
     defined = [f"{p.relative_to(ROOT)}: {line}" for p in sorted((ROOT / "train").rglob("*.py"))
                for line in p.read_text().splitlines() if re.match(r"\s*EXIT_\w+\s*=\s*\d", line)]
     assert all(d.startswith("train/errors.py: ") for d in defined), defined
     assert (train.errors.EXIT_FAILED, train.errors.EXIT_USER_ERROR, train.errors.EXIT_REQUEUE,
             train.errors.EXIT_STOPPED) == (1, 2, 3, 4)
-    assert train.loop.preemption.EXIT_REQUEUE is train.errors.EXIT_REQUEUE  # the old name still works
 
 
 # ---- the doctor step of jobs/train.sbatch, with the stand-in srun of tests/test_jobs.py --------

@@ -1,4 +1,5 @@
-"""Rules of train/'s layout, read from the sources (ast): no import cycle, os.environ only at the entry, short files.
+"""Rules of train/'s layout, read from the sources (ast): rooms in layers, no import cycle, os.environ only at
+the entry, short files.
 
 Nothing is imported but `train.__main__` (for its list of subcommands), so a breach is named even
 when it would make `import train.loop.fit` fail.
@@ -16,7 +17,20 @@ from train.__main__ import SUBCOMMANDS
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "train"
 MAX_LINES = 500
-LONG_ALLOWED = {"train/doctor.py"}  # being split into a package (issue 10, part 4)
+
+# The rooms of train/, lowest first: a module may import its own room and the rooms below it, never one
+# above. errors and config are what every room stands on; dist resolves the job (ranks, rendezvous,
+# process group); graph holds the data (datasets, the node-shared copy, sampling); loop trains on them;
+# the entry (cli, doctor, `python -m train`) sits on top. `train.distenv` is the public alias of
+# train.dist.distenv, kept for other projects, so it lives in dist's layer.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("train.errors",),
+    ("train.config",),
+    ("train.dist", "train.distenv"),
+    ("train.graph",),
+    ("train.loop",),
+    ("train.cli", "train.doctor", "train.__main__"),
+)
 
 
 def module_name(path: Path) -> str:
@@ -81,6 +95,54 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         if node not in state and (cycle := visit(node)):
             return cycle
     return None
+
+
+def layer_of(module: str, layers=LAYERS) -> int | None:
+    """The index in `layers` of the room `module` belongs to (itself or a package above it), or None."""
+    for index, rooms in enumerate(layers):
+        if any(module == room or module.startswith(room + ".") for room in rooms):
+            return index
+    return None
+
+
+def layer_breaches(graph: dict[str, set[str]], layers=LAYERS) -> list[str]:
+    """Every import of a higher room by a lower one, and every module (but the package itself) in no room."""
+    breaches = []
+    for module, targets in sorted(graph.items()):
+        here = layer_of(module, layers)
+        if here is None:
+            if module != "train":
+                breaches.append(f"{module} is in no room of LAYERS (place it in one)")
+            continue
+        for target in sorted(targets):
+            there = layer_of(target, layers)
+            if there is not None and there > here:
+                breaches.append(f"{module} (room {layers[here][0]}) imports {target} (room {layers[there][0]}, above)")
+    return breaches
+
+
+def test_rooms_import_only_their_own_layer_and_those_below():
+    breaches = layer_breaches(import_graph())
+    assert not breaches, "train/'s rooms import upwards:\n" + "\n".join(breaches)
+
+
+def test_the_layer_rule_sees_an_upward_import_and_a_module_without_a_room(tmp_path):
+    """The rule above would pass vacuously if it missed a lazy upward import or an unplaced module."""
+    pkg = tmp_path / "train"
+    for room in ("dist", "loop"):
+        (pkg / room).mkdir(parents=True)
+        (pkg / room / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "errors.py").write_text("")
+    (pkg / "dist" / "env.py").write_text("import train.errors\ndef f():\n    from train.loop import fit\n")
+    (pkg / "loop" / "fit.py").write_text("from train.dist.env import f\n")
+    (pkg / "stray.py").write_text("")
+    layers = (("train.errors",), ("train.dist",), ("train.loop",))
+    assert layer_breaches(_graph_under(tmp_path), layers) == [
+        "train.dist.env (room train.dist) imports train.loop (room train.loop, above)",
+        "train.dist.env (room train.dist) imports train.loop.fit (room train.loop, above)",
+        "train.stray is in no room of LAYERS (place it in one)",
+    ]
 
 
 def test_no_import_cycle_in_train():
@@ -158,4 +220,4 @@ def test_the_environment_rule_sees_each_form(source, flagged):
 def test_no_module_in_train_is_over_500_lines():
     long = {str(path.relative_to(ROOT)): n for path in modules().values()
             if (n := len(path.read_text().splitlines())) > MAX_LINES}
-    assert not {k: v for k, v in long.items() if k not in LONG_ALLOWED}, long
+    assert not long, long

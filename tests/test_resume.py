@@ -21,8 +21,10 @@ import pytest
 import torch
 
 from tests.harness.localjob import ROOT, WORKERS, free_port, srun_env
-from train import checkpoint as ck
-from train.loop.preemption import EXIT_FAILED, EXIT_REQUEUE, EXIT_STOPPED, is_peer_failure, stop_outcome
+from train.loop import checkpoint as ck
+from train.errors import EXIT_FAILED, EXIT_REQUEUE, EXIT_STOPPED
+from train.loop.failure_report import is_peer_failure
+from train.loop.stop_signals import stop_outcome
 
 # 2002 nodes -> 1201 training nodes -> shards of 601 and 600 -> 7 and 6 batches of 100
 CONFIG = ["fit", "--config", "tiny", "data.num_nodes=2002", "sampler.batch_size=100", "trainer.epochs=3",

@@ -254,7 +254,7 @@ def _worker(argv: list[str]) -> None:
     from train.dist.distenv import resolve
     from train.dist.procgroup import process_group
     from train.graph.shared_graph import shared_graphs
-    from train.loop.fit import obtain_graph
+    from train.loop.run import obtain_graph
 
     config = load_config("tiny", argv)
     env = resolve(os.environ)

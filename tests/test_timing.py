@@ -197,7 +197,8 @@ def _worker() -> None:
     from train.dist.distenv import resolve
     from train.dist.procgroup import process_group
     from train.graph.shared_graph import shared_graphs
-    from train.loop.fit import Trainer, obtain_graph
+    from train.loop.fit import Trainer
+    from train.loop.run import obtain_graph
 
     config = load_config("tiny", ["trainer.epochs=1", "dist.backend=gloo", "output.progress=lines"])
     env = resolve(os.environ)

@@ -7,13 +7,11 @@ this file only dispatches, and turns a `UserError` into one clear message and ex
 from __future__ import annotations
 
 import argparse
-import atexit
 import importlib
-import os
 import sys
 import traceback
 
-from train.errors import EXIT_USER_ERROR, UserError
+from train.errors import EXIT_INTERRUPTED, EXIT_USER_ERROR, UserError, exit_without_teardown
 
 # name -> (module, one-line help). Modules are imported lazily: `env` must not pay for torch_geometric.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -21,7 +19,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "fit": ("train.cli.fit", "train a model (run under srun or torchrun for several processes)"),
     "data": ("train.cli.data", "download and prepare a dataset (run on a login node)"),
     "doctor": ("train.doctor", "check the allocation, devices, network and data before a run"),
-    "report": ("train.loop.report", "draw curves.png and print a summary for a run directory"),
+    "report": ("train.cli.report", "draw curves.png and print a summary for a run directory"),
     "plan": ("train.cli.plan", "print the memory a run will need per node, rank and GPU; refuse one that cannot fit"),
 }
 
@@ -51,21 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USER_ERROR
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        return 130
-
-
-def exit_without_teardown(code: int) -> None:
-    """Leave without CPython's final garbage collection, after atexit handlers and flushes.
-
-    Gloo's worker threads can still hold Python objects when the interpreter is torn down;
-    its last collection then livelocks now and then (seen here with torch 2.13 on CPU, on
-    ranks that had printed their final result; cf. pytorch/pytorch#75097). Everything this
-    program writes is closed by now, so skipping the teardown loses nothing.
-    """
-    atexit._run_exitfuncs()  # e.g. shared-memory cleanup registered by train.graph.shared_graph
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+        return EXIT_INTERRUPTED
 
 
 def run() -> None:

@@ -2,7 +2,15 @@
 
 The CLI turns a `UserError` into a short message and exit status 2, never a traceback. The
 statuses live here, once: jobs/train.sbatch reads 3 ("checkpointed, requeue me") and 4.
+`exit_without_teardown` is the one way the package ends a process with one of them.
 """
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+from collections.abc import Callable
 
 
 class UserError(Exception):
@@ -15,3 +23,22 @@ EXIT_USER_ERROR = 2  # bad input: one clear message, no traceback
 EXIT_REQUEUE = 3  # checkpointed after a stop signal: requeue the job (jobs/train.sbatch does)
 EXIT_STOPPED = 4  # checkpointed after a stop signal, but trainer.max_restarts is used up: do not requeue
 EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports SIGINT
+
+
+def exit_without_teardown(code: int, last: Callable[[], object] | None = None) -> None:
+    """Leave with `code` after the atexit handlers and flushes, without CPython's final garbage collection.
+
+    Gloo's worker threads can still hold Python objects when the interpreter is torn down;
+    its last collection then livelocks now and then (seen here with torch 2.13 on CPU, on
+    ranks that had printed their final result; cf. pytorch/pytorch#75097). Everything this
+    program writes is closed by now, so skipping the teardown loses nothing. `last` runs just
+    before the exit (a rank announcing that it leaves); the process exits even if it fails.
+    """
+    atexit._run_exitfuncs()  # e.g. shared-memory cleanup registered by train.graph.shared_graph
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        if last is not None:
+            last()
+    finally:
+        os._exit(code)

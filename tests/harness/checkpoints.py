@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from train import checkpoint as ck
+from train.loop import checkpoint as ck
 from train.config import load_config
 from train.loop.rng import rng_state
 

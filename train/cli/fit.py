@@ -19,13 +19,13 @@ add_arguments = add_config_arguments
 def main(args) -> int:
     from train.cli.env import command_line
     from train.dist.distenv import resolve
-    from train.loop.preemption import StopSignals
+    from train.loop.stop_signals import StopSignals
 
     StopSignals.shared().install()  # first: a stop signal while torch loads is kept, not fatal
     config = load_config(args.config, args.overrides)  # config errors before any rendezvous
     env = resolve(os.environ, command=command_line())  # before torch: a refusal takes well under a second
     from train.cli.preflight import check_fit
-    from train.loop.fit import run_fit  # torch and PyG load only once the input is known to be good
+    from train.loop.run import run_fit  # torch and PyG load only once the input is known to be good
 
     check_fit(config, env)  # before the rendezvous and before anything is written
     return run_fit(config, env)

@@ -1,18 +1,16 @@
-"""`python -m train fit`: distributed GraphSAGE training with neighbour sampling.
+"""The training loop of one rank: `Trainer` runs the epochs of distributed GNN training with neighbour sampling.
 
 The loop is the seed's (DDP, Adam, sampled mini-batches, a barrier per epoch) with what a
 long multi-node run needs: seeds split without loss, per-step seeding so a run is
-reproducible, evaluation sharded over all ranks, and metrics written by rank 0.
+reproducible, evaluation sharded over all ranks, and metrics written by rank 0. The run
+around it (process group, run directory, checkpoints, stop and finish) is train/loop/run.py.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import io
 import json
 import math
-import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -25,15 +23,12 @@ from torch.distributed.algorithms.join import Join
 from torch.nn.parallel import DistributedDataParallel
 from torch_geometric.data import Data
 
-from train.config import Config, dump_config
+from train.config import Config
 from train.dist.distenv import DistEnv
-from train.dist.procgroup import process_group
-from train.errors import UserError
-from train.graph.data import num_classes, prepare_dataset
+from train.graph.data import num_classes
 from train.graph.epoch_split import derive_seed, epoch_order, rank_shard
 from train.graph.sampler import make_node_loader
 from train.graph.sampling_plan import plan_sampling
-from train.graph.shared_graph import obtain_shared_or_private, shared_graphs
 from train.loop.evaluate import evaluate
 from train.loop.model import GNN, build_model, hop_counts
 from train.loop.rng import ProcessRng
@@ -86,39 +81,14 @@ class RankState:
         self.rng.load_state_dict(state["rng"])
 
 
-def run_dir(config: Config, env: DistEnv) -> Path:
-    """output.dir, else runs/$SLURM_JOB_ID under SLURM, else runs/<timestamp> agreed by all ranks."""
-    if config.output.dir:
-        path = config.output.dir
-    elif env.job_id:  # runs/<jobid> if it is this job's (a requeue resumes it), else its own (train/loop/rundir.py)
-        from train.loop.rundir import choose, job_identity
+@dataclass(frozen=True)
+class FitResult:
+    """How `Trainer.fit` ended: all epochs done, or stopped at a step boundary that all ranks agreed on."""
 
-        chosen = [None, None]
-        if env.is_main:
-            found, note = choose(Path("runs"), job_identity(env.job_id, env.cluster_name, env.submission_id),
-                                 env.restart_count > 0)
-            chosen = [str(found), note]
-        dist.broadcast_object_list(chosen, src=0)
-        if env.is_main and chosen[1]:
-            print(chosen[1], flush=True)
-        path = chosen[0]
-    else:
-        stamp = [time.strftime("%Y%m%d-%H%M%S")]
-        dist.broadcast_object_list(stamp, src=0)
-        path = f"runs/{stamp[0]}"
-    return Path(path)
-
-
-def obtain_graph(config: Config, env: DistEnv) -> Data:
-    """Exactly one process prepares (downloads/processes) a dataset; the others wait, then load.
-
-    data.share=node: each node's local rank 0 loads it and the node's ranks map that one copy
-    (train/graph/shared_graph.py); process: every rank loads its own. `data.csc` holds the sampler's CSC.
-    """
-    if env.is_main:
-        prepare_dataset(config.data, env.data_dir)
-    dist.barrier()
-    return obtain_shared_or_private(config.data, env)
+    stopped: bool
+    epoch: int  # the epoch in progress when stopped, else the number of epochs done
+    step: int  # batches of `epoch` done on this rank when stopped, else 0
+    summary: dict  # `Trainer.summary()`: the run's figures so far
 
 
 class Progress:
@@ -162,8 +132,8 @@ class Trainer:
                                           weight_decay=config.optim.weight_decay)
         self.state = RunState()
         self.rank_state = RankState(self.state, ProcessRng())  # this rank's own part of a checkpoint
-        self.stop_requested = False  # set by `request_stop` (the preemption vote); checked at step boundaries
-        self.joinables: list = []  # more Joinables that take part in every step (preemption.StepAgreement)
+        self.stop_requested = False  # set by `request_stop` (the per-step vote); checked at step boundaries
+        self.joinables: list = []  # more Joinables that take part in every step (step_vote.StepAgreement)
         self.sampling = plan_sampling(data, config.sampler, device)  # sampler.device: where batches are sampled
         self.timer = PhaseTimer(device)  # where each epoch's time goes (train/loop/timing.py)
         self.allreduce_probe = AllReduceProbe(self.model, device)
@@ -183,7 +153,7 @@ class Trainer:
         self.state.load_state_dict(state)
 
     def request_stop(self) -> None:
-        """Stop at the next step boundary (all ranks agreed: train/loop/preemption.py)."""
+        """Stop at the next step boundary (all ranks agreed: train/loop/step_vote.py)."""
         self.stop_requested = True
 
     # ---- batches -------------------------------------------------------------------------------
@@ -268,18 +238,18 @@ class Trainer:
         return evaluate(self.model, self.data, self.config, self.env, self.device, self.sampling)
 
     # ---- the run -------------------------------------------------------------------------------
-    def fit(self, on_step_end=None, on_epoch_end=None) -> dict:
+    def fit(self, on_step_end=None, on_epoch_end=None) -> FitResult:
         cfg = self.config.trainer
         metrics_path = self.out_dir / "metrics.jsonl"
         while self.state.epoch < cfg.epochs:
             if self.stop_requested:  # agreed at the end of the previous epoch
-                return {"stopped": True, "epoch": self.state.epoch, "step": self.state.step}
+                return self._result(stopped=True)
             epoch = self.state.epoch
             started = time.perf_counter()
             self.timer.reset()
             stats = self.train_epoch(epoch, on_step_end)
             if self.stop_requested:
-                return {"stopped": True, "epoch": epoch, "step": self.state.step}
+                return self._result(stopped=True)
             totals = stats.reduce(self.device)
             seconds = time.perf_counter() - started
             row = {
@@ -309,7 +279,10 @@ class Trainer:
             self.state.epoch, self.state.step, self.state.stats = epoch + 1, 0, EpochStats()
             if on_epoch_end is not None:
                 on_epoch_end(self)
-        return self.summary()
+        return self._result(stopped=False)
+
+    def _result(self, stopped: bool) -> FitResult:
+        return FitResult(stopped, self.state.epoch, self.state.step, self.summary())
 
     def summary(self) -> dict:
         history = self.state.history
@@ -330,120 +303,3 @@ class Trainer:
         }
 
 
-def settle_gradient_buckets(ddp: DistributedDataParallel, optimizer, num_features: int, device: torch.device) -> None:
-    """One forward and backward pass on a one-node dummy input before the first real step.
-
-    DDP lays its gradient buckets out anew after the first backward pass (in the order the
-    gradients became ready). With 3 or more ranks the all-reduce sums each gradient in an
-    order that depends on that layout, so a resumed run, whose first step would still use
-    the initial layout, would end some ULPs away from an uninterrupted run. Settling the
-    layout on every run, fresh or resumed, gives every real step the same layout. Collective
-    (every rank calls it once); no optimizer step, the gradients are dropped.
-    """
-    x = torch.zeros(1, num_features, device=device)
-    edge_index = torch.empty(2, 0, dtype=torch.long, device=device)
-    ddp.train()
-    ddp(x, edge_index).sum().backward()
-    optimizer.zero_grad(set_to_none=True)
-
-
-def weights_digest(model: torch.nn.Module) -> str:
-    """A SHA-256 over every parameter and buffer, in state-dict order (equal weights, equal digest)."""
-    digest = hashlib.sha256()
-    for name, tensor in model.state_dict().items():
-        digest.update(name.encode())
-        digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
-    return digest.hexdigest()
-
-
-def run_fit(config: Config, env: DistEnv) -> int:
-    """Entry point of `python -m train fit` once config and env are resolved.
-
-    Stop signals are caught from the first moment (train/loop/preemption.py); a failure on any
-    rank ends this one within dist.collective_timeout_seconds, with a message naming the
-    rank that failed where it can be known.
-    """
-    from train.loop.preemption import EXIT_FAILED, STOPPED, StopSignals, default_store, leave_in_order, report_failure
-
-    signals = StopSignals.shared().install()  # usually already installed by `python -m train fit`
-    signals.rank = env.rank
-    with process_group(env, config.dist) as (backend, device), shared_graphs():
-        store = default_store()  # kept beyond the process group, for leave_in_order
-        try:
-            code = _train(config, env, backend, device, signals)
-        except UserError:
-            raise
-        except Exception as exc:
-            message = report_failure(exc, env)
-            if message is None:
-                raise  # the failure happened on this rank: its traceback says what
-            print(message, file=sys.stderr, flush=True)
-            return EXIT_FAILED
-    return leave_in_order(code, env.rank, env.world_size, store) if code in STOPPED else code
-
-
-def _train(config: Config, env: DistEnv, backend: str, device: torch.device, signals) -> int:
-    """Resume (trainer.resume), train with checkpoints, and end: finished, or stopped by a signal."""
-    from train.loop.checkpoint import Checkpointer, atomic_write, atomic_write_text, graph_fingerprint
-    from train.loop.preemption import STOP_SIGNALS, StepAgreement, signal_name, stop_outcome
-
-    out_dir = run_dir(config, env)
-    if env.is_main:
-        print(f"run dir {out_dir}  world_size {env.world_size}  backend {backend}  device {device}", flush=True)
-    # Every rank says where it runs, so a multi-node log shows the placement (and who is missing).
-    # ... and which variables gave the rendezvous (enroot's PyTorch hook may set them too).
-    print(f"rank {env.rank}/{env.world_size} on {os.uname().nodename} (node {env.node_rank}, "
-          f"local rank {env.local_rank}, master {env.master_addr}:{env.master_port} "
-          f"from {env.sources.get('master_addr')}/{env.sources.get('master_port')})", flush=True)
-    # ... and which Python it runs: inside the image or on the host (bare mode) tells at a glance.
-    print(f"rank {env.rank} runs {sys.executable} (torch {torch.__version__})", flush=True)
-    data = obtain_graph(config, env)
-    trainer = Trainer(config, env, device, data, out_dir)
-    cfg = config.trainer
-    checkpointer = Checkpointer(out_dir, env, trainer, trainer.rank_state, config=config.to_dict(),
-                                fingerprint=graph_fingerprint(data), keep=cfg.keep_checkpoints, resume=cfg.resume)
-    checkpointer.resume()
-    # only now: a refused run (data, checkpoint) leaves no run directory, and no config.yaml over another's
-    if env.is_main:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        dump_config(config, out_dir / "config.yaml")
-        if env.job_id and not config.output.dir:
-            from train.loop.rundir import job_identity, write_identity
-
-            # whose directory this is (train/loop/rundir.py)
-            write_identity(out_dir, job_identity(env.job_id, env.cluster_name, env.submission_id))
-    settle_gradient_buckets(trainer.ddp, trainer.optimizer, data.num_features, device)  # resumed == uninterrupted
-    if env.is_main:  # metrics.jsonl lists exactly the epochs of the run state (none on a fresh start)
-        atomic_write_text(out_dir / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in trainer.state.history))
-    agreement = StepAgreement(
-        signals, rank=env.rank, device=device, optimizer=trainer.optimizer, save=checkpointer.save,
-        seconds_since_save=checkpointer.seconds_since_save, on_stop=trainer.request_stop, epochs=cfg.epochs,
-        every_epochs=cfg.checkpoint_every, every_minutes=cfg.checkpoint_every_minutes,
-        step_delay=cfg.step_delay_seconds)
-    trainer.joinables.append(agreement)
-    summary = trainer.fit(on_step_end=lambda _trainer: agreement.on_step_end(),
-                          on_epoch_end=lambda tr: agreement.on_epoch_end(tr.state.epoch))
-    if summary.get("stopped"):
-        signum = agreement.stop_signal
-        path = checkpointer.save(f"stop signal {signal_name(signum)}")
-        code, next_step = stop_outcome(env.restart_count, cfg.max_restarts, env.job_id is not None, str(out_dir))
-        if env.is_main:
-            print(f"stopped in epoch {summary['epoch']} after step {summary['step']}: {signal_name(signum)}, "
-                  f"{STOP_SIGNALS[signum]}. Checkpoint {path}; {next_step}.", flush=True)
-        return code
-    checkpointer.save("end of training")  # a no-op when the last epoch's checkpoint is this state
-    # Every rank states what it ends with, so a log shows that all ranks agree.
-    print(f"rank {env.rank} final " + json.dumps({"weights_sha256": weights_digest(trainer.model),
-                                                  "test_acc": summary["final_test_acc"],
-                                                  "val_acc": summary["final_val_acc"]}), flush=True)
-    if env.is_main:
-        buffer = io.BytesIO()
-        torch.save({k: v.detach().cpu() for k, v in trainer.model.state_dict().items()}, buffer)
-        atomic_write(out_dir / "model.pt", buffer.getvalue())  # the final weights, plain torch.load-able
-        atomic_write_text(out_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
-        print(f"final test accuracy {summary['final_test_acc']:.4f} (best val {summary['best_val_acc']:.4f} at epoch "
-              f"{summary['best_val_epoch']}, test there {summary['test_acc_at_best_val']:.4f})", flush=True)
-        from train.loop.report import write_report
-
-        write_report(out_dir)  # curves.png and a summary table; a failure to draw only warns
-    return 0

@@ -1,4 +1,4 @@
-"""`python -m train report RUN_DIR`: curves.png and a short summary for a run, finished or still running.
+"""curves.png and a short summary for a run, finished or still running (`python -m train report`, end of `fit`).
 
 Reads what `fit` writes into the run directory: metrics.jsonl (one row per epoch, rank 0),
 summary.json (only once the run has finished) and config.yaml. The summary is computed from
@@ -23,13 +23,6 @@ from train.loop.timing import PHASES
 CURVES = "curves.png"
 FIGSIZE = (12.0, 4.0)  # inches; with DPI the PNG is 1200 x 400 pixels
 DPI = 100
-
-
-def add_arguments(parser) -> None:
-    parser.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (runs/<id>) holding metrics.jsonl")
-    parser.add_argument("--output", default=None, metavar="PATH",
-                        help=f"where to draw the curves (default RUN_DIR/{CURVES})")
-    parser.add_argument("--no-plot", action="store_true", help="print the summary only")
 
 
 # ---- reading (tolerant: the run may be writing right now) --------------------------------------
@@ -236,7 +229,3 @@ def write_report(run_dir: Path) -> Path | None:
         print(f"warning: no report for {run_dir}: {exc}", file=sys.stderr, flush=True)
         return None
 
-
-def main(args) -> int:
-    report(Path(args.run_dir), Path(args.output) if args.output else None, plot=not args.no_plot)
-    return 0

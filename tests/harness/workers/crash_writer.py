@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from tests.harness.checkpoints import payload
-from train import checkpoint as ck
+from train.loop import checkpoint as ck
 
 
 def die(*args, **kwargs):

@@ -11,7 +11,8 @@ import torch.distributed as dist
 from torch.distributed.algorithms.join import Join
 
 from train.__main__ import exit_without_teardown
-from train.loop.preemption import StepAgreement, StopSignals
+from train.loop.step_vote import StepAgreement
+from train.loop.stop_signals import StopSignals
 
 rank = int(os.environ["RANK"])
 store = dist.TCPStore("127.0.0.1", int(os.environ["MASTER_PORT"]), 2, rank == 0,

@@ -1,0 +1,129 @@
+"""Ending fast when a rank dies, with the name of the rank that failed.
+
+A rank that raises posts its error in the rendezvous store (a TCPStore in rank 0's process)
+and exits with its traceback. A rank whose collective fails because a peer is gone (gloo: at
+once, as the peer's connections close; any backend: after dist.collective_timeout_seconds)
+reads the store and says which rank failed, that rank 0 is gone (the store no longer answers),
+or which ranks went silent (killed, out of memory, node lost, hung), then exits with
+EXIT_FAILED; under SLURM, srun --kill-on-bad-exit ends the step as soon as the first task exits.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import re
+import socket
+import time
+
+FAILURE_GRACE_SECONDS = 3.0  # how long a survivor waits for the others' reports before it exits
+_PEER_ERROR = re.compile(
+    r"gloo|nccl|connection (closed|reset)|broken pipe|timed out|timeout|processgroup|"
+    r"DistBackendError|DistNetworkError|DistStoreError", re.IGNORECASE)
+
+def default_store():
+    """The default process group's store (the TCPStore of the rendezvous), or None."""
+    import torch.distributed as dist
+
+    try:
+        return dist.distributed_c10d._get_default_store()
+    except (RuntimeError, ValueError, AttributeError):
+        return None
+
+
+def is_peer_failure(exc: BaseException) -> bool:
+    """True when `exc` says a collective failed (a peer is gone or timed out), not a local error."""
+    import torch.distributed as dist
+
+    dist_error = getattr(dist, "DistError", None)
+    if dist_error is not None and isinstance(exc, dist_error):
+        return True
+    return bool(_PEER_ERROR.search(f"{type(exc).__name__}: {exc}"))
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:400]
+
+
+def _store_alive(host: str, port: int, timeout: float = 1.0) -> bool:
+    """Whether the rendezvous store (in rank 0's process) still accepts connections.
+
+    Asked before using the store: a request to a dead store prints a C++ stack trace.
+    """
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def report_failure(exc: BaseException, env, grace: float = FAILURE_GRACE_SECONDS) -> str | None:
+    """Post this rank's failure in the store; for a survivor, return who failed, in words.
+
+    Returns None on the rank where the error happened (it shows its own traceback).
+    """
+    rank, world_size = env.rank, env.world_size
+    store = default_store()
+    if store is not None and rank != 0 and not _store_alive(env.master_addr, env.master_port):
+        store = None
+    peer = is_peer_failure(exc)
+    report = json.dumps({"kind": "peer" if peer else "error", "error": _first_line(exc)})
+    if store is not None:
+        _post_failure(store, rank, report, grace)
+    if not peer:
+        # On rank 0 the report dies with this process (the store lives here); the others then
+        # name rank 0 as gone. Staying would not help: while DDP holds the process group, its
+        # connections stay open until the process exits, so the others would just wait.
+        return None
+    others = [r for r in range(world_size) if r != rank]
+    reports, unreachable = _gather_failures(store, others, grace) if store is not None else ({}, True)
+    cause = _failure_cause(reports, others, unreachable, rank)
+    return f"rank {rank}: stopping because {cause}. This rank's error: {_first_line(exc)}"
+
+
+def _post_failure(store, rank: int, report: str, grace: float) -> None:
+    """Leave this rank's report where the others look for it, within `grace`."""
+    try:
+        store.set_timeout(datetime.timedelta(seconds=grace))
+        store.set(f"failure/{rank}", report)
+    except Exception:  # the store lives in rank 0's process: it may be gone
+        pass
+
+
+def _gather_failures(store, others: list[int], grace: float) -> tuple[dict[int, dict], bool]:
+    """The other ranks' reports, until one names an error, all have reported, or `grace` ends.
+
+    Also returns whether the store stopped answering on the way.
+    """
+    reports: dict[int, dict] = {}
+    deadline = time.monotonic() + grace
+    while True:
+        for other in others:
+            if other in reports:
+                continue
+            try:
+                if store.check([f"failure/{other}"]):
+                    reports[other] = json.loads(store.get(f"failure/{other}"))
+            except Exception:
+                return reports, True
+        origins = [r for r, rep in reports.items() if rep["kind"] == "error"]
+        if origins or len(reports) == len(others) or time.monotonic() > deadline:
+            return reports, False
+        time.sleep(0.1)
+
+
+def _failure_cause(reports: dict[int, dict], others: list[int], unreachable: bool, rank: int) -> str:
+    """Who failed, in words: the ranks that reported an error, else rank 0 gone, else the silent ranks."""
+    origins = {r: rep for r, rep in reports.items() if rep["kind"] == "error"}
+    silent = [r for r in others if r not in reports]
+    if origins:
+        return "; ".join(f"rank {r} failed: {rep['error']}" for r, rep in sorted(origins.items()))
+    if unreachable and rank != 0:
+        return ("rank 0 is gone: the rendezvous store it hosts no longer answers "
+                "(killed, out of memory, its node lost, or it failed)")
+    if silent:
+        names = ("rank " if len(silent) == 1 else "ranks ") + ", ".join(str(r) for r in silent)
+        return (f"{names} stopped answering without reporting an error "
+                "(killed, out of memory, or its node was lost)")
+    return "every other rank reports a communication error too; none reported a cause"

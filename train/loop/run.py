@@ -1,0 +1,217 @@
+"""One training run from start to end, in named steps: prepare, resume, train, then stop or finish.
+
+`run_fit` is what `python -m train fit` runs once config and environment are resolved. Stop
+signals are caught from the first moment (train/loop/stop_signals.py); a failure on any rank
+ends this one within dist.collective_timeout_seconds, with a message naming the rank that
+failed where it can be known (train/loop/failure_report.py). The epochs themselves are the
+`Trainer`'s (train/loop/fit.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+from torch_geometric.data import Data
+
+from train.config import Config, dump_config
+from train.dist.distenv import DistEnv
+from train.dist.procgroup import process_group
+from train.errors import EXIT_FAILED, UserError
+from train.graph.data import prepare_dataset
+from train.graph.shared_graph import obtain_shared_or_private, shared_graphs
+from train.loop.checkpoint import Checkpointer, atomic_write, atomic_write_text, graph_fingerprint
+from train.loop.failure_report import default_store, report_failure
+from train.loop.fit import FitResult, Trainer
+from train.loop.report import write_report
+from train.loop.rundir import choose, job_identity, write_identity
+from train.loop.step_vote import StepAgreement
+from train.loop.stop_signals import STOP_SIGNALS, STOPPED, StopSignals, leave_in_order, signal_name, stop_outcome
+
+
+def run_dir(config: Config, env: DistEnv) -> Path:
+    """output.dir, else runs/$SLURM_JOB_ID under SLURM, else runs/<timestamp> agreed by all ranks."""
+    if config.output.dir:
+        path = config.output.dir
+    elif env.job_id:  # runs/<jobid> if it is this job's (a requeue resumes it), else its own (train/loop/rundir.py)
+        chosen = [None, None]
+        if env.is_main:
+            found, note = choose(Path("runs"), job_identity(env.job_id, env.cluster_name, env.submission_id),
+                                 env.restart_count > 0)
+            chosen = [str(found), note]
+        dist.broadcast_object_list(chosen, src=0)
+        if env.is_main and chosen[1]:
+            print(chosen[1], flush=True)
+        path = chosen[0]
+    else:
+        stamp = [time.strftime("%Y%m%d-%H%M%S")]
+        dist.broadcast_object_list(stamp, src=0)
+        path = f"runs/{stamp[0]}"
+    return Path(path)
+
+
+def obtain_graph(config: Config, env: DistEnv) -> Data:
+    """Exactly one process prepares (downloads/processes) a dataset; the others wait, then load.
+
+    data.share=node: each node's local rank 0 loads it and the node's ranks map that one copy
+    (train/graph/shared_graph.py); process: every rank loads its own. `data.csc` holds the sampler's CSC.
+    """
+    if env.is_main:
+        prepare_dataset(config.data, env.data_dir)
+    dist.barrier()
+    return obtain_shared_or_private(config.data, env)
+
+
+def settle_gradient_buckets(ddp: DistributedDataParallel, optimizer, num_features: int, device: torch.device) -> None:
+    """One forward and backward pass on a one-node dummy input before the first real step.
+
+    DDP lays its gradient buckets out anew after the first backward pass (in the order the
+    gradients became ready). With 3 or more ranks the all-reduce sums each gradient in an
+    order that depends on that layout, so a resumed run, whose first step would still use
+    the initial layout, would end some ULPs away from an uninterrupted run. Settling the
+    layout on every run, fresh or resumed, gives every real step the same layout. Collective
+    (every rank calls it once); no optimizer step, the gradients are dropped.
+    """
+    x = torch.zeros(1, num_features, device=device)
+    edge_index = torch.empty(2, 0, dtype=torch.long, device=device)
+    ddp.train()
+    ddp(x, edge_index).sum().backward()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def weights_digest(model: torch.nn.Module) -> str:
+    """A SHA-256 over every parameter and buffer, in state-dict order (equal weights, equal digest)."""
+    digest = hashlib.sha256()
+    for name, tensor in model.state_dict().items():
+        digest.update(name.encode())
+        digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def run_fit(config: Config, env: DistEnv) -> int:
+    """Train under the process group; the exit status (train/errors.py) of this rank."""
+    signals = StopSignals.shared().install()  # usually already installed by `python -m train fit`
+    signals.rank = env.rank
+    with process_group(env, config.dist) as (backend, device), shared_graphs():
+        store = default_store()  # kept beyond the process group, for leave_in_order
+        try:
+            code = _run(config, env, backend, device, signals)
+        except UserError:
+            raise
+        except Exception as exc:
+            message = report_failure(exc, env)
+            if message is None:
+                raise  # the failure happened on this rank: its traceback says what
+            print(message, file=sys.stderr, flush=True)
+            return EXIT_FAILED
+    return leave_in_order(code, env.rank, env.world_size, store) if code in STOPPED else code
+
+
+@dataclass
+class Run:
+    """What the steps of one run share: where it writes, the rank's trainer and its checkpoints."""
+
+    config: Config
+    env: DistEnv
+    out_dir: Path
+    trainer: Trainer
+    checkpointer: Checkpointer
+
+
+def _run(config: Config, env: DistEnv, backend: str, device: torch.device, signals: StopSignals) -> int:
+    run = prepare(config, env, backend, device)
+    resume(run)
+    agreement, result = train(run, signals)
+    return stop(run, agreement, result) if result.stopped else finish(run, result)
+
+
+def prepare(config: Config, env: DistEnv, backend: str, device: torch.device) -> Run:
+    """Say where each rank runs, load the graph, build the trainer and its checkpointer (nothing written yet)."""
+    out_dir = run_dir(config, env)
+    if env.is_main:
+        print(f"run dir {out_dir}  world_size {env.world_size}  backend {backend}  device {device}", flush=True)
+    # Every rank says where it runs, so a multi-node log shows the placement (and who is missing).
+    # ... and which variables gave the rendezvous (enroot's PyTorch hook may set them too).
+    print(f"rank {env.rank}/{env.world_size} on {os.uname().nodename} (node {env.node_rank}, "
+          f"local rank {env.local_rank}, master {env.master_addr}:{env.master_port} "
+          f"from {env.sources.get('master_addr')}/{env.sources.get('master_port')})", flush=True)
+    # ... and which Python it runs: inside the image or on the host (bare mode) tells at a glance.
+    print(f"rank {env.rank} runs {sys.executable} (torch {torch.__version__})", flush=True)
+    data = obtain_graph(config, env)
+    trainer = Trainer(config, env, device, data, out_dir)
+    cfg = config.trainer
+    checkpointer = Checkpointer(out_dir, env, trainer, trainer.rank_state, config=config.to_dict(),
+                                fingerprint=graph_fingerprint(data), keep=cfg.keep_checkpoints, resume=cfg.resume)
+    return Run(config, env, out_dir, trainer, checkpointer)
+
+
+def resume(run: Run) -> None:
+    """Resume from a checkpoint if there is one (trainer.resume), then write the run directory.
+
+    Only now: a refused run (data, checkpoint) leaves no run directory, and no config.yaml over another's.
+    """
+    env, out_dir, trainer = run.env, run.out_dir, run.trainer
+    run.checkpointer.resume()
+    if env.is_main:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        dump_config(run.config, out_dir / "config.yaml")
+        if env.job_id and not run.config.output.dir:  # whose directory this is (train/loop/rundir.py)
+            write_identity(out_dir, job_identity(env.job_id, env.cluster_name, env.submission_id))
+    settle_gradient_buckets(trainer.ddp, trainer.optimizer, trainer.data.num_features, trainer.device)
+    if env.is_main:  # metrics.jsonl lists exactly the epochs of the run state (none on a fresh start)
+        atomic_write_text(out_dir / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in trainer.state.history))
+
+
+def train(run: Run, signals: StopSignals) -> tuple[StepAgreement, FitResult]:
+    """The epochs, with the per-step vote that checkpoints on schedule and stops all ranks together."""
+    cfg, trainer = run.config.trainer, run.trainer
+    agreement = StepAgreement(
+        signals, rank=run.env.rank, device=trainer.device, optimizer=trainer.optimizer, save=run.checkpointer.save,
+        seconds_since_save=run.checkpointer.seconds_since_save, on_stop=trainer.request_stop, epochs=cfg.epochs,
+        every_epochs=cfg.checkpoint_every, every_minutes=cfg.checkpoint_every_minutes,
+        step_delay=cfg.step_delay_seconds)
+    trainer.joinables.append(agreement)
+    result = trainer.fit(on_step_end=lambda _trainer: agreement.on_step_end(),
+                         on_epoch_end=lambda tr: agreement.on_epoch_end(tr.state.epoch))
+    return agreement, result
+
+
+def stop(run: Run, agreement: StepAgreement, result: FitResult) -> int:
+    """Stopped by a signal: checkpoint and say what happens next; EXIT_REQUEUE or EXIT_STOPPED."""
+    env = run.env
+    signum = agreement.stop_signal
+    path = run.checkpointer.save(f"stop signal {signal_name(signum)}")
+    code, next_step = stop_outcome(env.restart_count, run.config.trainer.max_restarts, env.job_id is not None,
+                                   str(run.out_dir))
+    if env.is_main:
+        print(f"stopped in epoch {result.epoch} after step {result.step}: {signal_name(signum)}, "
+              f"{STOP_SIGNALS[signum]}. Checkpoint {path}; {next_step}.", flush=True)
+    return code
+
+
+def finish(run: Run, result: FitResult) -> int:
+    """All epochs done: the last checkpoint, the final weights, summary.json and the report."""
+    env, out_dir, model, summary = run.env, run.out_dir, run.trainer.model, result.summary
+    run.checkpointer.save("end of training")  # a no-op when the last epoch's checkpoint is this state
+    # Every rank states what it ends with, so a log shows that all ranks agree.
+    print(f"rank {env.rank} final " + json.dumps({"weights_sha256": weights_digest(model),
+                                                  "test_acc": summary["final_test_acc"],
+                                                  "val_acc": summary["final_val_acc"]}), flush=True)
+    if env.is_main:
+        buffer = io.BytesIO()
+        torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, buffer)
+        atomic_write(out_dir / "model.pt", buffer.getvalue())  # the final weights, plain torch.load-able
+        atomic_write_text(out_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
+        print(f"final test accuracy {summary['final_test_acc']:.4f} (best val {summary['best_val_acc']:.4f} at epoch "
+              f"{summary['best_val_epoch']}, test there {summary['test_acc_at_best_val']:.4f})", flush=True)
+        write_report(out_dir)  # curves.png and a summary table; a failure to draw only warns
+    return 0
