@@ -15,9 +15,9 @@ import torch
 
 from tests.harness.checkpoints import payload
 from tests.harness.localjob import WORKERS
-from train.loop import checkpoint as ck
 from train.config import load_config
 from train.errors import UserError
+from train.loop import checkpoint as ck
 from train.loop.rng import set_rng_state
 
 ROOT = Path(__file__).resolve().parents[1]

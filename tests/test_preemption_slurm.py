@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from train.loop import checkpoint as ck
 from train.errors import EXIT_REQUEUE, EXIT_STOPPED
+from train.loop import checkpoint as ck
 
 ROOT = Path(__file__).resolve().parents[1]
 pytest_plugins = ["tests.harness.conftest_slurm"]

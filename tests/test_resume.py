@@ -21,8 +21,8 @@ import pytest
 import torch
 
 from tests.harness.localjob import ROOT, WORKERS, free_port, srun_env
-from train.loop import checkpoint as ck
 from train.errors import EXIT_FAILED, EXIT_REQUEUE, EXIT_STOPPED
+from train.loop import checkpoint as ck
 from train.loop.failure_report import is_peer_failure
 from train.loop.stop_signals import stop_outcome
 

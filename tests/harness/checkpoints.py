@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import torch
 
-from train.loop import checkpoint as ck
 from train.config import load_config
+from train.loop import checkpoint as ck
 from train.loop.rng import rng_state
 
 
