@@ -30,7 +30,9 @@ class DataConfig:
     share: str = "node"  # node: one copy per node in shared memory; process: each rank loads its own
     share_dir: str = ""  # "" -> /dev/shm, else node-local disk ($SLURM_TMPDIR, $TMPDIR, /tmp) when it is too small
     share_keep: bool = False  # keep the shared files until exit, to inspect them; else unlink once all ranks map them
-    load_timeout_seconds: float = 3600.0  # how long a node's ranks wait for its local rank 0 to load the graph
+    load_timeout_seconds: float = 3600.0  # how long ranks wait for the others to load the graph (all nodes)
+    load_delay_seconds: float = 0.0  # testing aid: node `load_delay_node` loads the graph this much later
+    load_delay_node: int = 0
     # synthetic graph (a stochastic block model with noisy class-dependent features)
     num_nodes: int = 20000
     num_classes: int = 8
@@ -137,7 +139,8 @@ POSITIVE: tuple[str, ...] = (
 )
 NON_NEGATIVE: tuple[str, ...] = ("optim.weight_decay", "trainer.max_steps_per_epoch", "sampler.num_workers",
                                   "trainer.checkpoint_every", "trainer.checkpoint_every_minutes",
-                                  "trainer.max_restarts", "trainer.step_delay_seconds")
+                                  "trainer.max_restarts", "trainer.step_delay_seconds", "data.load_delay_seconds",
+                                  "data.load_delay_node")
 
 
 def available_configs() -> list[str]:
