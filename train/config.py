@@ -87,6 +87,7 @@ class TrainerConfig:
     fail_at_step: int = -1  # testing aid: raise on `fail_rank` at this global step (-1: off)
     fail_rank: int = 0
     step_delay_seconds: float = 0.0  # testing aid: sleep after each step, so a short run can be interrupted
+    deterministic: bool = True  # on a GPU: TF32 off, deterministic scatter and cuBLAS (train/loop/numerics.py)
 
 
 @dataclass(frozen=True)

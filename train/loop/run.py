@@ -36,6 +36,7 @@ from train.graph.shared_graph import obtain_shared_or_private, shared_graphs
 from train.loop.checkpoint import Checkpointer, atomic_write, atomic_write_text, graph_fingerprint
 from train.loop.failure_report import default_store, report_failure
 from train.loop.fit import FitResult, Trainer
+from train.loop.numerics import set_gpu_numerics
 from train.loop.report import write_report
 from train.loop.rundir import choose, job_identity, write_identity
 from train.loop.step_vote import StepAgreement
@@ -184,6 +185,10 @@ def prepare(config: Config, env: DistEnv, backend: str, device: torch.device) ->
           f"from {env.sources.get('master_addr')}/{env.sources.get('master_port')})", flush=True)
     # ... and which Python it runs: inside the image or on the host (bare mode) tells at a glance.
     print(f"rank {env.rank} runs {sys.executable} (torch {torch.__version__})", flush=True)
+    if device.type == "cuda":  # before the first CUDA op of the model
+        note = set_gpu_numerics(config.trainer.deterministic)
+        if env.is_main:
+            print(note, flush=True)
     data = obtain_graph(config, env)
     trainer = Trainer(config, env, device, data, out_dir)
     cfg = config.trainer
