@@ -204,21 +204,6 @@ def test_numerics_env_turns_off_the_containers_tf32_override_and_fixes_the_cubla
     assert numerics_env(False, {}) == {}
 
 
-@pytest.fixture
-def torch_switches():
-    """torch's process-wide switches, restored after the test."""
-    saved = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
-             torch.utils.deterministic.fill_uninitialized_memory, torch.backends.cudnn.deterministic,
-             torch.backends.cudnn.benchmark, torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
-             torch.get_float32_matmul_precision())
-    yield
-    torch.use_deterministic_algorithms(saved[0], warn_only=saved[1])
-    torch.utils.deterministic.fill_uninitialized_memory = saved[2]
-    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = saved[3], saved[4]
-    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved[5], saved[6]
-    torch.set_float32_matmul_precision(saved[7])
-
-
 def test_set_gpu_numerics_switches_deterministic_kernels_on_and_tf32_off(torch_switches):
     torch.backends.cuda.matmul.allow_tf32 = True
     note = set_gpu_numerics(True)
