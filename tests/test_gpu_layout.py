@@ -22,7 +22,10 @@ from train.loop.failure_report import is_peer_failure
 from train.loop.numerics import numerics_env, set_gpu_numerics
 from train.loop.step_vote import on_cpu
 
-CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+def gpu_test(test):
+    """A GPU test: collected by `pytest -m gpu` (make gpu-check), skipped with the reason elsewhere."""
+    return pytest.mark.gpu(pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")(test))
 
 
 # ---- 2: the RNG of the rank's own device, whatever the layout ---------------------------------------
@@ -96,7 +99,7 @@ def test_no_cuda_state_without_a_gpu_in_use_and_none_restored_on_a_cpu():
     rng.set_rng_state(saved_with(4, 3), FakeCuda(0, 0))  # a GPU checkpoint resumed on a CPU: nothing to set
 
 
-@CUDA
+@gpu_test
 def test_the_real_cuda_generator_comes_back_on_this_device():
     torch.cuda.init()
     saved = rng.rng_state()
@@ -117,7 +120,7 @@ def test_on_cpu_keeps_structure_and_values():
     assert torch.equal(moved["state"][0]["exp_avg"], state["state"][0]["exp_avg"])
 
 
-@CUDA
+@gpu_test
 def test_a_cuda_optimizer_state_is_sent_on_the_cpu_and_loaded_onto_the_receivers_device():
     model = torch.nn.Linear(3, 2).cuda()
     optimizer = torch.optim.Adam(model.parameters())
@@ -213,7 +216,7 @@ def test_set_gpu_numerics_switches_deterministic_kernels_on_and_tf32_off(torch_s
     assert "trainer.deterministic=true" in note and "TF32 matmul False" in note
 
 
-@CUDA
+@gpu_test
 def test_deterministic_switches_make_a_gpu_scatter_repeat_bit_for_bit(torch_switches):
     set_gpu_numerics(True)
     gen = torch.Generator(device="cuda").manual_seed(0)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import pickle
 
 import pytest
@@ -339,10 +340,8 @@ def test_cuda_sampling_keeps_the_contract(data):
     check_batch(next(iter(loader)), data, seeds, [5, 70, 3])
 
 
-@pytest.mark.parametrize("eval_mode", ["sampled", "full"])
-def test_one_node_map_lives_over_many_epochs_and_evaluations(eval_mode):
-    """The run's one sampler serves every epoch and every evaluation: with the garbage collector off (as
-    between its rare full runs, when a loader's reference cycles keep old samplers) one map stays alive."""
+def live_maps(eval_mode: str, *overrides: str) -> list[dict]:
+    """Per epoch, the samplers holding a node map, by device (tests/harness/workers/live_maps.py)."""
     import json
     import os
     import subprocess
@@ -354,11 +353,27 @@ def test_one_node_map_lives_over_many_epochs_and_evaluations(eval_mode):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "MASTER_"))}
     env.update(PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", WORLD_SIZE="1", RANK="0", LOCAL_RANK="0",
                LOCAL_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
-    proc = subprocess.run([sys.executable, "-m", "tests.harness.workers.live_maps", eval_mode], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=240)
+    proc = subprocess.run([sys.executable, "-m", "tests.harness.workers.live_maps", eval_mode, *overrides], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     line = next(line for line in proc.stdout.splitlines() if line.startswith("maps "))
-    assert json.loads(line[len("maps "):]) == [1, 1, 1, 1]
+    return json.loads(line[len("maps "):])
+
+
+@pytest.mark.parametrize("eval_mode", ["sampled", "full"])
+def test_one_node_map_lives_over_many_epochs_and_evaluations(eval_mode):
+    """The run's one sampler serves every epoch and every evaluation: with the garbage collector off (as
+    between its rare full runs, when a loader's reference cycles keep old samplers) one map stays alive."""
+    assert live_maps(eval_mode) == [{"cpu": 1}] * 4
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (sampler.device=cuda)")
+@pytest.mark.parametrize("eval_mode", ["sampled", "full"])
+def test_one_node_map_lives_on_the_gpu_over_many_epochs(eval_mode):
+    """sampler.device=cuda: one map on the GPU for the whole run (full evaluation keeps one host sampler)."""
+    maps = live_maps(eval_mode, "sampler.device=cuda", "dist.backend=nccl")
+    assert [m.get("cuda") for m in maps] == [1] * 4 and len({json.dumps(m) for m in maps}) == 1, maps
 
 
 def test_a_reused_sampler_samples_as_a_fresh_one(data):
