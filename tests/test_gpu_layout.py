@@ -193,7 +193,8 @@ def test_nccl_error_handling_aborts_the_communicators_not_the_process_unless_cho
         assert nccl_error_handling({name: "1"}) == {}  # the user's (or torchrun's) choice stands
 
 
-def test_nccl_failures_count_as_a_peer_failure():
+def test_nccl_failures_and_ranks_missing_at_the_loading_barrier_count_as_a_peer_failure():
+    assert is_peer_failure(RuntimeError("[Rank 0]: Ranks 1 failed to pass monitoredBarrier in 3600000 ms"))
     assert is_peer_failure(dist.DistBackendError("NCCL communicator was aborted on rank 1."))
     assert is_peer_failure(RuntimeError("[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, "
                                         "OpType=ALLREDUCE) ran for 180012 milliseconds before timing out."))

@@ -20,7 +20,7 @@ import time
 
 FAILURE_GRACE_SECONDS = 3.0  # how long a survivor waits for the others' reports before it exits
 _PEER_ERROR = re.compile(
-    r"gloo|nccl|connection (closed|reset)|broken pipe|timed out|timeout|processgroup|"
+    r"gloo|nccl|connection (closed|reset)|broken pipe|timed out|timeout|processgroup|failed to pass monitoredBarrier|"
     r"DistBackendError|DistNetworkError|DistStoreError", re.IGNORECASE)
 
 def default_store():
