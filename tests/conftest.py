@@ -37,3 +37,20 @@ def pytest_sessionfinish(session, exitstatus):
 
 
 _SEGMENTS_BEFORE = pytest.StashKey[set]()
+
+
+@pytest.fixture
+def torch_switches():
+    """torch's process-wide switches (train/loop/numerics.py sets them), restored after the test."""
+    import torch
+
+    saved = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
+             torch.utils.deterministic.fill_uninitialized_memory, torch.backends.cudnn.deterministic,
+             torch.backends.cudnn.benchmark, torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
+             torch.get_float32_matmul_precision())
+    yield
+    torch.use_deterministic_algorithms(saved[0], warn_only=saved[1])
+    torch.utils.deterministic.fill_uninitialized_memory = saved[2]
+    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = saved[3], saved[4]
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved[5], saved[6]
+    torch.set_float32_matmul_precision(saved[7])

@@ -15,7 +15,8 @@ import torch
 from bench import gpu_check
 from tests.harness.localjob import ROOT
 
-CUDA_CHECKS = ("cuda_tests", "nccl", "pinned")
+CUDA_CHECKS = ("cuda_tests", "nccl", "shared_gpu", "resume_layout", "late_node", "dead_rank", "pinned")
+GPU_FORMS = ("shared_gpu", "resume_layout", "late_node")  # two tasks on one GPU, another layout, a late node
 
 
 def make(*args, env=None, timeout=600):
@@ -50,6 +51,26 @@ def test_make_gpu_check_runs_on_cpu_and_writes_one_json(tmp_path):
         assert any(line.split()[:2] == [name, result["status"]] for line in proc.stdout.splitlines()), name
     assert "gpu-check passed" in proc.stdout and str(out) in proc.stdout
     assert not list(tmp_path.glob(".*.tmp"))
+    assert all(name in checks for name in GPU_FORMS)  # the rows README quotes, skipped here with the reason
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU behaviour; a GPU is here")
+def test_without_a_gpu_the_graph_is_the_small_one_and_two_gpu_forms_say_so():
+    args = gpu_check.parse_args([])
+    assert (args.nodes, args.degree, args.features, args.workers) == (3000, 10.0, 16, 0)
+    for check in (gpu_check.check_late_node, gpu_check.check_dead_rank, gpu_check.check_shared_gpu):
+        with pytest.raises(gpu_check.Skip, match="no CUDA device visible"):
+            check(args, 10)
+
+
+def test_a_two_gpu_form_on_one_gpu_names_what_it_needs_and_where_the_cpu_form_runs(monkeypatch):
+    from bench import gpu_forms
+
+    monkeypatch.setattr(gpu_forms, "gpus", lambda: 1)
+    with pytest.raises(gpu_check.Skip) as info:
+        gpu_check.check_late_node(_args(), 10)
+    assert "needs 2 GPUs, 1 visible: NCCL refuses two ranks on one GPU" in str(info.value)
+    assert "test_a_node_that_loads_late_keeps_the_others_waiting_not_failing" in str(info.value)
 
 
 @pytest.mark.parametrize("value, message", [

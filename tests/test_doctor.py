@@ -213,7 +213,7 @@ def test_two_ranks_on_one_gpu_name_the_ranks_and_the_fix(template):
     (level, message), = levels(checks.run_checks(records, 4), "devices")
     assert level == findings.FAIL
     assert message.startswith("ranks 2 and 3 on node n2 both use GPU 0 (bus 0000:19:00.0")
-    assert "drop --gpu-bind or use --gpus-per-task=1" in message
+    assert "srun --ntasks-per-node=2 --gpus-per-task=1 --gpu-bind=none" in message  # the advice `fit` gives too
 
 
 def test_disagreeing_and_missing_ranks(template):

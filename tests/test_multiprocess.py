@@ -77,3 +77,18 @@ def test_bad_rendezvous_is_a_message_not_a_hang(tmp_path):
                            f"output.dir={tmp_path}"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2, done.stderr
     assert f"127.0.0.1:{env['MASTER_PORT']}" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_node_that_loads_late_keeps_the_others_waiting_not_failing(tmp_path):
+    """Node 1 loads its graph well past dist.collective_timeout_seconds (testing aid data.load_delay_seconds):
+    the others wait under data.load_timeout_seconds on a gloo barrier, and the job trains to the end."""
+    import time
+
+    timeout, delay = 3, 10
+    started = time.monotonic()
+    result = run_local_job([*TINY, "trainer.epochs=1", f"dist.collective_timeout_seconds={timeout}",
+                            f"data.load_delay_seconds={delay}", "data.load_delay_node=1", f"output.dir={tmp_path}"],
+                           world_size=4, nodes=2)
+    assert result.returncodes == [0] * 4, "\n".join(result.outputs)[-6000:]
+    assert time.monotonic() - started > delay  # the delay happened, and outlasted the collective timeout
+    assert len({json.dumps(f, sort_keys=True) for f in result.final().values()}) == 1

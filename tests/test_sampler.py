@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import pickle
 
 import pytest
@@ -337,3 +338,55 @@ def test_cuda_sampling_keeps_the_contract(data):
     loader = make_node_loader(data, seeds, [5, 70, 3], batch_size=seeds.numel(), seed=5, device="cuda")
     assert isinstance(loader.node_sampler, TorchNeighborSampler)
     check_batch(next(iter(loader)), data, seeds, [5, 70, 3])
+
+
+def live_maps(eval_mode: str, *overrides: str) -> list[dict]:
+    """Per epoch, the samplers holding a node map, by device (tests/harness/workers/live_maps.py)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from tests.harness.localjob import ROOT
+    from train.dist.distenv import free_port
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "MASTER_"))}
+    env.update(PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", WORLD_SIZE="1", RANK="0", LOCAL_RANK="0",
+               LOCAL_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    proc = subprocess.run([sys.executable, "-m", "tests.harness.workers.live_maps", eval_mode, *overrides], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    line = next(line for line in proc.stdout.splitlines() if line.startswith("maps "))
+    return json.loads(line[len("maps "):])
+
+
+@pytest.mark.parametrize("eval_mode", ["sampled", "full"])
+def test_one_node_map_lives_over_many_epochs_and_evaluations(eval_mode):
+    """The run's one sampler serves every epoch and every evaluation: with the garbage collector off (as
+    between its rare full runs, when a loader's reference cycles keep old samplers) one map stays alive."""
+    assert live_maps(eval_mode) == [{"cpu": 1}] * 4
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (sampler.device=cuda)")
+@pytest.mark.parametrize("eval_mode", ["sampled", "full"])
+def test_one_node_map_lives_on_the_gpu_over_many_epochs(eval_mode):
+    """sampler.device=cuda: one map on the GPU for the whole run (full evaluation keeps one host sampler)."""
+    maps = live_maps(eval_mode, "sampler.device=cuda", "dist.backend=nccl")
+    assert [m.get("cuda") for m in maps] == [1] * 4 and len({json.dumps(m) for m in maps}) == 1, maps
+
+
+def test_a_reused_sampler_samples_as_a_fresh_one(data):
+    """Reconfiguring one sampler (fanouts, seed, epoch) gives exactly the batches a new sampler gives."""
+    from train.graph.sampler import make_node_sampler, node_loader
+
+    seeds = torch.arange(0, 60)
+    shared = make_node_sampler(data, [5, 3], force_torch_sampler=True)
+    for fanouts, seed, epoch in [([5, 3], 1, 0), ([2, 2], 9, 0), ([5, 3], 1, 1), ([-1, -1], None, 0), ([5, 3], 1, 0)]:
+        reused = list(node_loader(shared, data, seeds, fanouts, 20, seed=seed, epoch=epoch))
+        fresh = list(make_node_loader(data, seeds, fanouts, 20, seed=seed, epoch=epoch, force_torch_sampler=True))
+        assert len(reused) == len(fresh) == 3
+        for a, b in zip(reused, fresh):
+            assert torch.equal(a.n_id, b.n_id) and torch.equal(a.edge_index, b.edge_index)
+    with pytest.raises(ValueError, match="num_neighbors"):
+        node_loader(shared, data, seeds, [5, -3], 20)

@@ -30,7 +30,9 @@ class DataConfig:
     share: str = "node"  # node: one copy per node in shared memory; process: each rank loads its own
     share_dir: str = ""  # "" -> /dev/shm, else node-local disk ($SLURM_TMPDIR, $TMPDIR, /tmp) when it is too small
     share_keep: bool = False  # keep the shared files until exit, to inspect them; else unlink once all ranks map them
-    load_timeout_seconds: float = 3600.0  # how long a node's ranks wait for its local rank 0 to load the graph
+    load_timeout_seconds: float = 3600.0  # how long ranks wait for the others to load the graph (all nodes)
+    load_delay_seconds: float = 0.0  # testing aid: node `load_delay_node` loads the graph this much later
+    load_delay_node: int = 0
     # synthetic graph (a stochastic block model with noisy class-dependent features)
     num_nodes: int = 20000
     num_classes: int = 8
@@ -85,6 +87,7 @@ class TrainerConfig:
     fail_at_step: int = -1  # testing aid: raise on `fail_rank` at this global step (-1: off)
     fail_rank: int = 0
     step_delay_seconds: float = 0.0  # testing aid: sleep after each step, so a short run can be interrupted
+    deterministic: bool = True  # on a GPU: TF32 off, deterministic scatter and cuBLAS (train/loop/numerics.py)
 
 
 @dataclass(frozen=True)
@@ -137,7 +140,8 @@ POSITIVE: tuple[str, ...] = (
 )
 NON_NEGATIVE: tuple[str, ...] = ("optim.weight_decay", "trainer.max_steps_per_epoch", "sampler.num_workers",
                                   "trainer.checkpoint_every", "trainer.checkpoint_every_minutes",
-                                  "trainer.max_restarts", "trainer.step_delay_seconds")
+                                  "trainer.max_restarts", "trainer.step_delay_seconds", "data.load_delay_seconds",
+                                  "data.load_delay_node")
 
 
 def available_configs() -> list[str]:

@@ -28,4 +28,9 @@ def main(args) -> int:
     from train.loop.run import run_fit  # torch and PyG load only once the input is known to be good
 
     check_fit(config, env)  # before the rendezvous and before anything is written
+    from train.dist.procgroup import nccl_error_handling
+    from train.loop.numerics import numerics_env
+
+    # Read once by NCCL and cuBLAS when they start: a dead rank is named, a GPU run repeats itself.
+    os.environ.update({**nccl_error_handling(os.environ), **numerics_env(config.trainer.deterministic, os.environ)})
     return run_fit(config, env)

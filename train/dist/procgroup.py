@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-from collections.abc import Iterator
+import socket
+from collections.abc import Iterator, Mapping
 
 import torch
 import torch.distributed as dist
 
 from train.config import DistConfig
+from train.dist.devices import choose_device_index, gpu_identity, refuse_shared_gpus, shared_gpus
 from train.dist.distenv import DistEnv
 from train.errors import UserError
 from train.dist.portholder import port_holder
@@ -29,33 +31,38 @@ def choose_backend(requested: str, cuda_available: bool) -> str:
     return requested
 
 
-def choose_device_index(local_rank: int, visible_gpus: int, cuda_visible_devices: str | None) -> int:
-    """The CUDA device index for this local rank.
-
-    With `--gpu-bind=none` (the seed) every task sees all GPUs of its node: use
-    `cuda:{LOCAL_RANK}`. With one GPU per task bound by SLURM (`--gpus-per-task=1` and
-    default binding) `CUDA_VISIBLE_DEVICES` holds one entry and it is `cuda:0`.
-    """
-    if visible_gpus < 1:
-        raise UserError("a CUDA device was asked for, but no GPU is visible (CUDA_VISIBLE_DEVICES="
-                        f"{'<unset>' if cuda_visible_devices is None else cuda_visible_devices!r}).")
-    if visible_gpus == 1:
-        return 0
-    if local_rank >= visible_gpus:
-        raise UserError(
-            f"local rank {local_rank} has no GPU of its own: only {visible_gpus} are visible "
-            f"(CUDA_VISIBLE_DEVICES={'<unset>' if cuda_visible_devices is None else cuda_visible_devices!r}); "
-            "run at most one task per GPU (--ntasks-per-node <= GPUs per node)."
-        )
-    return local_rank
-
-
 def select_device(env: DistEnv, backend: str) -> torch.device:
     if backend != "nccl":
         return torch.device("cpu")
-    index = choose_device_index(env.local_rank, torch.cuda.device_count(), env.cuda_visible_devices)
+    index = choose_device_index(env.local_rank, torch.cuda.device_count(), env.cuda_visible_devices,
+                                env.local_world_size)
     torch.cuda.set_device(index)
     return torch.device("cuda", index)
+
+
+def check_gpus_not_shared(store, env: DistEnv, device: torch.device, timeout: datetime.timedelta) -> None:
+    """Refuse, on every rank at once, when two ranks would use the same GPU (told apart by UUID)."""
+    gpu = gpu_identity(device.index)
+    where = f"{socket.gethostname()} GPU {device.index} ({gpu['uuid'] or gpu['bus_id']})"
+    key = gpu["uuid"] or f"{socket.gethostname()}/{gpu['bus_id'] or device.index}"
+    # A prefix per attempt: torchrun's agent store outlives a restart.
+    scoped = dist.PrefixStore(f"pyg-train/gpus/{env.restart_count}", store)
+    refuse_shared_gpus(shared_gpus(scoped, env.rank, env.world_size, key, where, timeout), env.local_world_size)
+
+
+def nccl_error_handling(environ: Mapping[str, str]) -> dict[str, str]:
+    """What to export before an NCCL process group exists, so a collective that fails or outlasts its timeout
+    (dist.collective_timeout_seconds) raises in this rank's own thread, where the failure report runs.
+
+    torch's default (TORCH_NCCL_ASYNC_ERROR_HANDLING=3) has the watchdog abort the whole process, so a
+    survivor blocked in a CUDA sync never says which rank died. 2 (CleanUpOnly) aborts the communicators
+    only: the blocked sync returns and the rank's next collective raises DistBackendError
+    (train/loop/failure_report.py). TORCH_NCCL_BLOCKING_WAIT is not used: it leaves a sync blocked
+    behind DDP's all-reduce hanging. A value the user or launcher set (torchrun sets 1) is kept.
+    """
+    chosen = ("TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING", "TORCH_NCCL_BLOCKING_WAIT",
+              "NCCL_BLOCKING_WAIT")
+    return {} if any(name in environ for name in chosen) else {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "2"}
 
 
 @contextlib.contextmanager
@@ -65,6 +72,8 @@ def process_group(env: DistEnv, config: DistConfig) -> Iterator[tuple[str, torch
     device = select_device(env, backend)
     timeout = datetime.timedelta(seconds=config.init_timeout_seconds)
     store = _connect_store(env, timeout)
+    if backend == "nccl" and env.world_size > 1:
+        check_gpus_not_shared(store, env, device, timeout)
     dist.init_process_group(
         backend,
         store=store,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 
+from train.dist.devices import one_gpu_per_task
 from train.doctor.findings import (
     FAIL,
     MIN_FREE_BYTES,
@@ -151,8 +152,7 @@ def _shared_gpus(host: str, rs: list[dict]) -> Iterator[Finding]:
             both = "both" if len(users) == 2 else "all"
             yield Finding(FAIL, "devices", f"{rank_list(r['rank'] for r in users)} on node {host} {both} use "
                           f"GPU {dev.get('index')} (bus {dev.get('bus_id')}, CUDA_VISIBLE_DEVICES="
-                          f"{users[0]['env'].get('CUDA_VISIBLE_DEVICES', '<unset>')}): drop --gpu-bind or use "
-                          "--gpus-per-task=1, and run at most one task per GPU.")
+                          f"{users[0]['env'].get('CUDA_VISIBLE_DEVICES', '<unset>')}): {one_gpu_per_task(len(rs))}.")
 
 
 def _shared_cores(host: str, rs: list[dict]) -> Iterator[Finding]:

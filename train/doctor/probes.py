@@ -215,7 +215,7 @@ def package_version(*names: str) -> str | None:
 def inspect_device(env: DistEnv, backend: str) -> dict:
     import torch
 
-    from train.dist.procgroup import choose_device_index
+    from train.dist.devices import choose_device_index, gpu_identity
 
     cpus = sorted(os.sched_getaffinity(0))
     out: dict = {"type": "cpu", "cpus": cpus, "ncpus": len(cpus), "threads": torch.get_num_threads()}
@@ -223,15 +223,11 @@ def inspect_device(env: DistEnv, backend: str) -> dict:
         return out
     out["type"] = "cuda"
     try:
-        index = choose_device_index(env.local_rank, torch.cuda.device_count(), env.cuda_visible_devices)
+        index = choose_device_index(env.local_rank, torch.cuda.device_count(), env.cuda_visible_devices,
+                                    env.local_world_size)
     except UserError as exc:
         return {**out, "error": str(exc)}
-    props = torch.cuda.get_device_properties(index)
-    bus = getattr(props, "pci_bus_id", None)
-    bus_id = (f"{getattr(props, 'pci_domain_id', 0):04x}:{bus:02x}:{getattr(props, 'pci_device_id', 0):02x}.0"
-              if bus is not None else None)
-    return {**out, "index": index, "name": props.name, "memory": props.total_memory, "bus_id": bus_id,
-            "uuid": str(getattr(props, "uuid", "") or "")}
+    return {**out, **gpu_identity(index)}
 
 
 ENV_SHOWN = ("CUDA_VISIBLE_DEVICES", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "OMP_NUM_THREADS",

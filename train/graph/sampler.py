@@ -34,6 +34,8 @@ __all__ = [
     "build_csc",
     "have_native_sampler",
     "make_node_loader",
+    "make_node_sampler",
+    "node_loader",
 ]
 
 # Floyd's method costs O(fanout^2) per node, independent of its degree; above
@@ -137,11 +139,7 @@ class TorchNeighborSampler(BaseSampler):
         csc: tuple[Tensor, Tensor, Tensor] | None = None,
         device: torch.device | str | None = None,
     ):
-        self.num_neighbors = [int(fanout) for fanout in num_neighbors]
-        if any(fanout < -1 for fanout in self.num_neighbors):
-            raise ValueError(f"num_neighbors entries must be >= -1 (-1 = all), got {num_neighbors}")
-        self.seed = None if seed is None else int(seed)
-        self.epoch = 0
+        self.configure(num_neighbors, seed=seed, epoch=0)
 
         if csc is None:
             if device is None:
@@ -180,6 +178,15 @@ class TorchNeighborSampler(BaseSampler):
     def set_epoch(self, epoch: int) -> None:
         """Change the sample every epoch while keeping each epoch reproducible."""
         self.epoch = int(epoch)
+
+    def configure(self, num_neighbors: Sequence[int], *, seed: int | None, epoch: int) -> None:
+        """What the next loader samples: one sampler (one CSC, one node map) serves every epoch and evaluation."""
+        fanouts = [int(fanout) for fanout in num_neighbors]
+        if any(fanout < -1 for fanout in fanouts):
+            raise ValueError(f"num_neighbors entries must be >= -1 (-1 = all), got {list(num_neighbors)}")
+        self.num_neighbors = fanouts
+        self.seed = None if seed is None else int(seed)
+        self.set_epoch(epoch)
 
     @property
     def edge_permutation(self) -> Tensor | None:
@@ -318,6 +325,11 @@ class _SeededNeighborSampler(NeighborSampler):
     def set_epoch(self, epoch: int) -> None:
         self.epoch = int(epoch)
 
+    def configure(self, num_neighbors: Sequence[int], *, seed: int | None, epoch: int) -> None:
+        """As `TorchNeighborSampler.configure`: PyG's sampler keeps its CSC, only the fanouts and seeds change."""
+        self.num_neighbors = list(num_neighbors)
+        self.seed, self.epoch = seed, int(epoch)
+
     def sample_from_nodes(self, inputs: NodeSamplerInput):
         if self.seed is None:  # the global RNG, as PyG's own loader
             return super().sample_from_nodes(inputs)
@@ -327,6 +339,54 @@ class _SeededNeighborSampler(NeighborSampler):
 
 def _is_cpu(device: torch.device | str | None) -> bool:
     return device is None or torch.device(device).type == "cpu"
+
+
+def make_node_sampler(
+    data: Data,
+    num_neighbors: Sequence[int] = (),
+    *,
+    csc: tuple[Tensor, Tensor, Tensor] | None = None,
+    device: torch.device | str | None = None,
+    num_workers: int = 0,
+    force_torch_sampler: bool = False,
+) -> BaseSampler:
+    """One sampler to reuse across loaders (`node_loader` configures it for each): its CSC and its
+    node map (N x 8 bytes, on `device`) are built once, not once per epoch or evaluation.
+
+    PyG's native sampler (seeded per batch) when one exists, no ``csc`` is passed (or it needs no
+    permutation: ``edge_index`` sorted by target), and sampling runs on the CPU; otherwise
+    :class:`TorchNeighborSampler`.
+    """
+    # A CSC without a permutation means data.edge_index is already sorted by target (the
+    # node-shared graph): pyg-lib can then sample from it without copying it (is_sorted).
+    edges_sorted = csc is not None and csc[2] is None
+    if have_native_sampler() and not force_torch_sampler and (csc is None or edges_sorted) and _is_cpu(device):
+        return _SeededNeighborSampler(data, list(num_neighbors), seed=None, epoch=0,
+                                      share_memory=num_workers > 0, is_sorted=edges_sorted)
+    return TorchNeighborSampler(data, list(num_neighbors), csc=csc, device=device)
+
+
+def node_loader(
+    sampler: BaseSampler,
+    data: Data,
+    input_nodes: Tensor,
+    num_neighbors: Sequence[int],
+    batch_size: int,
+    *,
+    seed: int | None = None,
+    epoch: int = 0,
+    num_workers: int = 0,
+    pin_memory: bool = False,
+) -> NodeLoader:
+    """Mini-batches over input_nodes IN THE GIVEN ORDER (no shuffling, drop_last=False), sampled by
+    `sampler` (from `make_node_sampler`) with these fanouts and seeds. Use one loader at a time per
+    sampler: the next call reconfigures it (a loader's worker processes keep their own copy)."""
+    sampler.configure(list(num_neighbors), seed=seed, epoch=epoch)
+    kwargs = dict(input_nodes=input_nodes, batch_size=batch_size, shuffle=False, drop_last=False,
+                  num_workers=num_workers, pin_memory=pin_memory)
+    if isinstance(sampler, NeighborSampler):  # PyG's own loader around PyG's own sampler
+        return NeighborLoader(data, num_neighbors=list(num_neighbors), neighbor_sampler=sampler, **kwargs)
+    return NodeLoader(data, node_sampler=sampler, **kwargs)
 
 
 def make_node_loader(
@@ -343,34 +403,12 @@ def make_node_loader(
     pin_memory: bool = False,
     force_torch_sampler: bool = False,
 ) -> NodeLoader:
-    """Returns an iterable of PyG Data mini-batches over input_nodes IN THE GIVEN ORDER
-    (no shuffling, drop_last=False).
-
-    Uses PyG's ``NeighborLoader`` (seeded per batch when ``seed`` is given) when a
-    native sampler exists, no ``csc`` is passed, and sampling runs on the CPU;
-    otherwise ``NodeLoader`` with :class:`TorchNeighborSampler`.
-    """
-    num_neighbors = list(num_neighbors)
-    loader_kwargs = dict(
-        input_nodes=input_nodes,
-        batch_size=batch_size,
-        shuffle=False,
-        drop_last=False,
-        num_workers=num_workers,
-        pin_memory=pin_memory,
-    )
-    # A CSC without a permutation means data.edge_index is already sorted by target (the
-    # node-shared graph): pyg-lib can then sample from it without copying it (is_sorted).
-    edges_sorted = csc is not None and csc[2] is None
-    if have_native_sampler() and not force_torch_sampler and (csc is None or edges_sorted) and _is_cpu(device):
-        native = _SeededNeighborSampler(
-            data, num_neighbors, seed=seed, epoch=epoch, share_memory=num_workers > 0, is_sorted=edges_sorted
-        )
-        return NeighborLoader(data, num_neighbors=num_neighbors, neighbor_sampler=native, **loader_kwargs)
-
-    sampler = TorchNeighborSampler(data, num_neighbors, seed=seed, csc=csc, device=device)
-    sampler.set_epoch(epoch)
-    return NodeLoader(data, node_sampler=sampler, **loader_kwargs)
+    """A loader with a sampler of its own (`make_node_sampler` + `node_loader`), for one-off use;
+    a run reuses one sampler (train/graph/sampling_plan.py)."""
+    sampler = make_node_sampler(data, num_neighbors, csc=csc, device=device, num_workers=num_workers,
+                                force_torch_sampler=force_torch_sampler)
+    return node_loader(sampler, data, input_nodes, num_neighbors, batch_size, seed=seed, epoch=epoch,
+                       num_workers=num_workers, pin_memory=pin_memory)
 
 
 __doc__ += """

@@ -7,7 +7,8 @@ the host into pinned memory and copied without blocking.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -15,7 +16,7 @@ from torch_geometric.data import Data
 
 from train.config import SamplerConfig
 from train.errors import UserError
-from train.graph.sampler import build_csc
+from train.graph.sampler import build_csc, make_node_sampler, node_loader
 from train.graph.shared_graph import CSC, attach_csc, gib, graph_csc
 
 # Fraction of the free GPU memory the graph may take with sampler.device=cuda
@@ -51,6 +52,28 @@ class SamplingPlan:
     pin_memory: bool  # DataLoader pinning: CPU sampling, GPU training
     num_workers: int
     note: str = ""
+    _samplers: dict = field(default_factory=dict, repr=False, compare=False)  # built on first use, then reused
+
+    def loader(self, seeds: Tensor, num_neighbors: Sequence[int], batch_size: int, *, seed: int | None,
+               epoch: int = 0):
+        """Batches of `seeds` (in order) from the run's one sampler: every epoch and sampled evaluation."""
+        sampler = self._sampler("batches", self.data, self.csc, self.device, num_neighbors)
+        return node_loader(sampler, self.data, seeds, num_neighbors, batch_size, seed=seed, epoch=epoch,
+                           num_workers=self.num_workers, pin_memory=self.pin_memory)
+
+    def host_loader(self, structure: Data, host_csc: CSC, nodes: Tensor, batch_size: int):
+        """Full neighbourhoods of `nodes`, sampled on the host (full evaluation gathers its rows there):
+        the batches' sampler when it samples on the CPU, else one host sampler, kept for the run."""
+        on_cpu = self.device.type == "cpu"
+        sampler = self._sampler("batches" if on_cpu else "host", structure, self.csc if on_cpu else host_csc,
+                                torch.device("cpu"), [-1])
+        return node_loader(sampler, structure, nodes, [-1], batch_size)
+
+    def _sampler(self, key: str, data: Data, csc: CSC, device: torch.device, num_neighbors: Sequence[int]):
+        if key not in self._samplers:
+            self._samplers[key] = make_node_sampler(data, num_neighbors, csc=csc, device=device,
+                                                    num_workers=self.num_workers)
+        return self._samplers[key]
 
     def complete(self, batch: Data, device: torch.device) -> Data:
         """Add the features when they stay on the host: pinned gather, then a non-blocking copy."""

@@ -23,7 +23,6 @@ from torch_geometric.data import Data
 from train.config import Config
 from train.dist.distenv import DistEnv
 from train.graph.epoch_split import derive_seed, rank_shard, shard_sizes
-from train.graph.sampler import make_node_loader
 from train.graph.sampling_plan import SamplingPlan
 from train.graph.shared_graph import graph_csc
 from train.loop.model import GNN, hop_counts
@@ -41,7 +40,7 @@ def evaluate(model: GNN, data: Data, config: Config, env: DistEnv, device: torch
         if config.eval.mode == "sampled":
             counts = _sampled_counts(model, data, config, env, device, sampling)
         else:
-            counts = _full_counts(model, data, config, env, device)
+            counts = _full_counts(model, data, config, env, device, sampling)
     finally:
         model.train(was_training)
     totals = torch.tensor([c for split in SPLITS for c in counts[split]], dtype=torch.float64, device=device)
@@ -70,10 +69,8 @@ def _sampled_counts(model, data, config, env, device, sampling) -> dict[str, tup
                 logits = model(data.x[chunk].to(device), None)
                 correct += int((logits.argmax(-1).cpu() == data.y[chunk]).sum())
         else:
-            loader = make_node_loader(sampling.data, nodes, eval_fanouts(config), batch_size,
-                                      seed=derive_seed(config.trainer.seed, 2, number), csc=sampling.csc,
-                                      device=sampling.device, num_workers=sampling.num_workers,
-                                      pin_memory=sampling.pin_memory)
+            loader = sampling.loader(nodes, eval_fanouts(config), batch_size,
+                                     seed=derive_seed(config.trainer.seed, 2, number))  # the training sampler
             for batch in loader:
                 batch = sampling.complete(batch, device).to(device, non_blocking=True)
                 logits = model(batch.x, batch.edge_index, *hop_counts(batch, config.model))[: batch.batch_size]
@@ -123,22 +120,22 @@ def fetch_rows(ids: Tensor, mine: Tensor, my_start: int, owners: RowOwners, devi
     return out
 
 
-def _batches(model: GNN, data: Data, nodes: Tensor, batch_size: int):
+def _batches(model: GNN, data: Data, nodes: Tensor, batch_size: int, sampling: SamplingPlan):
     """(n_id, edge_index or None, number of seeds) per batch: the seeds' full neighbourhoods."""
     if not model.uses_graph:
         for chunk in nodes.split(batch_size):
             yield chunk, None, chunk.numel()
         return
     structure = Data(edge_index=data.edge_index, num_nodes=data.num_nodes)  # no features to gather
-    for batch in make_node_loader(structure, nodes, [-1], batch_size, csc=graph_csc(data)):
+    for batch in sampling.host_loader(structure, graph_csc(data), nodes, batch_size):  # one sampler for the run
         yield batch.n_id, batch.edge_index, batch.batch_size
 
 
 def _layer_rows(model: GNN, index: int, data: Data, nodes: Tensor, batch_size: int, device: torch.device,
-                inputs) -> Tensor:
+                inputs, sampling: SamplingPlan) -> Tensor:
     """Layer `index` for `nodes`; `inputs(n_id)` gives the previous layer's rows. Collective when
     `inputs` fetches: the number of batches is agreed so that every rank serves every round."""
-    batches = _batches(model, data, nodes, batch_size)
+    batches = _batches(model, data, nodes, batch_size, sampling)
     rounds = torch.tensor([-(-nodes.numel() // batch_size)], device=device)
     dist.all_reduce(rounds, op=dist.ReduceOp.MAX)
     out = torch.empty(nodes.numel(), model.sizes[index + 1])  # filled in place: no list to concatenate
@@ -161,7 +158,7 @@ def _layer_rows(model: GNN, index: int, data: Data, nodes: Tensor, batch_size: i
     return out
 
 
-def _full_counts(model, data, config, env, device) -> dict[str, tuple[int, int]]:
+def _full_counts(model, data, config, env, device, sampling) -> dict[str, tuple[int, int]]:
     world, rank = env.world_size, env.rank
     batch_size = config.sampler.eval_batch_size
     owners = RowOwners(data.num_nodes, world)
@@ -173,7 +170,7 @@ def _full_counts(model, data, config, env, device) -> dict[str, tuple[int, int]]
 
     inputs, mine = from_features, None
     for index in range(num_layers - 1):
-        mine = _layer_rows(model, index, data, owners.rows(rank), batch_size, device, inputs)
+        mine = _layer_rows(model, index, data, owners.rows(rank), batch_size, device, inputs, sampling)
 
         def inputs(n_id: Tensor, shard=mine) -> Tensor:
             return fetch_rows(n_id, shard, my_start, owners, device)
@@ -181,6 +178,6 @@ def _full_counts(model, data, config, env, device) -> dict[str, tuple[int, int]]
     counts = {}
     for split in SPLITS:
         nodes = rank_shard(data[f"{split}_idx"], rank, world)
-        logits = _layer_rows(model, num_layers - 1, data, nodes, batch_size, device, inputs)
+        logits = _layer_rows(model, num_layers - 1, data, nodes, batch_size, device, inputs, sampling)
         counts[split] = (int((logits.argmax(-1) == data.y[nodes]).sum()), nodes.numel())
     return counts

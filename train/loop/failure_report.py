@@ -6,6 +6,8 @@ once, as the peer's connections close; any backend: after dist.collective_timeou
 reads the store and says which rank failed, that rank 0 is gone (the store no longer answers),
 or which ranks went silent (killed, out of memory, node lost, hung), then exits with
 EXIT_FAILED; under SLURM, srun --kill-on-bad-exit ends the step as soon as the first task exits.
+Under NCCL, `fit` exports TORCH_NCCL_ASYNC_ERROR_HANDLING=2 (train/dist/procgroup.py): the watchdog
+aborts the communicators, not the process, so the survivor's next collective raises here.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import time
 
 FAILURE_GRACE_SECONDS = 3.0  # how long a survivor waits for the others' reports before it exits
 _PEER_ERROR = re.compile(
-    r"gloo|nccl|connection (closed|reset)|broken pipe|timed out|timeout|processgroup|"
+    r"gloo|nccl|connection (closed|reset)|broken pipe|timed out|timeout|processgroup|failed to pass monitoredBarrier|"
     r"DistBackendError|DistNetworkError|DistStoreError", re.IGNORECASE)
 
 def default_store():

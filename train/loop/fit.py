@@ -27,7 +27,6 @@ from train.config import Config
 from train.dist.distenv import DistEnv
 from train.graph.data import num_classes
 from train.graph.epoch_split import derive_seed, epoch_order, rank_shard
-from train.graph.sampler import make_node_loader
 from train.graph.sampling_plan import plan_sampling
 from train.loop.evaluate import evaluate
 from train.loop.model import GNN, build_model, hop_counts
@@ -172,11 +171,8 @@ class Trainer:
                 yield batch
             return
         plan = self.sampling
-        loader = make_node_loader(
-            plan.data, seeds, list(cfg.num_neighbors), cfg.batch_size,
-            seed=derive_seed(self.config.trainer.seed, 1), epoch=epoch, csc=plan.csc, device=plan.device,
-            num_workers=plan.num_workers, pin_memory=plan.pin_memory,
-        )
+        loader = plan.loader(seeds, cfg.num_neighbors, cfg.batch_size, seed=derive_seed(self.config.trainer.seed, 1),
+                             epoch=epoch)  # the run's one sampler, set to this epoch
         for batch in timer.iterate(timer.wrap_loader(loader), "sample"):
             with timer.phase("gather"):
                 batch = plan.complete(batch, self.device)

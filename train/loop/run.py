@@ -9,13 +9,17 @@ failed where it can be known (train/loop/failure_report.py). The epochs themselv
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 import hashlib
 import io
 import json
 import os
 import sys
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -23,15 +27,16 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 from torch_geometric.data import Data
 
-from train.config import Config, dump_config
+from train.config import Config, DataConfig, dump_config
 from train.dist.distenv import DistEnv
 from train.dist.procgroup import process_group
 from train.errors import EXIT_FAILED, UserError
-from train.graph.data import prepare_dataset
+from train.graph.data import load_graph, prepare_dataset
 from train.graph.shared_graph import obtain_shared_or_private, shared_graphs
 from train.loop.checkpoint import Checkpointer, atomic_write, atomic_write_text, graph_fingerprint
 from train.loop.failure_report import default_store, report_failure
 from train.loop.fit import FitResult, Trainer
+from train.loop.numerics import set_gpu_numerics
 from train.loop.report import write_report
 from train.loop.rundir import choose, job_identity, write_identity
 from train.loop.step_vote import StepAgreement
@@ -64,11 +69,45 @@ def obtain_graph(config: Config, env: DistEnv) -> Data:
 
     data.share=node: each node's local rank 0 loads it and the node's ranks map that one copy
     (train/graph/shared_graph.py); process: every rank loads its own. `data.csc` holds the sampler's CSC.
+    All ranks meet after preparing and again after loading, under data.load_timeout_seconds: a node that
+    loads minutes after the others keeps them waiting there, not in the default group's next collective
+    (DDP's first broadcast), whose dist.collective_timeout_seconds would end the job.
     """
-    if env.is_main:
-        prepare_dataset(config.data, env.data_dir)
-    dist.barrier()
-    return obtain_shared_or_private(config.data, env)
+    with loading_barrier(env, config.data.load_timeout_seconds) as all_meet:
+        if env.is_main:
+            prepare_dataset(config.data, env.data_dir)
+        all_meet()
+        data = obtain_shared_or_private(config.data, env, late_loader(config.data, env))
+        all_meet()
+    return data
+
+
+@contextlib.contextmanager
+def loading_barrier(env: DistEnv, timeout_seconds: float) -> Iterator[Callable[[], None]]:
+    """A barrier of all ranks that waits up to `timeout_seconds`, on a gloo group of its own (whatever the
+    default backend); gloo's monitored barrier names the ranks that did not arrive. Collective."""
+    if env.world_size == 1:
+        yield lambda: None
+        return
+    timeout = datetime.timedelta(seconds=timeout_seconds)
+    group = dist.new_group(backend="gloo", timeout=timeout)
+    try:
+        yield lambda: dist.monitored_barrier(group=group, timeout=timeout, wait_all_ranks=True)
+    finally:
+        dist.destroy_process_group(group)
+
+
+def late_loader(config: DataConfig, env: DistEnv) -> Callable[[DataConfig], Data] | None:
+    """Testing aid: `load_graph` data.load_delay_seconds later on node data.load_delay_node (None: no delay)."""
+    if config.load_delay_seconds <= 0 or env.node_rank != config.load_delay_node:
+        return None
+    load = partial(load_graph, data_dir=env.data_dir)
+
+    def late(data_config: DataConfig) -> Data:
+        time.sleep(config.load_delay_seconds)
+        return load(data_config)
+
+    return late
 
 
 def settle_gradient_buckets(ddp: DistributedDataParallel, optimizer, num_features: int, device: torch.device) -> None:
@@ -146,6 +185,10 @@ def prepare(config: Config, env: DistEnv, backend: str, device: torch.device) ->
           f"from {env.sources.get('master_addr')}/{env.sources.get('master_port')})", flush=True)
     # ... and which Python it runs: inside the image or on the host (bare mode) tells at a glance.
     print(f"rank {env.rank} runs {sys.executable} (torch {torch.__version__})", flush=True)
+    if device.type == "cuda":  # before the first CUDA op of the model
+        note = set_gpu_numerics(config.trainer.deterministic)
+        if env.is_main:
+            print(note, flush=True)
     data = obtain_graph(config, env)
     trainer = Trainer(config, env, device, data, out_dir)
     cfg = config.trainer

@@ -102,10 +102,25 @@ class StepAgreement:
         uneven, source = (int(v) for v in flags.tolist())
         if not uneven:
             return
-        box = [self.optimizer.state_dict() if rank == source else None]
+        # On the CPU: pickled CUDA tensors would come back on the sender's device index, a neighbour's GPU
+        # (--gpu-bind=none) or one that does not exist here; load_state_dict puts them on this rank's own.
+        box = [on_cpu(self.optimizer.state_dict()) if rank == source else None]
         dist.broadcast_object_list(box, src=source, device=self.device)
         if rank != source:
             self.optimizer.load_state_dict(box[0])
+
+
+def on_cpu(state):
+    """`state` (nested dicts, lists and tuples) with every tensor copied to the CPU; the rest as it is."""
+    import torch
+
+    if isinstance(state, torch.Tensor):
+        return state.detach().cpu()
+    if isinstance(state, dict):
+        return {key: on_cpu(value) for key, value in state.items()}
+    if isinstance(state, (list, tuple)):
+        return type(state)(on_cpu(value) for value in state)
+    return state
 
 
 class _AgreementJoinHook:
