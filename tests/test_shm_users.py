@@ -213,22 +213,19 @@ def test_a_share_dir_anyone_can_rename_in_is_refused(tmp_path):
 
 
 # ---- a real two-rank job with the attacker's entries waiting for it ---------------------------------------
-@pytest.mark.parametrize("private_taken", [False, True], ids=["old-layout-names", "and-the-private-directory"])
-def test_a_two_rank_job_runs_past_another_users_entries_and_touches_none(private_taken, mallory, tmp_path, base):
+def test_a_two_rank_job_runs_past_another_users_entries_and_touches_none(mallory, tmp_path, base):
     """The issue's case: the attacker pre-created the old layout's segment and a .lock link to the victim's file
-    for the victim's next job id, then also this user's private directory's name. The base is data.share_dir (a
-    1777 directory like /dev/shm, which gets the same treatment): /dev/shm itself is shared with the other test
-    runs of this machine, whose cleanup would see the attacker's entries too."""
+    for the victim's next job id, and this user's private directory's name. The base is data.share_dir (a 1777
+    directory like /dev/shm, which gets the same treatment): /dev/shm itself is shared with the other test runs of
+    this machine, whose cleanup would see the attacker's entries too."""
     job, port = f"8{os.getpid()}", free_port()
     precious = _precious(tmp_path)
     legacy = base / segment_name(job, port, 0, os.getuid())
-    planted = [legacy, legacy / "x.bin", Path(f"{legacy}.lock")]
+    planted = [legacy, legacy / "x.bin", Path(f"{legacy}.lock"), base / user_dir_name(os.getuid())]
     run_as(mallory, "mkdir", "-m", "777", str(legacy))
     run_as(mallory, "touch", str(legacy / "x.bin"))
     run_as(mallory, "ln", "-s", str(precious), str(planted[2]))
-    if private_taken:
-        planted.append(base / user_dir_name(os.getuid()))
-        run_as(mallory, "mkdir", "-m", "777", str(planted[3]))
+    run_as(mallory, "mkdir", "-m", "777", str(planted[3]))
     before = {p: _owner_and_mode(p) for p in planted}
     result = run_local_job(["fit", "--config", "tiny", "trainer.epochs=1", f"output.dir={tmp_path / 'run'}",
                             f"data.share_dir={base}"], 2, job_id=job, port=port)
@@ -236,11 +233,7 @@ def test_a_two_rank_job_runs_past_another_users_entries_and_touches_none(private
     assert not any("Traceback" in out for out in result.outputs)
     assert {p: _owner_and_mode(p) for p in planted} == before and os.readlink(planted[2]) == str(precious)
     assert precious.read_bytes() == PRECIOUS
-    left = sorted(p.name for p in base.iterdir())
-    if private_taken:  # a fallback directory was used, and went with the segment
-        assert f"{planted[3]} belongs to uid {mallory.pw_uid} ({ATTACKER})" in result.outputs[0]
-        assert left == sorted(p.name for p in planted if p.parent == base)
-    else:  # this user's own private directory stays (empty), beside the attacker's entries
-        assert left == sorted([legacy.name, planted[2].name, user_dir_name(os.getuid())])
-        assert list((base / user_dir_name(os.getuid())).iterdir()) == []
+    assert f"{planted[3]} belongs to uid {mallory.pw_uid} ({ATTACKER})" in result.outputs[0]
+    # the fallback directory went with the segment: only the attacker's entries are left
+    assert sorted(p.name for p in base.iterdir()) == sorted(p.name for p in planted if p.parent == base)
     assert len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()) == 1

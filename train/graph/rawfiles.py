@@ -153,8 +153,10 @@ def file_problem(path: Path, thorough: bool | None = None) -> str | None:
     thorough=None reads small files fully and checks only the structure of large ones.
     """
     problem = path_problem(path)
-    if problem is not None:  # "does not exist" stays "missing": callers tell a missing file from a damaged one
-        return "missing" if problem == "does not exist" else problem.removeprefix("is ")
+    if problem == "does not exist":
+        return "missing"  # the word callers tell a missing file from a damaged one by
+    if problem is not None:  # "<path> is <problem>": a directory, a FIFO, a link loop..., or unusable (why)
+        return problem[3:] if problem.startswith("is ") else f"unusable ({problem})"
     size = path.stat().st_size
     if thorough is None:
         thorough = size <= THOROUGH_BYTES
