@@ -1,16 +1,27 @@
 """Shared pytest wiring: the real two-node SLURM cluster fixture, and a leak check for /dev/shm."""
 
+import re
 from pathlib import Path
 
 import pytest
 
-from train.graph.shared_graph import PREFIX, SHM
+from train.graph.segments import PREFIX, SHM
 
 pytest_plugins = ["tests.harness.conftest_slurm"]
+PRIVATE_DIR = re.compile(rf"^{re.escape(PREFIX)}u\d+$")  # a user's private directory: it stays, its contents go
 
 
 def _project_segments() -> set[Path]:
-    return set(Path(SHM).glob(f"{PREFIX}*"))
+    found: set[Path] = set()
+    for entry in Path(SHM).glob(f"{PREFIX}*"):
+        if PRIVATE_DIR.match(entry.name) and entry.is_dir() and not entry.is_symlink():
+            try:
+                found.update(entry.iterdir())
+            except OSError:  # another user's (the tests of tests/test_shm_users.py run as other users)
+                found.add(entry)
+        else:
+            found.add(entry)
+    return found
 
 
 def _is_xdist_worker(config) -> bool:

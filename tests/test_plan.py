@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -129,3 +130,40 @@ def test_sinfo_memory_counts_only_where_it_is_the_nodes(tmp_path, sinfo, scontro
     else:
         assert done.returncode == 0, done.stderr
         assert "give --node-memory GiB" in done.stdout and "fits what is known" in done.stdout
+
+
+# ---- where node memory cannot be known, the plan says why and what is not checked ----------------------------
+@pytest.mark.parametrize("standin,partition,why", [
+    (None, "gpu", "sinfo is not on PATH here"),
+    ("failing", "gpu", "sinfo failed (exit status 1: sinfo: error: Invalid partition name specified)"),
+    ("fixed-output", "nosuch", "sinfo -p nosuch lists no node (is 'nosuch' a partition of this cluster?)"),
+    ("sinfo", "", None),  # the stand-in's default partition answers
+])
+def test_unknown_node_memory_names_the_partition_and_what_is_not_checked(tmp_path, monkeypatch, standin, partition,
+                                                                         why):
+    from train.cli.plan import node_memory
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("basename", "cat"):  # what the stand-ins call; PATH holds nothing else (no real sinfo)
+        (bin_dir / tool).symlink_to(shutil.which(tool))
+    if standin:
+        standin_bin.install(bin_dir, "sinfo", standin)
+    (tmp_path / "sinfo.err").write_text("sinfo: error: Invalid partition name specified\n")
+    (tmp_path / "sinfo.out").write_text("")
+    monkeypatch.setenv("PATH", str(bin_dir))
+    monkeypatch.setenv("STANDIN_DIR", str(tmp_path))
+    size, source = node_memory(partition, None)
+    if why is None:
+        assert size == 16000 * 2**20 and source == "sinfo: smallest node"
+        return
+    assert size is None
+    assert source == (f"unknown: {why}; the node peak is not checked against the memory of a node of partition "
+                      f"{partition!r}: give --node-memory GiB, or run where sinfo answers")
+
+
+def test_the_plan_prints_why_node_memory_is_unknown(tmp_path):
+    done = plan_cli(tmp_path, "--config", "tiny", "--cpu", "--partition", "batch", standins={"sinfo": ""})
+    assert done.returncode == 0, done.stderr
+    assert "(unknown: sinfo -p batch lists no node (is 'batch' a partition of this cluster?); the node peak is not " \
+           "checked against the memory of a node of partition 'batch'" in done.stdout

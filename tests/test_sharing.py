@@ -23,6 +23,7 @@ from tests.harness.localjob import ROOT, WORKERS, free_port, run_local_job, srun
 from train.config import DataConfig, SamplerConfig, load_config
 from train.errors import UserError
 from train.graph.sampling_plan import GPU_GRAPH_FRACTION, gpu_placement, plan_sampling
+from train.graph.segments import user_dir_name
 from train.graph.shared_graph import (
     PREFIX,
     SHM,
@@ -35,6 +36,7 @@ from train.graph.shared_graph import (
     map_tensors,
     remove_stale,
     segment_name,
+    user_dir,
     write_tensors,
 )
 
@@ -44,14 +46,25 @@ JOB_IDS = tuple(f"7{os.getpid()}{i}" for i in range(1, 6))
 RESULT = "SHARING_RESULT "
 
 
+MINE = SHM / user_dir_name(os.getuid())  # this user's private directory in /dev/shm, where the segments live
+
+
+def _entries() -> list[Path]:
+    """The project's entries in /dev/shm: in this user's private directory, and any left beside it."""
+    inside = sorted(MINE.glob(f"{PREFIX}*")) if MINE.is_dir() else []
+    return inside + [p for p in SHM.glob(f"{PREFIX}*") if p != MINE]
+
+
 def _ours() -> list[Path]:
-    return sorted(p for p in SHM.glob(f"{PREFIX}*") if any(f"-j{job}-" in p.name for job in JOB_IDS))
+    return sorted(p for p in _entries() if any(f"-j{job}-" in p.name for job in JOB_IDS))
 
 
 def _stale() -> list[Path]:
     """Entries of the project that no live process holds (a leak), as opposed to a concurrent run's."""
     out = []
-    for entry in SHM.glob(f"{PREFIX}*"):
+    for entry in _entries():
+        if entry.is_dir() and entry.name.startswith(user_dir_name(os.getuid()) + "-"):
+            continue  # a fallback private directory of a concurrent run (its creator removes it)
         lock = entry if entry.suffix == ".lock" else entry.with_name(entry.name + ".lock")
         try:
             fd = os.open(lock, os.O_RDWR)
@@ -162,7 +175,7 @@ def test_small_shm_falls_back_to_disk_or_says_what_is_needed():
 def test_share_dir_must_exist():
     from train.graph.shared_graph import candidate_dirs
 
-    with pytest.raises(UserError, match="data.share_dir='/no/such/dir' is not a directory"):
+    with pytest.raises(UserError, match="data.share_dir='/no/such/dir' does not exist"):
         candidate_dirs("/no/such/dir")
 
 
@@ -173,25 +186,27 @@ def die_holding_a_segment(directory: Path, tag: str, uid: int) -> subprocess.Com
 
 def test_only_segments_without_a_live_owner_are_removed(tmp_path):
     uid = os.getuid()
-    live = Segment.create(tmp_path, segment_name("live", 1, 0, uid), {"pid": os.getpid()})
+    private, note = user_dir(tmp_path)
+    assert private == tmp_path / user_dir_name(uid) and note == ""
+    live = Segment.create(private, segment_name("live", 1, 0, uid), {"pid": os.getpid()})
     # Another process creates a segment and dies by SIGKILL while holding it.
-    proc = die_holding_a_segment(tmp_path, "dead", uid)
+    proc = die_holding_a_segment(private, "dead", uid)
     assert proc.returncode == -signal.SIGKILL and "ready" in proc.stdout, proc.stderr
-    dead = tmp_path / segment_name("dead", 2, 0, uid)
+    dead = private / segment_name("dead", 2, 0, uid)
     assert dead.is_dir() and dead.with_name(dead.name + ".lock").exists()
-    orphan = tmp_path / segment_name("orphan", 3, 0, uid)  # a directory whose lock is gone
+    orphan = private / segment_name("orphan", 3, 0, uid)  # a directory whose lock is gone
     orphan.mkdir()
     # The same name taken again (the same job restarted) starts from an empty directory.
-    again = Segment.create(tmp_path, dead.name, {})
+    again = Segment.create(private, dead.name, {})
     assert again.path == dead and list(dead.iterdir()) == []
     again.remove()
-    proc = die_holding_a_segment(tmp_path, "gone", uid)
+    proc = die_holding_a_segment(private, "gone", uid)
     assert proc.returncode == -signal.SIGKILL, proc.stderr
-    dead = tmp_path / segment_name("gone", 2, 0, uid)
+    dead = private / segment_name("gone", 2, 0, uid)
     assert sorted(remove_stale([tmp_path], uid)) == sorted([dead, orphan])
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.path.name, live.lock_path.name])
+    assert sorted(p.name for p in private.iterdir()) == sorted([live.path.name, live.lock_path.name])
     live.remove()
-    assert list(tmp_path.iterdir()) == []
+    assert list(private.iterdir()) == []  # the private directory itself stays, empty, like tmux's
 
 
 def test_sampling_placement():
@@ -277,7 +292,7 @@ def _worker(argv: list[str]) -> None:
         dist.all_gather_object(rows, {"rank": env.rank, "digests": seen, "x_after": _digest(data.x),
                                       "perm": perm is not None, "maps": maps, "write_error": write_error,
                                       "shm_during": sorted(p.name for p in
-                                                           SHM.glob(f"{PREFIX}j{os.environ['SLURM_JOB_ID']}-*"))})
+                                                           MINE.glob(f"{PREFIX}j{os.environ['SLURM_JOB_ID']}-*"))})
         if env.rank == 0:
             print(RESULT + json.dumps(rows), flush=True)
 
@@ -321,7 +336,7 @@ def test_node_and_process_sharing_train_identically(tmp_path):
 def test_leader_failure_reaches_every_rank_as_a_clear_error(tmp_path):
     result = run_local_job([*TINY, "data.share_dir=/no/such/dir", f"output.dir={tmp_path}"], 2, job_id=JOB_IDS[2])
     assert result.returncodes == [2, 2], "\n".join(result.outputs)
-    assert "error: data.share_dir='/no/such/dir' is not a directory" in result.outputs[0]
+    assert "error: data.share_dir='/no/such/dir' does not exist" in result.outputs[0]
     assert "error: local rank 0 of node 0 could not share the graph: data.share_dir=" in result.outputs[1]
     assert not any("Traceback" in out for out in result.outputs), result.outputs
 
@@ -352,7 +367,7 @@ def test_uneven_nodes_share_where_there_is_someone_to_share_with(tmp_path):
 
 def test_kill_9_of_the_whole_job_leaves_nothing_after_the_restart(tmp_path):
     job, port = JOB_IDS[3], free_port()
-    segment = SHM / segment_name(job, port, 0, os.getuid())
+    segment = MINE / segment_name(job, port, 0, os.getuid())
     procs = _start_job(["-m", "train", *TINY, "data.share_keep=true", "trainer.epochs=100",
                         "trainer.step_delay_seconds=0.2", f"output.dir={tmp_path / 'first'}"], job, port)
     try:

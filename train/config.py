@@ -1,8 +1,9 @@
 """Typed run configuration: YAML files shipped in `train/configs/`, plus `section.key=value` overrides.
 
 `load_config(name_or_path, overrides)` returns a frozen `Config`. Every mistake (unknown
-section or key, wrong type, value out of its allowed set) is a `UserError` that names the
-key and lists what would be valid, so a typo never silently trains the wrong model.
+section or key, wrong type, value out of its allowed set, a key given twice, a file that is empty
+or not text) is a `UserError` that names the key or the file and what would be valid, so a typo
+never silently trains the wrong model.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 import yaml
 
 from train.errors import UserError
+from train.files import check_file, read_text
 
 CONFIG_DIR = Path(__file__).parent / "configs"
 
@@ -152,8 +154,7 @@ def config_path(name_or_path: str) -> Path:
     """A shipped config by name (`synthetic`) or a YAML file by path."""
     path = Path(name_or_path)
     if path.suffix in (".yaml", ".yml") or "/" in name_or_path:
-        if not path.is_file():
-            raise UserError(f"config file {name_or_path!r} does not exist.")
+        check_file(path, f"config file {name_or_path!r}", allow_empty=True)  # empty: refused with its own words
         return path
     shipped = CONFIG_DIR / f"{name_or_path}.yaml"
     if not shipped.is_file():
@@ -301,6 +302,37 @@ def _check_model_and_data(config: Config) -> None:
         raise UserError("data.train_fraction + data.val_fraction must be between 0 and 1 (the rest is test).")
 
 
+class DuplicateKey(yaml.YAMLError):
+    """A mapping that gives one key twice: PyYAML keeps the last one silently."""
+
+    def __init__(self, key: Any, first: yaml.Mark, second: yaml.Mark):
+        super().__init__(f"the key {key!r} is given twice, on line {first.line + 1} and line {second.line + 1}; "
+                         "the second would silently replace the first: keep one")
+
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key given twice in one mapping (a merge key `<<` may be overridden)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: dict = {}
+        for key_node, _value in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = seen.setdefault(key, key_node.start_mark)
+            except TypeError:  # an unhashable key: the safe loader refuses it with its own message
+                continue
+            if first is not key_node.start_mark:
+                raise DuplicateKey(key, first, key_node.start_mark)
+        return super().construct_mapping(node, deep)
+
+
+def load_yaml(text: str) -> Any:
+    """`yaml.safe_load`, with keys given twice refused (`DuplicateKey`)."""
+    return yaml.load(text, Loader=UniqueKeyLoader)  # a SafeLoader: plain data only
+
+
 def parse_override(text: str) -> tuple[str, str, Any]:
     """`section.key=value` -> (section, key, YAML-parsed value)."""
     if "=" not in text:
@@ -311,7 +343,7 @@ def parse_override(text: str) -> tuple[str, str, Any]:
         raise UserError(f"override {text!r} must look like section.key=value (a section and a key), "
                         "e.g. trainer.epochs=3.")
     try:
-        value = yaml.safe_load(raw_value) if raw_value.strip() else ""
+        value = load_yaml(raw_value) if raw_value.strip() else ""
     except yaml.YAMLError:
         value = raw_value
     return section, key, value
@@ -319,12 +351,7 @@ def parse_override(text: str) -> tuple[str, str, Any]:
 
 def load_config(name_or_path: str = "synthetic", overrides: list[str] | tuple[str, ...] = ()) -> Config:
     path = config_path(name_or_path)
-    try:
-        raw = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise UserError(f"config file {str(path)!r} is not valid YAML: {exc}") from None
-    if not isinstance(raw, dict):
-        raise UserError(f"config file {str(path)!r} must be a mapping of sections.")
+    raw = read_config_file(path)
     for override in overrides:
         section, key, value = parse_override(override)
         raw.setdefault(section, {})
@@ -332,6 +359,26 @@ def load_config(name_or_path: str = "synthetic", overrides: list[str] | tuple[st
             raise UserError(f"config section {section!r} in {str(path)!r} must be a mapping.")
         raw[section][key] = value
     return _build(raw)
+
+
+def read_config_file(path: Path) -> dict:
+    """The sections of a YAML config file; empty, not text, not YAML, a key given twice: a `UserError`."""
+    what = f"config file {str(path)!r}"
+    text = read_text(path, what, allow_empty=True)
+    try:
+        raw = load_yaml(text)
+    except DuplicateKey as exc:
+        raise UserError(f"{what}: {exc}.") from None
+    except yaml.YAMLError as exc:
+        raise UserError(f"{what} is not valid YAML: {exc}") from None
+    if raw is None:
+        problem = "is empty (0 bytes)" if not text else "holds no settings (only blanks or comments)"
+        raise UserError(f"{what} {problem}; give sections such as `trainer:` with their keys (see "
+                        "train/configs/synthetic.yaml), or --config synthetic for the defaults.")
+    if not isinstance(raw, dict):
+        raise UserError(f"{what} must be a mapping of sections (e.g. `trainer:` then `  epochs: 3`), "
+                        f"not a {type(raw).__name__}.")
+    return raw
 
 
 def config_from_dict(raw: dict[str, Any]) -> Config:

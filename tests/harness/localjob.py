@@ -54,8 +54,8 @@ class JobResult:
 
 
 def run_local_job(args: list[str], world_size: int, nodes: int = 1, job_id: str = "4242",
-                  timeout: float = 240, extra_env: dict[str, str] | None = None) -> JobResult:
-    port = free_port()
+                  timeout: float = 240, extra_env: dict[str, str] | None = None, port: int | None = None) -> JobResult:
+    port = port or free_port()
     base = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "MASTER_", "WORLD_SIZE", "RANK",
                                                                        "LOCAL_RANK", "LOCAL_WORLD_SIZE"))}
     base.update(PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", PYTHONFAULTHANDLER="1",

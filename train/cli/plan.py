@@ -73,24 +73,16 @@ def graph_size(config: Config) -> GraphSize:
 
 
 def _files_size(path: str) -> GraphSize:
-    """Shapes from the memory-mapped arrays (headers): no feature is read. `fit` checks the values."""
-    from pathlib import Path
+    """Shapes from the memory-mapped arrays (headers), checked as `fit` checks them but without reading a feature
+    or an edge (train/graph/graphfiles.py): an empty, cut-short or ill-shaped file is named, never a traceback."""
+    from train.graph.graphfiles import check_graph, read_graph_arrays
 
-    from train.graph.graphfiles import ARRAYS, load_files, read_data_file, read_folder
-
-    where = Path(path)
-    if not where.exists() or not path:
-        load_files(path)  # raises the loader's own message
-    arrays = read_folder(where) if where.is_dir() else read_data_file(where)
-    missing = [name for name in ARRAYS if name not in arrays]
-    if missing:
-        raise UserError(f"data.path={path}: {', '.join(missing)} missing; plan needs x, y and edge_index.")
+    arrays, source = read_graph_arrays(path)
+    y, splits = check_graph(arrays, source, scan_values=False)
     x, edges = arrays["x"], arrays["edge_index"]
-    split = []
-    for name in ("train", "val", "test"):
-        idx, mask = arrays.get(f"{name}_idx"), arrays.get(f"{name}_mask")
-        split.append(idx.numel() if idx is not None else int(mask.sum()) if mask is not None else 0)
-    return GraphSize(x.size(0), edges.size(-1), x.size(-1), int(arrays["y"].max()) + 1, tuple(split))
+    classes = int(y.max()) + 1  # check_graph: a labeled, non-empty train split
+    return GraphSize(x.size(0), edges.size(-1), x.size(-1), classes, tuple(splits[s].numel() for s in
+                                                                            ("train", "val", "test")))
 
 
 def shared_graph_bytes(size: GraphSize) -> int:
@@ -195,14 +187,36 @@ def make_plan(config: Config, size: GraphSize, nodes: int, ranks: int, gpus: boo
 
 # ---- what the machines have ----------------------------------------------------------------------
 
-def _run(argv: list[str]) -> str | None:
+def _ask(argv: list[str], timeout: float = 20) -> tuple[str | None, str]:
+    """(stdout, "") of a command that answered, else (None, why not, in words)."""
     if shutil.which(argv[0]) is None:
-        return None
+        return None, f"{argv[0]} is not on PATH here"
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return done.stdout if done.returncode == 0 else None
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None, f"{argv[0]} did not answer within {timeout:.0f} s"
+    except OSError as exc:
+        return None, f"{argv[0]} could not be started ({exc.strerror})"
+    if done.returncode != 0:
+        said = " ".join(done.stderr.split())[:200]
+        return None, f"{argv[0]} failed (exit status {done.returncode}{': ' + said if said else ''})"
+    return done.stdout, ""
+
+
+def _run(argv: list[str]) -> str | None:
+    return _ask(argv)[0]
+
+
+def _sinfo_unknown(partition: str, out: str | None, why: str) -> str:
+    """Why sinfo gave no node memory, naming the partition and what is therefore not checked."""
+    asked = f"sinfo{' -p ' + partition if partition else ''}"
+    if out is not None:
+        listed = " ".join(out.split())[:80]
+        why = f"{asked} printed {listed!r}, not a memory size" if listed else \
+            f"{asked} lists no node{f' (is {partition!r} a partition of this cluster?)' if partition else ''}"
+    where = f"partition {partition!r}" if partition else "the default partition"
+    return (f"unknown: {why}; the node peak is not checked against the memory of a node of {where}: give "
+            "--node-memory GiB, or run where sinfo answers")
 
 
 def node_memory(partition: str, given_gib: float | None) -> tuple[int | None, str]:
@@ -215,7 +229,7 @@ def node_memory(partition: str, given_gib: float | None) -> tuple[int | None, st
     if given_gib is not None:
         return int(given_gib * GIB), "--node-memory"
     argv = ["sinfo", "--noheader", "--format=%m"] + ([f"--partition={partition}"] if partition else [])
-    out = _run(argv)
+    out, why = _ask(argv)
     sizes = [int(v.rstrip("+")) for v in (out or "").split() if v.rstrip("+").isdigit()]
     where = f"sinfo{' -p ' + partition if partition else ''}"
     if sizes and min(sizes) <= 1:
@@ -225,7 +239,7 @@ def node_memory(partition: str, given_gib: float | None) -> tuple[int | None, st
                       "not check it against the node; give --node-memory GiB)")
     if sizes:
         return min(sizes) * 2**20, f"{where}: smallest node"
-    return None, "unknown (give --node-memory GiB, or run where sinfo answers)"
+    return None, _sinfo_unknown(partition, out, why)
 
 
 def _slurmd_parameters() -> str:
@@ -241,11 +255,12 @@ def gpu_memory(given_gib: float | None) -> tuple[int | None, str]:
     """Bytes of one GPU: --gpu-memory, else nvidia-smi on this machine."""
     if given_gib is not None:
         return int(given_gib * GIB), "--gpu-memory"
-    out = _run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"])
+    out, why = _ask(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"])
     sizes = [int(v) for v in (out or "").split() if v.isdigit()]
     if sizes:
         return min(sizes) * 2**20, "nvidia-smi here"
-    return None, "unknown (give --gpu-memory GiB)"
+    why = why or "nvidia-smi lists no GPU here"
+    return None, f"unknown: {why}; the GPU total is not checked: give --gpu-memory GiB"
 
 
 # ---- printing and the verdict --------------------------------------------------------------------

@@ -13,6 +13,7 @@ from pathlib import Path
 from train.config import Config
 from train.dist.distenv import DistEnv
 from train.errors import UserError
+from train.files import check_file
 
 
 def planned_run_dir(config: Config, env: DistEnv) -> Path:
@@ -40,20 +41,14 @@ def check_writable_dir(path: Path, what: str) -> None:
 
 def check_fit(config: Config, env: DistEnv) -> None:
     """Everything about a fit's input that each rank can check alone; `UserError` names the value."""
-    from train.graph.data import check_dataset_name, data_root
+    from train.graph.data import DATASETS, check_dataset_name, checked_data_root, data_root
 
     check_dataset_name(config.data.name)
-    root = data_root(config.data, env.data_dir)
-    if root.exists() and not root.is_dir():
-        source = "data.root" if config.data.root else "DATA_DIR" if env.data_dir else "the default data root"
-        raise UserError(f"{source}={str(root)!r} is a file, not a directory; give the datasets folder.")
+    if config.data.name in DATASETS or os.path.lexists(data_root(config.data, env.data_dir)):
+        checked_data_root(config.data, env.data_dir)  # a file, a link loop... named; unused and absent: fine
     what = "output.dir" if config.output.dir else "the run directory"
     check_writable_dir(planned_run_dir(config, env), what)
     resume = config.trainer.resume
-    if resume not in ("auto", "never"):
-        path = Path(resume)
-        if not path.is_file():
-            raise UserError(f"trainer.resume={resume!r} is not a file; expected auto, never, or the path of a "
-                            "checkpoint file (e.g. runs/<id>/checkpoints/ckpt-e000002-s00000000.pt).")
-        if not os.access(path, os.R_OK):
-            raise UserError(f"trainer.resume={resume!r} cannot be read by this user.")
+    if resume not in ("auto", "never"):  # a missing, empty or unreadable file, a directory, a FIFO: named
+        check_file(resume, f"trainer.resume={resume!r}", "expected auto, never, or the path of a checkpoint file "
+                   "(e.g. runs/<id>/checkpoints/ckpt-e000002-s00000000.pt)")

@@ -16,6 +16,8 @@ Who started this process decides which variables are read (`launcher`):
     per node     SLURM_STEP_TASKS_PER_NODE, SLURM_TASKS_PER_NODE ("2(x3),1"), and only then
                  SLURM_NTASKS_PER_NODE (sbatch's --ntasks-per-node, inherited by every step)
     ranks        SLURM_PROCID, SLURM_LOCALID, SLURM_NODEID
+                 (without the last two: derived where the tasks fill the nodes in blocks, else
+                 refused; train/dist/placement.py)
     master       the first host of SLURM_STEP_NODELIST, SLURM_NODELIST, SLURM_JOB_NODELIST
   WORLD_SIZE, RANK, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK/NODE_RANK and MASTER_ADDR set next
   to them (the enroot PyTorch hook, or a user) win, but must agree with the step's values: a
@@ -52,8 +54,10 @@ from train.dist.envvalues import (  # noqa: F401 (the value forms: public here, 
     port_for_job,
 )
 from train.dist.envvalues import parse_int as _parse_int
-from train.errors import UserError
+from train.dist.hetjob import HET_SIZE_VARS, check_heterogeneous
 from train.dist.jobfacts import read_facts
+from train.dist.placement import counts_per_node, node_layout, place
+from train.errors import UserError
 
 LOCAL_ADDR = "127.0.0.1"
 JOB_ID_VARS = ("SLURM_JOB_ID", "SLURM_JOBID")
@@ -62,14 +66,13 @@ SLURM_WORLD_VARS = ("SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "SLURM_NPROCS")
 SLURM_NODES_VARS = ("SLURM_STEP_NUM_NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES")
 SLURM_TASKS_LIST_VARS = ("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE")
 SLURM_NODELIST_VARS = ("SLURM_STEP_NODELIST", "SLURM_NODELIST", "SLURM_JOB_NODELIST")
-HET_SIZE_VARS = ("SLURM_HET_SIZE", "SLURM_PACK_SIZE")
 TORCHRUN_VARS = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
                  "MASTER_ADDR", "MASTER_PORT")
 # Every variable this module reads: set but empty is an error, never "unset".
 CONTRACT_VARS = (
     "TORCHELASTIC_RUN_ID", *TORCHRUN_VARS, "NODE_RANK", *JOB_ID_VARS, *STEP_ID_VARS, *SLURM_WORLD_VARS,
     *SLURM_NODES_VARS, *SLURM_TASKS_LIST_VARS, "SLURM_NTASKS_PER_NODE", *SLURM_NODELIST_VARS,
-    "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", *HET_SIZE_VARS,
+    "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", "SLURM_DISTRIBUTION", *HET_SIZE_VARS,
 )
 
 TORCHRUN, STEP, ALLOCATION, PLAIN = "torchrun", "srun step", "allocation without srun", "plain"
@@ -176,35 +179,6 @@ def _agree(explicit: tuple[str, int] | None, slurm: tuple[str, int] | None, what
         )
 
 
-def _check_heterogeneous(environ: Mapping[str, str], kind: str) -> None:
-    """A heterogeneous job trains on one component (`srun --het-group=N`), never across several."""
-    found = _first(environ, HET_SIZE_VARS)
-    if found is None or kind != STEP:
-        return
-    size = _parse_int(found[0], found[1], 1)
-    if size < 2:
-        return
-    suffix = "HET_GROUP" if found[0] == "SLURM_HET_SIZE" else "PACK_GROUP"
-    step = _first(environ, ("SLURM_STEP_NODELIST",))
-    if step is None:
-        raise UserError(
-            f"{found[0]}={size}: this is a heterogeneous job, and SLURM_STEP_NODELIST is not set, so the "
-            f"step's nodes are unknown; run the training on one component: srun --het-group=N ..."
-        )
-    step_hosts = set(expand_nodelist(*step))
-    touched = []
-    for component in range(size):
-        listed = _first(environ, (f"SLURM_JOB_NODELIST_{suffix}_{component}",))
-        if listed is not None and step_hosts & set(expand_nodelist(*listed)):
-            touched.append(f"{component} ({listed[0]}={listed[1]})")
-    if len(touched) > 1:
-        raise UserError(
-            f"this srun step (SLURM_STEP_NODELIST={step[1]}) spans components {', '.join(touched)} of a "
-            f"heterogeneous job ({found[0]}={size}); training runs on one component: "
-            "srun --het-group=N python -m train ..."
-        )
-
-
 def _not_under_srun(environ: Mapping[str, str], command: str) -> None:
     """In a batch script or salloc shell, a lone process claiming several tasks would wait forever."""
     job = _first(environ, JOB_ID_VARS)
@@ -254,6 +228,7 @@ class _Reading:
         self.tasks_list: tuple[str, str] | None = None  # (variable, value) of SLURM's tasks-per-node list
         self.tasks_per_node: list[int] | None = None
         self.explicit_local: tuple[str, int] | None = None
+        self.local_rank: int | None = None  # given or derived beside the node rank (`_placement`)
 
     def first(self, names: tuple[str, ...]) -> tuple[str, str] | None:
         return _first(self.environ, names)
@@ -292,6 +267,11 @@ def _world_size(r: _Reading) -> int:
 
 def _rank(r: _Reading) -> int:
     rank, world_size = r.pick("rank", 0, "this process's rank"), r.values["world_size"]
+    if rank is None and world_size > 1:
+        names = "SLURM_PROCID (or RANK)" if r.sources["world_size"].startswith("SLURM_") else "RANK"
+        raise UserError(f"{r.sources['world_size']}={world_size} processes, but {names} is not set: which of "
+                        "them this one is cannot be known. Set it for every process (srun sets SLURM_PROCID, "
+                        "torchrun RANK).")
     if rank is None:
         return r.take("rank", 0)
     if rank >= world_size:
@@ -328,23 +308,46 @@ def _num_nodes(r: _Reading) -> int:
         local = (r.integer("local_world_size", ("SLURM_NTASKS_PER_NODE",), 1) or (None, None))[1]
     r.values["local_world_size"] = local  # provisional: `_local_world_size` completes it
     if num_nodes is None:
-        if local is not None:
-            num_nodes = r.take("num_nodes", -(-r.values["world_size"] // local),
-                                  "derived from world_size / local_world_size")
-        else:
-            num_nodes = r.take("num_nodes", 1)
+        num_nodes = _nodes_without_a_count(r, local)
     if r.tasks_per_node is not None and len(r.tasks_per_node) != num_nodes:
         raise UserError(f"{r.tasks_list[0]} lists {len(r.tasks_per_node)} nodes but "
                         f"{r.sources['num_nodes']}={num_nodes}; the two must agree.")
     return num_nodes
 
 
+def _nodes_without_a_count(r: _Reading, local: int | None) -> int:
+    """No node count nor tasks-per-node list: from the processes per node, else the node list, else one."""
+    if local is not None:
+        return r.take("num_nodes", -(-r.values["world_size"] // local), "derived from world_size / local_world_size")
+    listed = r.first(SLURM_NODELIST_VARS) if r.use_slurm else None
+    if listed is not None:
+        return r.take("num_nodes", len(expand_nodelist(*listed)), f"the hosts of {listed[0]}")
+    return r.take("num_nodes", 1)
+
+
+def _placement(r: _Reading, node_rank: int | None) -> int:
+    """Node rank and local rank where a variable is missing: from the layout when it is known, else refused."""
+    world_size, num_nodes, local = r.values["world_size"], r.values["num_nodes"], r.values["local_world_size"]
+    local_var = None if local is None else (r.sources["local_world_size"], local)
+    counts, source = counts_per_node(world_size, num_nodes, r.tasks_list, r.tasks_per_node, local_var)
+    distribution = r.first(("SLURM_DISTRIBUTION",)) if source.startswith("SLURM_") else None
+    layout = node_layout(world_size, num_nodes, counts, source, distribution)
+    known = {field: None if value is None else (r.sources[field], value)
+             for field, value in (("node_rank", node_rank), ("local_rank", r.local_rank))}
+    slurm = r.kind == STEP or source.startswith("SLURM_")  # then name SLURM's variables, else torchrun's
+    names = {field: VARIABLES[field][1 if slurm else 0][0] for field in known}
+    derived, how = place(r.values["rank"], layout, known, names)
+    how = f"derived from {r.sources.get('rank', 'rank')} and {how}"
+    if r.local_rank is None:
+        r.local_rank = r.take("local_rank", derived["local_rank"], how)
+    return node_rank if node_rank is not None else r.take("node_rank", derived["node_rank"], how)
+
+
 def _node_rank(r: _Reading) -> int:
     node_rank, num_nodes = r.pick("node_rank", 0, "this node's rank"), r.values["num_nodes"]
-    if node_rank is None:
-        per_node = r.values["local_world_size"] or (
-            r.tasks_per_node[0] if r.tasks_per_node else r.values["world_size"] // num_nodes or 1)
-        node_rank = r.take("node_rank", min(r.values["rank"] // per_node, num_nodes - 1), "derived from rank")
+    r.local_rank = r.pick("local_rank", 0, "this process's rank on its node")
+    if node_rank is None or r.local_rank is None:
+        node_rank = _placement(r, node_rank)
     if node_rank >= num_nodes:
         raise UserError(f"{r.sources['node_rank']}={node_rank} is not a valid node rank for {num_nodes} nodes "
                         f"({r.sources['num_nodes']}); expected 0..{num_nodes - 1}.")
@@ -368,9 +371,7 @@ def _local_world_size(r: _Reading) -> int:
 
 
 def _local_rank(r: _Reading) -> int:
-    local_rank, local = r.pick("local_rank", 0, "this process's rank on its node"), r.values["local_world_size"]
-    if local_rank is None:
-        local_rank = r.take("local_rank", r.values["rank"] % local, "derived from rank")
+    local_rank, local = r.local_rank, r.values["local_world_size"]
     if local_rank >= local:
         raise UserError(
             f"{r.sources['local_rank']}={local_rank} is not a valid local rank for {local} "
@@ -473,7 +474,7 @@ def resolve(environ: Mapping[str, str], pick_free_port: Callable[[], int] = free
     kind = launcher(environ)
     if kind == ALLOCATION and _looks_like_a_task(environ):
         kind = STEP  # a hand-made srun environment without step variables: only a task has a rank > 0
-    _check_heterogeneous(environ, kind)
+    check_heterogeneous(environ, is_step=kind == STEP)
     if kind == ALLOCATION and _first(environ, ("WORLD_SIZE",)) is None:
         _not_under_srun(environ, command)
     reading = _Reading(environ, kind, pick_free_port)

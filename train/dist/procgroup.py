@@ -18,8 +18,8 @@ import torch.distributed as dist
 from train.config import DistConfig
 from train.dist.devices import choose_device_index, gpu_identity, refuse_shared_gpus, shared_gpus
 from train.dist.distenv import DistEnv
-from train.errors import UserError
 from train.dist.portholder import port_holder
+from train.errors import UserError
 
 
 def choose_backend(requested: str, cuda_available: bool) -> str:

@@ -18,6 +18,7 @@ from torch_geometric.utils import coalesce, to_undirected
 
 from train.config import DataConfig
 from train.errors import UserError
+from train.files import check_dir
 from train.graph.ogbn import OGB_NODE_DATASETS, open_ogb
 from train.graph.rawfiles import prepare_again, problems
 
@@ -72,6 +73,23 @@ FILES = "files"  # the user's own graph at data.path (train/graph/graphfiles.py)
 def data_root(config: DataConfig, data_dir: str | None = None) -> Path:
     """`data.root`, else `data_dir` ($DATA_DIR, resolved at the entry: `DistEnv.data_dir`), else ./data."""
     return Path(config.root or data_dir or "data")
+
+
+def checked_data_root(config: DataConfig, data_dir: str | None = None) -> Path:
+    """The data root (`data_root`), refused naming its source when it is not a directory this user can use:
+    a regular file, a dangling link, under a file, unreadable, or missing where it cannot be made."""
+    root = data_root(config, data_dir)
+    source = "data.root" if config.root else "DATA_DIR" if data_dir else "the default data root"
+    check_dir(root, f"{source}={str(root)!r}", "give the folder that holds (or will hold) the datasets", create=True)
+    return root
+
+
+def _checked_folder(name: str, root: Path) -> Path:
+    """Dataset `name`'s folder under the root: a directory, or one that can be made there."""
+    folder = DATASETS[name].folder(root)
+    check_dir(folder, f"dataset {name!r}: its folder {str(folder)!r}",
+              f"move it away, or give another data.root; then {prepare_again(name)}", create=True)
+    return folder
 
 
 def check_dataset_name(name: str) -> None:
@@ -141,7 +159,7 @@ def _open(name: str, root: Path) -> Data:
     while processing or reading the processed file is traced back to the file that caused it.
     """
     spec = DATASETS[name]
-    folder = spec.folder(root)
+    folder = _checked_folder(name, root)
     processed = is_prepared(name, root)
     if not processed and any((folder / f).exists() for f in spec.needed):
         damaged = [p for p in problems(folder, spec.needed) if not p.endswith(" is missing")]
@@ -185,9 +203,11 @@ def is_prepared(name: str, root: Path) -> bool:
 def prepare_dataset(config: DataConfig, data_dir: str | None = None) -> Path:
     """Download and process a real dataset into the data root (run once, on a login node)."""
     check_dataset_name(config.name)
-    root = data_root(config, data_dir)
-    if config.name in (SYNTHETIC, FILES) or is_prepared(config.name, root):
-        return root  # generated, the user's own files (checked as they load), or processed already
+    if config.name in (SYNTHETIC, FILES):
+        return data_root(config, data_dir)  # generated, or the user's own files (checked as they load)
+    root = checked_data_root(config, data_dir)
+    if is_prepared(config.name, root):
+        return root  # processed already
     root.mkdir(parents=True, exist_ok=True)
     _open(config.name, root)
     return root
@@ -202,7 +222,7 @@ def load_graph(config: DataConfig, data_dir: str | None = None) -> Data:
         from train.graph.graphfiles import load_files
 
         return load_files(config.path)
-    root = data_root(config, data_dir)
+    root = checked_data_root(config, data_dir)
     root.mkdir(parents=True, exist_ok=True)
     return _open(config.name, root)
 

@@ -11,11 +11,14 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import math
 import pickle
 import zipfile
 from pathlib import Path
 
 import numpy as np
+
+from train.files import file_problem as path_problem
 
 # Files whose bytes are fixed forever: the Planetoid release (github.com/kimiyoung/planetoid, the
 # files PyG downloads). A truncated `ind.*.test.index` still parses, so only a checksum tells.
@@ -43,6 +46,46 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def npy_problem(path: Path) -> str | None:
+    """What keeps a (readable, non-empty) file from being an .npy array: its magic, its header, its length."""
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(6)
+            if head != b"\x93NUMPY":
+                return f"is not a .npy file (it starts with {head!r}, not NumPy's \\x93NUMPY)"
+            fh.seek(0)
+            version = np.lib.format.read_magic(fh)
+            read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
+                np.lib.format.read_array_header_2_0  # 2.0 and 3.0 share the header's layout
+            shape, _fortran, dtype = read_header(fh)
+            data_start, size = fh.tell(), path.stat().st_size
+    except (OSError, ValueError) as exc:
+        return f"has a damaged .npy header ({exc})"
+    if dtype.hasobject:
+        return "holds pickled Python objects, not numbers (it cannot be memory-mapped)"
+    expected = math.prod(shape) * dtype.itemsize
+    if size - data_start < expected:
+        return (f"is cut short: its header promises {expected:,} bytes of data ({shape} of {dtype}), the file "
+                f"holds {size - data_start:,}")
+    return None
+
+
+def pt_problem(path: Path) -> str | None:
+    """What keeps a (readable, non-empty) file from being a torch.save file that can be memory-mapped."""
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(4)
+        if head == b"PK\x03\x04":
+            with zipfile.ZipFile(path):  # torch.save's format: a zip whose directory is at the end
+                return None
+        if head[:1] == b"\x80":
+            return ("was saved in torch's legacy format (_use_new_zipfile_serialization=False), which cannot be "
+                    "memory-mapped")
+    except (OSError, zipfile.BadZipFile) as exc:
+        return f"is cut short or damaged: a torch.save zip archive whose directory cannot be read ({exc})"
+    return f"is not a torch.save file (it starts with {head!r}, not a zip archive's PK\\x03\\x04)"
+
+
 def _read_test_index(path: Path, thorough: bool) -> None:
     for number, line in enumerate(path.read_text().splitlines(), 1):
         if line.strip() and not line.strip().isdigit():
@@ -61,7 +104,9 @@ def _read_npz(path: Path, thorough: bool) -> None:
 
 
 def _read_npy(path: Path, thorough: bool) -> None:
-    np.load(path, mmap_mode="r")  # the header's shape must fit in the file
+    problem = npy_problem(path)  # the header's shape must fit in the file
+    if problem is not None:
+        raise ValueError(problem)
 
 
 def _read_json(path: Path, thorough: bool) -> None:
@@ -103,21 +148,22 @@ def _read_format(path: Path, thorough: bool) -> None:
 
 
 def file_problem(path: Path, thorough: bool | None = None) -> str | None:
-    """What is wrong with `path` (missing, checksum, unreadable), or None when it reads.
+    """What is wrong with `path` (missing, not a file, empty, unreadable, checksum, damaged), or None when it reads.
 
     thorough=None reads small files fully and checks only the structure of large ones.
     """
-    if not path.is_file():
-        return "missing"
+    problem = path_problem(path)
+    if problem == "does not exist":
+        return "missing"  # the word callers tell a missing file from a damaged one by
+    if problem is not None:  # "<path> is <problem>": a directory, a FIFO, a link loop..., or unusable (why)
+        return problem[3:] if problem.startswith("is ") else f"unusable ({problem})"
     size = path.stat().st_size
-    if size == 0:
-        return "empty (0 bytes)"
     if thorough is None:
         thorough = size <= THOROUGH_BYTES
-    expected = KNOWN_SHA256.get(path.name)
-    if expected is not None and _sha256(path) != expected:
-        return f"not the published file (its SHA-256 differs; {size} bytes: cut short or replaced?)"
     try:
+        expected = KNOWN_SHA256.get(path.name)
+        if expected is not None and _sha256(path) != expected:
+            return f"not the published file (its SHA-256 differs; {size} bytes: cut short or replaced?)"
         _read_format(path, thorough)
     except Exception as exc:  # noqa: BLE001 - any failure to read is the finding
         return f"damaged ({type(exc).__name__}: {exc or 'cut short'})"

@@ -4,9 +4,10 @@ Under SLURM every task is its own process, so loading the graph in each (the see
 `data.share=process`) holds one copy per GPU: 4-8 copies of ~57 GB of features for
 ogbn-papers100M. With `data.share=node` (the default) only the node's local rank 0 loads
 the graph and builds the sampler's CSC; it writes each tensor as a raw file into a
-per-job directory (``/dev/shm/pyg-train-j<job>-p<port>-n<node>-u<uid>/``, or node-local
-disk when /dev/shm is too small) and every rank of the node maps the files with
-``torch.from_file``: the page cache holds the one copy, each rank only page tables.
+per-job directory (``/dev/shm/pyg-train-u<uid>/pyg-train-j<job>-p<port>-n<node>-u<uid>/``, in the
+user's private directory (train/graph/segments.py), or on node-local disk when /dev/shm is too
+small) and every rank of the node maps the files with ``torch.from_file``: the page cache holds
+the one copy, each rank only page tables.
 
 Read-only: the files are mapped private (copy-on-write) as inference tensors, so an
 in-place write raises ``RuntimeError`` and can never reach the pages other ranks see.
@@ -25,19 +26,16 @@ the same; only the column order of ``edge_index`` differs from `data.share=proce
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import errno
-import fcntl
 import json
 import math
 import os
-import re
-import shutil
 import socket
+import stat
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
@@ -53,14 +51,24 @@ from train.dist.distenv import DistEnv
 from train.errors import UserError
 from train.graph.data import load_graph
 from train.graph.sampler import build_csc
+from train.graph.segments import (  # noqa: F401 (the place of the files: re-exported where they were before)
+    HEADROOM_BYTES,
+    PREFIX,
+    SHM,
+    Segment,
+    candidate_dirs,
+    choose_dir,
+    gib,
+    release_all,
+    remove_stale,
+    segment_name,
+    shared_graphs,
+    user_dir,
+)
 
-PREFIX = "pyg-train-"
-SHM = Path("/dev/shm")
 MANIFEST = "manifest.json"
 FORMAT = 1
 SPLITS = ("train_idx", "val_idx", "test_idx")
-# Room kept free on the file system beyond the graph itself.
-HEADROOM_BYTES = 64 << 20
 
 CSC = tuple[Tensor, Tensor, "Tensor | None"]
 
@@ -85,180 +93,6 @@ def private_graph(config: DataConfig, load: Callable[[DataConfig], Data] = load_
     """`data.share=process`: this process loads its own graph and builds its own CSC (the seed's way)."""
     data = load(config)
     return attach_csc(data, build_csc(data.edge_index, data.num_nodes))
-
-
-# ---- names, places, stale segments ---------------------------------------------------------------
-
-def segment_name(job_id: str | None, master_port: int, node_rank: int, uid: int) -> str:
-    """Unique per job, rendezvous port and node; the same again when the same job restarts."""
-    job = re.sub(r"[^A-Za-z0-9_.]", "_", job_id) if job_id else "local"
-    return f"{PREFIX}j{job}-p{master_port}-n{node_rank}-u{uid}"
-
-
-def candidate_dirs(share_dir: str, node_tmpdirs: Sequence[str] = ()) -> list[Path]:
-    """`data.share_dir` alone when set; else /dev/shm, then node-local disk (`DistEnv.node_tmpdirs`: $SLURM_TMPDIR,
-    $TMPDIR), then /tmp."""
-    if share_dir:
-        if not Path(share_dir).is_dir():
-            raise UserError(f"data.share_dir={share_dir!r} is not a directory on this node; give an existing "
-                            "node-local directory (e.g. /dev/shm, $SLURM_TMPDIR, /tmp), or '' to choose one.")
-        return [Path(share_dir)]
-    found: list[Path] = []
-    for path in (str(SHM), *node_tmpdirs, "/tmp"):
-        if path and Path(path).is_dir() and Path(path) not in found:
-            found.append(Path(path))
-    return found
-
-
-def free_bytes(path: Path) -> int:
-    stats = os.statvfs(path)
-    return stats.f_bavail * stats.f_frsize
-
-
-def gib(n: float) -> str:
-    """A byte count in GiB, for messages."""
-    return f"{n / 2**30:.2f} GiB"
-
-
-def choose_dir(required: int, candidates: list[Path], free: Callable[[Path], int] = free_bytes) -> tuple[Path, str]:
-    """The first candidate with room for `required` bytes, and a note when it is not the first."""
-    if not candidates:
-        raise UserError("data.share=node found no directory to share the graph in (/dev/shm, $SLURM_TMPDIR, "
-                        "$TMPDIR, /tmp); set data.share_dir to a node-local directory, or use data.share=process.")
-    room = {path: free(path) for path in candidates}
-    for path in candidates:
-        if room[path] >= required + HEADROOM_BYTES:
-            note = ""
-            if path != candidates[0]:
-                note = (f"data.share=node: {candidates[0]} has {gib(room[candidates[0]])} free but the graph needs "
-                        f"{gib(required)}; sharing it from {path} (node-local disk) instead. To keep it in memory, "
-                        f"give the job a larger {candidates[0]} "
-                        f"(docker/podman --shm-size={-(-required // 2**30) + 1}g; "
-                        "enroot/pyxis mount the host's /dev/shm).")
-            return path, note
-    listing = ", ".join(f"{p} has {gib(n)}" for p, n in room.items())
-    raise UserError(
-        f"data.share=node needs {gib(required + HEADROOM_BYTES)} of node-local space for one copy of the graph, "
-        f"but {listing} free. Give the job a larger /dev/shm (docker/podman --shm-size={-(-required // 2**30) + 1}g; "
-        "enroot/pyxis use the host's), point data.share_dir at a node-local directory with room, or use "
-        "data.share=process (one copy per rank, in RAM)."
-    )
-
-
-def _try_lock(path: Path) -> int | None:
-    """An fd holding an exclusive flock on the file at `path` (still at that path), or None if someone holds it."""
-    try:
-        fd = os.open(path, os.O_RDWR)
-    except FileNotFoundError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        if os.stat(path).st_ino == os.fstat(fd).st_ino:
-            return fd
-    except (BlockingIOError, FileNotFoundError):
-        pass
-    os.close(fd)
-    return None
-
-
-def remove_stale(bases: list[Path], uid: int | None = None) -> list[Path]:
-    """Remove this user's segments that no live process holds (left by kill -9, OOM, node failure)."""
-    uid = os.getuid() if uid is None else uid
-    removed: list[Path] = []
-    for base in bases:
-        for lock in sorted(base.glob(f"{PREFIX}*-u{uid}.lock")):
-            fd = _try_lock(lock)
-            if fd is None:
-                continue  # a live writer holds it
-            try:
-                segment = lock.with_suffix("")
-                shutil.rmtree(segment, ignore_errors=True)
-                lock.unlink(missing_ok=True)
-                removed.append(segment)
-            finally:
-                os.close(fd)
-        for segment in sorted(base.glob(f"{PREFIX}*-u{uid}")):
-            # A writer creates the lock before the directory and removes it after: no lock, no owner.
-            if segment.is_dir() and not segment.with_name(segment.name + ".lock").exists():
-                shutil.rmtree(segment, ignore_errors=True)
-                removed.append(segment)
-    return removed
-
-
-# ---- one segment: a directory of raw tensor files, owned through its lock -------------------------
-
-class Segment:
-    """``<base>/<name>/`` (tensor files + manifest) and ``<base>/<name>.lock``, held by its writer."""
-
-    def __init__(self, base: Path, name: str):
-        self.path = base / name
-        self.lock_path = base / f"{name}.lock"
-        self._fd: int | None = None
-
-    @classmethod
-    def create(cls, base: Path, name: str, owner: dict, attempts: int = 50) -> "Segment":
-        """Lock the name, clear what a dead run of the same job left under it, make the directory."""
-        segment = cls(base, name)
-        for _ in range(attempts):
-            fd = os.open(segment.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:  # a live run, or another start removing stale segments right now
-                os.close(fd)
-                time.sleep(0.1)
-                continue
-            try:
-                same = os.stat(segment.lock_path).st_ino == os.fstat(fd).st_ino
-            except FileNotFoundError:
-                same = False
-            if not same:  # removed by a cleaner between open and flock: take the new file
-                os.close(fd)
-                continue
-            segment._fd = fd
-            os.ftruncate(fd, 0)
-            os.write(fd, json.dumps(owner).encode())
-            shutil.rmtree(segment.path, ignore_errors=True)  # the same job's, from a run that died
-            segment.path.mkdir(mode=0o700)
-            _OWNED.append(segment)
-            return segment
-        holder = segment.lock_path.read_text(errors="replace") if segment.lock_path.exists() else "?"
-        raise UserError(
-            f"{segment.lock_path} is held by a live process ({holder}): another run with the same job id, "
-            "MASTER_PORT and node rank is using this node. Stop it, or give this run another MASTER_PORT."
-        )
-
-    def remove(self) -> None:
-        """Delete the files (ranks that mapped them keep their mappings) and release the lock. Idempotent."""
-        if self._fd is None:
-            return
-        shutil.rmtree(self.path, ignore_errors=True)
-        with contextlib.suppress(FileNotFoundError):
-            self.lock_path.unlink()
-        os.close(self._fd)
-        self._fd = None
-        with contextlib.suppress(ValueError):
-            _OWNED.remove(self)
-
-
-_OWNED: list[Segment] = []
-
-
-def release_all() -> None:
-    """Remove every segment this process still owns (atexit, and on leaving `shared_graphs()`)."""
-    for segment in list(_OWNED):
-        segment.remove()
-
-
-atexit.register(release_all)
-
-
-@contextlib.contextmanager
-def shared_graphs() -> Iterator[None]:
-    """Scope of a run: the segments this process wrote are gone when it ends, however it ends."""
-    try:
-        yield
-    finally:
-        release_all()
 
 
 # ---- tensors <-> files ---------------------------------------------------------------------------
@@ -289,27 +123,44 @@ class Stacked:
         return self.parts[0].dtype
 
 
+_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC  # never an existing file or a link
+
+
 def write_tensors(directory: Path, tensors: Mapping[str, "Tensor | Stacked | Callable"], info: dict) -> dict:
-    """Write each tensor (a callable is called only when its turn comes) and, last, the manifest."""
+    """Write each tensor (a callable is called only when its turn comes) and, last, the manifest, as new files of
+    the fresh `directory` (opened once, without following a link; every file relative to it)."""
     entries = {}
-    for name, value in tensors.items():
-        value = value() if callable(value) else value
-        path = directory / f"{name}.bin"
-        with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as fh:
-            for part in value.parts if isinstance(value, Stacked) else [value]:
-                _write_raw(fh, part)
-        entries[name] = {"file": path.name, "dtype": _dtype_name(value.dtype), "shape": list(value.shape)}
-        del value
-    manifest = {"format": FORMAT, "tensors": entries, **info}
-    tmp = directory / f"{MANIFEST}.tmp"
-    tmp.write_text(json.dumps(manifest, indent=1))
-    os.replace(tmp, directory / MANIFEST)  # present only once every file is complete
+    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        for name, value in tensors.items():
+            value = value() if callable(value) else value
+            with os.fdopen(os.open(f"{name}.bin", _NEW_FILE, 0o600, dir_fd=dir_fd), "wb") as fh:
+                for part in value.parts if isinstance(value, Stacked) else [value]:
+                    _write_raw(fh, part)
+            entries[name] = {"file": f"{name}.bin", "dtype": _dtype_name(value.dtype), "shape": list(value.shape)}
+            del value
+        manifest = {"format": FORMAT, "tensors": entries, **info}
+        with os.fdopen(os.open(f"{MANIFEST}.tmp", _NEW_FILE, 0o600, dir_fd=dir_fd), "w") as fh:
+            fh.write(json.dumps(manifest, indent=1))
+        # present only once every file is complete
+        os.replace(f"{MANIFEST}.tmp", MANIFEST, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    finally:
+        os.close(dir_fd)
     return manifest
+
+
+def _regular_file(directory: Path, name: str) -> Path:
+    """directory/name, when it is a regular file of this user (not a link): what map_tensors may open."""
+    path = directory / name
+    found = os.lstat(path)
+    if not stat.S_ISREG(found.st_mode) or found.st_uid != os.getuid():
+        raise UserError(f"{path} is not a regular file of this user; the node's shared graph was tampered with.")
+    return path
 
 
 def map_tensors(directory: Path) -> dict[str, Tensor]:
     """Map every tensor of a segment private and read-only in effect: an in-place write raises."""
-    manifest = json.loads((directory / MANIFEST).read_text())
+    manifest = json.loads(_regular_file(directory, MANIFEST).read_text())
     if manifest.get("format") != FORMAT:
         raise UserError(f"{directory / MANIFEST} has format {manifest.get('format')!r}, expected {FORMAT}.")
     out = {}
@@ -323,7 +174,8 @@ def map_tensors(directory: Path) -> dict[str, Tensor]:
             if numel == 0:
                 out[name] = torch.empty(shape, dtype=dtype)
             else:
-                flat = torch.from_file(str(directory / entry["file"]), shared=False, size=numel, dtype=dtype)
+                path = _regular_file(directory, entry["file"])
+                flat = torch.from_file(str(path), shared=False, size=numel, dtype=dtype)
                 out[name] = flat.view(shape)
     return out
 
@@ -395,10 +247,12 @@ def _write_segment(config: DataConfig, env: DistEnv, load: Callable[[DataConfig]
     data = load(config)
     tensors, size = graph_tensors(data)
     base, note = choose_dir(size, bases)
+    private, squatted = user_dir(base)  # this user's own directory in base: another user's entries are theirs
+    note = "\n".join(n for n in (note, squatted) if n)
     name = segment_name(env.job_id, env.master_port, env.node_rank, os.getuid())
     owner = {"pid": os.getpid(), "host": socket.gethostname(), "job": env.job_id, "node_rank": env.node_rank,
              "bytes": size, "created": time.time()}
-    segment = Segment.create(base, name, owner)
+    segment = Segment.create(private, name, owner, remove_base=bool(squatted))
     try:
         write_tensors(segment.path, tensors, owner)
     except BaseException as exc:

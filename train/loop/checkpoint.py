@@ -32,6 +32,7 @@ from typing import Any, Protocol
 
 from train.dist.distenv import DistEnv
 from train.errors import UserError
+from train.files import dir_problem, file_problem
 
 MAGIC = b"PYGCKPT1"
 FORMAT_VERSION = 1
@@ -166,6 +167,9 @@ def save_checkpoint(directory: Path, payload: dict, keep: int) -> Path:
 
 def load_checkpoint(path: Path) -> dict:
     """The payload of one checkpoint file; `CorruptCheckpoint` when it is not intact."""
+    problem = file_problem(path)  # a directory, a FIFO (a read would block), a link loop, unreadable, empty
+    if problem is not None:
+        raise CorruptCheckpoint(problem.removeprefix("is "))
     try:
         data = Path(path).read_bytes()
     except OSError as exc:
@@ -346,6 +350,9 @@ class Checkpointer:
     def _find(self) -> dict:
         """Rank 0: which checkpoint to resume from under trainer.resume, as a message for all."""
         mode = self.mode
+        problem = dir_problem(self.directory) if os.path.lexists(self.directory) else None
+        if problem is not None:  # else the first save, an epoch from now, would fail
+            raise UserError(f"{self.directory} {problem}: checkpoints cannot be written there; move it away.")
         if mode == "never":
             if list_checkpoints(self.directory):
                 aside = self.directory.with_name(f"{CHECKPOINT_DIR}.replaced-{time.strftime('%Y%m%d-%H%M%S')}")

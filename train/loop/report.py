@@ -18,6 +18,7 @@ from pathlib import Path
 import yaml
 
 from train.errors import UserError
+from train.files import dir_problem, file_problem, read_text
 from train.loop.timing import PHASES
 
 CURVES = "curves.png"
@@ -30,7 +31,7 @@ def read_metrics(path: Path) -> list[dict]:
     """One row per epoch, in epoch order. A half-written last line is skipped; when a resumed run
     repeated an epoch, its last row wins."""
     by_epoch: dict[int, dict] = {}
-    for line in path.read_text().splitlines():
+    for line in read_text(path, repr(str(path)), allow_empty=True).splitlines():
         try:
             row = json.loads(line)
         except json.JSONDecodeError:
@@ -40,20 +41,31 @@ def read_metrics(path: Path) -> list[dict]:
     return [by_epoch[e] for e in sorted(by_epoch)]
 
 
-def _read_json(path: Path) -> dict | None:
-    try:
-        value = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
+def _read_optional(path: Path, parse) -> dict | None:
+    """A mapping from an optional file of the run (summary.json, config.yaml); None when it is absent, and a
+    warning naming it when it is there but unusable (the summary then comes from metrics.jsonl alone)."""
+    if not path.exists() and not path.is_symlink():
         return None
-    return value if isinstance(value, dict) else None
+    problem = file_problem(path)
+    try:
+        value = None if problem else parse(path.read_text())
+    except (OSError, ValueError, yaml.YAMLError) as exc:  # ValueError: not UTF-8, not JSON
+        problem = f"cannot be read ({type(exc).__name__}: {exc})"
+        value = None
+    if problem is None and not isinstance(value, dict):
+        problem = f"holds a {type(value).__name__}, not a mapping"
+    if problem is not None:
+        print(f"warning: {path} {problem}; ignoring it", file=sys.stderr, flush=True)
+        return None
+    return value
+
+
+def _read_json(path: Path) -> dict | None:
+    return _read_optional(path, json.loads)
 
 
 def _read_yaml(path: Path) -> dict | None:
-    try:
-        value = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError):
-        return None
-    return value if isinstance(value, dict) else None
+    return _read_optional(path, yaml.safe_load)
 
 
 def _number(value) -> float | None:
@@ -192,14 +204,15 @@ def plot_phases(ax, rows: list[dict]) -> None:
 
 # ---- entry points -------------------------------------------------------------------------------
 def load_run(run_dir: Path) -> tuple[list[dict], dict | None, dict | None]:
-    if not run_dir.is_dir():
+    problem = dir_problem(run_dir)
+    if problem is not None:
         parent = run_dir.parent if run_dir.parent.is_dir() else Path("runs")
         known = sorted((p for p in parent.glob("*") if (p / "metrics.jsonl").is_file()),
                        key=lambda p: p.stat().st_mtime)
         hint = f" Runs under {parent}: {', '.join(p.name for p in known[-5:])}." if known else ""
-        raise UserError(f"run directory {str(run_dir)!r} does not exist.{hint}")
+        raise UserError(f"run directory {str(run_dir)!r} {problem}.{hint}")
     metrics = run_dir / "metrics.jsonl"
-    if not metrics.is_file():
+    if not metrics.exists() and not metrics.is_symlink():
         raise UserError(f"{str(run_dir)!r} has no metrics.jsonl: is it a run directory (runs/<id>), and has its "
                         "first epoch finished?")
     rows = read_metrics(metrics)

@@ -17,8 +17,12 @@ PYG_SUBMISSION_ID, the same for every requeue of that submission). Without `outp
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from pathlib import Path
+
+from train.files import dir_problem, file_problem
+from train.loop.checkpoint import atomic_write_text
 
 IDENTITY_FILE = "job.json"
 
@@ -29,15 +33,21 @@ def job_identity(job_id: str, cluster_name: str | None, submission_id: str | Non
 
 
 def read_identity(directory: Path) -> dict | None:
+    """The job a run directory records; None when its job.json is absent, empty, not a file or not JSON."""
+    path = directory / IDENTITY_FILE
+    if file_problem(path) is not None:  # a FIFO would block the read; a directory or a loop would raise
+        return None
     try:
-        value = json.loads((directory / IDENTITY_FILE).read_text())
-    except (OSError, ValueError):
+        value = json.loads(path.read_text())
+    except (OSError, ValueError):  # ValueError: not UTF-8, not JSON
         return None
     return value if isinstance(value, dict) else None
 
 
 def belongs_to(directory: Path, identity: Mapping[str, str], requeued: bool) -> bool:
-    """Is `directory` (which exists) this job's own?"""
+    """Is `directory` (which exists) this job's own? Not when it is no directory (a file, a link loop)."""
+    if dir_problem(directory) is not None:
+        return False
     recorded = read_identity(directory)
     if recorded is None:  # empty, made before job.json existed, or by a run that stopped before writing it
         return requeued or not any(directory.iterdir())
@@ -51,7 +61,7 @@ def belongs_to(directory: Path, identity: Mapping[str, str], requeued: bool) -> 
 def choose(runs: Path, identity: Mapping[str, str], requeued: bool) -> tuple[Path, str | None]:
     """(the job's run directory under `runs`, a note when it is not runs/<jobid>)."""
     base = runs / identity["job_id"]
-    if not base.exists() or belongs_to(base, identity, requeued):
+    if not os.path.lexists(base) or belongs_to(base, identity, requeued):  # a dangling link is in the way too
         return base, None
     stem = f"{identity['job_id']}-{identity['cluster']}-"
     taken = sorted(p for p in runs.glob(f"{stem}*") if p.name[len(stem):].isdigit())
@@ -60,6 +70,9 @@ def choose(runs: Path, identity: Mapping[str, str], requeued: bool) -> tuple[Pat
             return candidate, f"run directory {candidate} (job {identity['job_id']} of cluster {identity['cluster']})"
     number = 1 + max((int(p.name[len(stem):]) for p in taken), default=0)
     chosen = runs / f"{stem}{number}"
+    problem = dir_problem(base)
+    if problem is not None:
+        return chosen, f"{base} {problem}: this job writes {chosen}"
     recorded = read_identity(base) or {}
     return chosen, (f"{base} belongs to another job (cluster {recorded.get('cluster', '?')}, job "
                     f"{recorded.get('job_id', '?')}{', an earlier submission' if recorded else ''}): this job writes "
@@ -67,4 +80,4 @@ def choose(runs: Path, identity: Mapping[str, str], requeued: bool) -> tuple[Pat
 
 
 def write_identity(directory: Path, identity: Mapping[str, str]) -> None:
-    (directory / IDENTITY_FILE).write_text(json.dumps(dict(identity), sort_keys=True) + "\n")
+    atomic_write_text(directory / IDENTITY_FILE, json.dumps(dict(identity), sort_keys=True) + "\n")

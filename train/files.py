@@ -1,0 +1,127 @@
+"""A file the package reads, checked before it is read: when it is not what was expected, say what it is.
+
+A user's path can be missing, empty, a directory, a FIFO, a dangling link or a link loop, behind a
+file used as a directory, unreadable for this user, or not text. The libraries that read it then
+fail with messages that name neither (torch.load's "failed finding central directory" for an empty
+file, a FileExistsError from mkdir, a UnicodeDecodeError, or a read that blocks forever on a FIFO).
+`file_problem` / `dir_problem` name the problem; `check_file`, `read_bytes` and `read_text` raise a
+`UserError` with it. Every reader of the package goes through them.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from pathlib import Path
+
+from train.errors import UserError
+
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
+          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISREG, "a regular file"))
+
+
+def kind(mode: int) -> str:
+    """What a file of this st_mode is, in words."""
+    return next((name for test, name in _KINDS if test(mode)), "a special file")
+
+
+def _unreachable(path: Path, exc: OSError) -> str:
+    """Why os.stat(path) failed, in words."""
+    if exc.errno == errno.ELOOP:
+        return "is a symbolic link loop (or goes through one)"
+    if exc.errno == errno.ENOTDIR:
+        blocker = next((p for p in reversed(path.parents) if p.exists() and not p.is_dir()), None)
+        return (f"cannot exist: {str(blocker)!r} on its path is {kind(blocker.stat().st_mode)}, not a directory"
+                if blocker else "cannot exist: a part of its path is not a directory")
+    if exc.errno == errno.EACCES:
+        return "cannot be reached: a directory on its path is not searchable by this user (permission denied)"
+    if exc.errno == errno.ENOENT:
+        if path.is_symlink():
+            return f"is a dangling symbolic link (to {os.readlink(path)!r}, which does not exist)"
+        return "does not exist"
+    return f"cannot be reached ({exc.strerror})"
+
+
+def _stat(path: Path) -> os.stat_result | str:
+    try:
+        return os.stat(path)
+    except OSError as exc:
+        return _unreachable(path, exc)
+    except ValueError as exc:  # an embedded NUL byte
+        return f"is not a valid path ({exc})"
+
+
+def file_problem(path: Path | str, allow_empty: bool = False) -> str | None:
+    """What keeps `path` from being read as a regular file, as a phrase that follows the path; None if nothing."""
+    path = Path(path)
+    found = _stat(path)
+    if isinstance(found, str):
+        return found
+    if not stat.S_ISREG(found.st_mode):
+        return f"is {kind(found.st_mode)}, not a regular file"
+    if not os.access(path, os.R_OK):
+        return f"cannot be read by this user (permission denied; mode {stat.filemode(found.st_mode)}, " \
+               f"owner uid {found.st_uid})"
+    if found.st_size == 0 and not allow_empty:
+        return "is empty (0 bytes)"
+    return None
+
+
+def dir_problem(path: Path | str, create: bool = False) -> str | None:
+    """What keeps `path` from being a directory this user can list (or, with `create`, make: then a missing
+    directory is fine when its first existing ancestor is a writable directory); None if nothing."""
+    path = Path(path)
+    found = _stat(path)
+    if isinstance(found, str):
+        if not (create and found == "does not exist"):
+            return found
+        ancestor = next(p for p in path.parents if p.exists() or p.is_symlink())
+        problem = dir_problem(ancestor)
+        if problem is not None:
+            return f"cannot be created: {str(ancestor)!r} {problem}"
+        if not os.access(ancestor, os.W_OK | os.X_OK):
+            return f"cannot be created: {str(ancestor)!r} is not writable by this user"
+        return None
+    if not stat.S_ISDIR(found.st_mode):
+        return f"is {kind(found.st_mode)}, not a directory"
+    if not os.access(path, os.R_OK | os.X_OK):
+        return f"cannot be listed by this user (permission denied; mode {stat.filemode(found.st_mode)})"
+    return None
+
+
+def _refuse(what: str, problem: str, hint: str) -> UserError:
+    return UserError(f"{what} {problem}{'; ' + hint if hint else ''}.")
+
+
+def check_file(path: Path | str, what: str, hint: str = "", allow_empty: bool = False) -> None:
+    """`UserError` "<what> <problem>; <hint>." unless `path` is a readable regular file (not empty)."""
+    problem = file_problem(path, allow_empty)
+    if problem is not None:
+        raise _refuse(what, problem, hint)
+
+
+def check_dir(path: Path | str, what: str, hint: str = "", create: bool = False) -> None:
+    """`UserError` unless `path` is a directory this user can list (or, with `create`, make)."""
+    problem = dir_problem(path, create)
+    if problem is not None:
+        raise _refuse(what, problem, hint)
+
+
+def read_bytes(path: Path | str, what: str, hint: str = "", allow_empty: bool = False) -> bytes:
+    """The bytes of a checked file; a failure while reading (EIO, a race) is a `UserError` too."""
+    check_file(path, what, hint, allow_empty)
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise _refuse(what, f"cannot be read ({exc.strerror})", hint) from None
+
+
+def read_text(path: Path | str, what: str, hint: str = "", allow_empty: bool = False) -> str:
+    """The UTF-8 text of a checked file; bytes that are not UTF-8 are named with their offset."""
+    data = read_bytes(path, what, hint, allow_empty)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        problem = f"is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}: a binary file?)"
+        raise _refuse(what, problem, hint) from None
