@@ -7,5 +7,5 @@ GPU_CHECK_ARGS ?=
 
 .PHONY: gpu-check
 
-gpu-check: ## Check a GPU in < 8 min: CUDA tests, nccl, GPU sampler, pinned gather, 1-GPU training; GPU_PYTHON, GPU_CHECK_ARGS (e.g. --small)
+gpu-check: check-gpu-check ## Check a GPU in < 8 min: CUDA tests, nccl, GPU sampler, pinned gather, 1-GPU training; GPU_PYTHON, GPU_CHECK_ARGS (e.g. --small)
 	@$(call split,args,GPU_CHECK_ARGS); VENV_PY="$$(realpath -m -s -- "$$VENV/bin/python")" bash bench/gpu_check.sh "$${args[@]}"

@@ -21,7 +21,8 @@ from tests.harness import standin_bin
 from tests.harness.jobscript import KNOBS, run_job_script
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPTS = [ROOT / "jobs" / "submit.sh", ROOT / "jobs" / "train.sbatch", *sorted((ROOT / "jobs" / "lib").glob("*.sh"))]
+SCRIPTS = [ROOT / "jobs" / "submit.sh", ROOT / "jobs" / "train.sbatch", *sorted((ROOT / "jobs" / "lib").glob("*.sh")),
+           *sorted((ROOT / "lib").glob("*.sh"))]
 SHELLCHECK = ROOT / ".venv" / "bin" / "shellcheck"
 
 
@@ -32,7 +33,8 @@ def standin(tmp_path):
     bindir.mkdir()
     standin_bin.install(bindir, "sbatch")  # records its arguments and the job's knobs, answers like --parsable
     record = tmp_path / "sbatch-calls.txt"
-    env = {k: v for k, v in os.environ.items() if k not in KNOBS and not k.startswith("SLURM_")}
+    env = {k: v for k, v in os.environ.items()
+           if k not in (*KNOBS, "OMP_NUM_THREADS", "MPLCONFIGDIR") and not k.startswith("SLURM_")}
     env["PATH"] = f"{bindir}:{env['PATH']}"
     env["STANDIN_RECORD"] = str(record)
     return env, record
@@ -56,7 +58,18 @@ def job_env(stdout: str) -> dict[str, str]:
     return dict(w.split("=", 1) for w in words[1:words.index("sbatch")])
 
 
-def test_dry_run_prints_two_node_sbatch_command_and_pyxis_script(standin):
+def dry_steps(stdout: str) -> dict[str, list[str]]:
+    """The job's steps a dry run prints: {"install"|"doctor"|"training": the command line's words}."""
+    steps, name = {}, None
+    for line in stdout.split("# The job's steps, as jobs/train.sbatch will run them", 1)[1].splitlines()[1:]:
+        if line.startswith("# "):
+            name = next((n for n in ("install", "doctor", "training") if n in line.split(",")[0]), None)
+        elif name:
+            steps[name], name = shlex.split(line), None
+    return steps
+
+
+def test_dry_run_prints_the_sbatch_command_and_the_steps_with_their_pyxis_flags(standin):
     env, record = standin
     p = make(env, "submit", "NODES=2", "GPUS=4", "DRY_RUN=1")
     assert p.returncode == 0, p.stderr
@@ -68,28 +81,62 @@ def test_dry_run_prints_two_node_sbatch_command_and_pyxis_script(standin):
     # the default image is the .sqsh `make image` writes, absolute so pyxis reads it as a path
     image = job_env(p.stdout)["IMAGE"]
     assert image.startswith(str(ROOT) + "/") and image.endswith(".sqsh")
-    # the script follows, and its container srun line carries the pyxis flags
-    script = p.stdout.split("# The script it submits, jobs/train.sbatch:\n", 1)[1]
-    assert script == (ROOT / "jobs" / "train.sbatch").read_text()
-    # its steps are launched by the one launch line (jobs/lib/pyxis.sh: pyxis flags, interpreter)
-    assert 'source "$PROJECT_DIR/jobs/lib/pyxis.sh"' in script
-    assert 'launch_line "$IMAGE" "$PROJECT_DIR" "$DATA_DIR"' in script and "DATA_DIR,OMP_NUM_THREADS" in script
-    assert 'srun "${srun_opts[@]}" "${LAUNCH[@]}" -m train fit --config "$CONFIG"' in script
-    # the memory plan came first
+    # the training step as the job runs it: its environment, srun's options and the pyxis flags
+    steps = dry_steps(p.stdout)
+    assert list(steps) == ["training"]  # a .sqsh from make image: no install; DOCTOR=0: no doctor
+    train = steps["training"]
+    assert train[:5] == ["env", "DATA_DIR=/data", "OMP_NUM_THREADS=1", "MPLCONFIGDIR=/tmp/matplotlib", "srun"]
+    assert train[5:9] == ["--kill-on-bad-exit=1", "--label", "--gpus-per-task=1", "--gpu-bind=none"]
+    assert train[9:] == [f"--container-image={image}", f"--container-mounts={ROOT}:/workspace,{ROOT}/data:/data",
+                         "--container-workdir=/workspace", "--no-container-mount-home",
+                         "--container-env=DATA_DIR,OMP_NUM_THREADS,MPLCONFIGDIR",
+                         "python", "-m", "train", "fit", "--config", "synthetic"]
+    # the script itself is a pointer, not 200 lines of output; the memory plan came first
+    assert f"# The job script: {ROOT}/jobs/train.sbatch" in p.stdout
+    assert "#SBATCH" not in p.stdout and "forward_signal" not in p.stdout
     assert p.stdout.index("memory plan: synthetic") < p.stdout.index("# DRY_RUN=1: nothing submitted")
     assert not record.exists(), "DRY_RUN called sbatch"
+
+
+def squashfs(path: Path) -> Path:
+    """A file that starts as a squashfs image does (its magic), for the checks on the login node."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"hsqs" + bytes(92))
+    return path
+
+
+@pytest.mark.parametrize("knobs", [
+    ["IMAGE=nvcr.io#nvidia/pyg:25.05-py3", "DOCTOR=1", "CONTAINER_MOUNTS=/tmp:/scratch", "SRUN_ARGS=--exclusive",
+     "ARGS=trainer.epochs=1 optim.lr=0.02"],
+    ["IMAGE=none", "GPUS_PER_TASK=0", "DOCTOR=only", "DOCTOR_TIMEOUT=30"],
+], ids=["registry-install-doctor", "bare-doctor-only"])
+def test_dry_run_steps_are_what_the_job_runs(standin, tmp_path, knobs):
+    """The lines `make submit DRY_RUN=1` prints are the job's, word for word: the job script, given the
+    environment the printed sbatch command gives it, prints and runs the same steps."""
+    env, record = standin
+    env.pop("PYTHONPATH", None)  # make exports PYTHONPATH=ROOT to the job (Makefile)
+    p = make(env, "submit", "NODES=2", "GPUS=8", "CPUS_PER_TASK=6", "CONFIG=tiny", *knobs, "DRY_RUN=1")
+    assert p.returncode == 0, p.stderr
+    printed = dry_steps(p.stdout)
+    job, calls = run_job_script(tmp_path, {**job_env(p.stdout), "PYTHONPATH": str(ROOT)})
+    assert job.returncode == 0, job.stdout + job.stderr
+    ran = [shlex.split(line) for line in job.stdout.splitlines() if line.startswith("env ")]
+    expected = [[w.replace("JOBID", "123456") for w in words] for words in printed.values()]
+    assert ran == expected, (ran, expected)  # the job prints each step's line before it runs it
+    assert calls == [words[words.index("srun") + 1:] for words in expected]  # and runs exactly that
+    assert not record.exists()
 
 
 def test_cpu_only_drops_gpu_options_and_passes_knobs(standin):
     env, record = standin
     p = make(env, "submit", "NODES=3", "GPUS=6", "GPUS_PER_TASK=0", "CPUS_PER_TASK=2", "IMAGE=none",
-             "CONFIG=tiny", "TIME=00:10:00", "PARTITION=debug", "ACCOUNT=proj1", "QOS=high",
-             "ARGS=trainer.epochs=1 optim.lr=0.02", "SBATCH_ARGS=--exclusive --mem=0", "DRY_RUN=1")
+             "CONFIG=tiny", "TIME=00:10:00", "PARTITION=debug", "ACCOUNT=proj1", "QOS=high", "MEM=0",
+             "ARGS=trainer.epochs=1 optim.lr=0.02", "SBATCH_ARGS=--exclusive --comment=x", "DRY_RUN=1")
     assert p.returncode == 0, p.stderr
     words = sbatch_words(p.stdout)
     assert not [w for w in words if w.startswith(("--gpus", "--gpu-bind"))], words
     for option in ("--nodes=3", "--ntasks=6", "--ntasks-per-node=2", "--cpus-per-task=2", "--time=00:10:00",
-                   "--partition=debug", "--account=proj1", "--qos=high", "--exclusive", "--mem=0"):
+                   "--partition=debug", "--account=proj1", "--qos=high", "--exclusive", "--comment=x", "--mem=0"):
         assert option in words, (option, words)
     knobs = job_env(p.stdout)
     assert knobs["ARGS"] == "trainer.epochs=1 optim.lr=0.02"  # one word through make and the shell
@@ -170,12 +217,12 @@ def test_srun_line_container_mode(standin):
     assert len(lines) == 2  # install into a named container, then train in it
     install, train = (shlex.split(ln) for ln in lines)
     # offline, from the wheels `make srun` prepared on this login node (compute nodes have no index)
-    assert install[:3] == ["WHEELS=/workspace/.wheels", "OFFLINE=1", "srun"], install
+    assert install[:4] == ["env", "WHEELS=/workspace/.wheels", "OFFLINE=1", "srun"], install
     assert "--container-env=WHEELS,OFFLINE" in install
     assert {w.name.split("-")[0] for w in (ROOT / ".wheels").glob("*.whl")} >= {"pyg_slurm_train", "python_hostlist"}
     assert "--ntasks-per-node=1" in install and "--container-name=pyg-train" in install
     assert install[-2:] == ["/workspace/container/install-project.sh", "/workspace"]
-    assert train[0] == "OMP_NUM_THREADS=1" and train[1] == "DATA_DIR=/data" and train[2] == "srun"
+    assert train[:5] == ["env", "DATA_DIR=/data", "OMP_NUM_THREADS=1", "MPLCONFIGDIR=/tmp/matplotlib", "srun"]
     for option in ("--nodes=2", "--ntasks=4", "--ntasks-per-node=2", "--gpus-per-task=1", "--gpu-bind=none",
                    "--container-image=nvcr.io#nvidia/pyg:25.05-py3",
                    f"--container-mounts={ROOT}:/workspace,{ROOT}/data:/data",
@@ -418,9 +465,10 @@ def test_a_knob_default_changed_in_one_place_is_what_help_submit_and_the_job_use
 # ---- the launch line of every step in the image: jobs/lib/pyxis.sh -------------------------------
 
 def launch(*args: str, project: Path = ROOT) -> list[str]:
-    script = 'source "$1"; shift; launch_line "$@"; printf "%s\\n" "${LAUNCH[@]}"'
-    p = subprocess.run(["bash", "-euo", "pipefail", "-c", script, "launch", str(ROOT / "jobs" / "lib" / "pyxis.sh"),
-                        args[0], str(project), *args[1:]], capture_output=True, text=True, timeout=30)
+    script = 'source "$1"; source "$2"; shift 2; launch_line "$@"; printf "%s\\n" "${LAUNCH[@]}"'
+    p = subprocess.run(["bash", "-euo", "pipefail", "-c", script, "launch", str(ROOT / "lib" / "cmd.sh"),
+                        str(ROOT / "jobs" / "lib" / "pyxis.sh"), args[0], str(project), *args[1:]],
+                       capture_output=True, text=True, timeout=30)
     assert p.returncode == 0, p.stderr
     return p.stdout.splitlines()
 

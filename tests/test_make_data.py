@@ -36,4 +36,4 @@ def test_mistakes_are_named(tmp_path):
     empty = make_data()
     assert empty.returncode != 0 and "DATASET is empty" in empty.stderr
     bad_mode = make_data("DATASET=reddit", "DATA_MODE=docker")
-    assert bad_mode.returncode != 0 and "DATA_MODE 'docker'" in bad_mode.stderr
+    assert bad_mode.returncode != 0 and "DATA_MODE='docker'" in bad_mode.stderr
