@@ -197,6 +197,33 @@ def test_make_image_pyg_tag_override_changes_every_name(tmp_path: Path):
     assert f":{TAG}" not in r.stdout or TAG == "26.01-py3"
 
 
+def test_make_image_refuses_a_base_or_an_output_that_is_no_squashfs_file(tmp_path: Path):
+    """BASE_SQSH is reused as it is: a folder, a file of another kind or an odd path must not reach
+    `enroot create` (nor say it was reused); IMAGE is written with mv: it must not be a folder."""
+    folder = tmp_path / "base.sqsh"
+    folder.mkdir()
+    text = tmp_path / "base.txt.sqsh"
+    text.write_text("not an image\n")
+    cases = [(f"BASE_SQSH={folder}", f"BASE_SQSH='{folder}' is a directory, not a squashfs image"),
+             (f"BASE_SQSH={text}", "does not start with the squashfs magic 'hsqs'"),
+             (f"BASE_SQSH={tmp_path}/a\nb.sqsh", "BASE_SQSH=$'"),
+             (f"IMAGE={folder}", f"IMAGE='{folder}' is a directory: expected the path of the .sqsh file to write"),
+             (f"IMAGE_DIR={text}", "is a file, not a directory")]
+    for assignment, named in cases:
+        for route in (["BUILDER=enroot"], ["BUILDER=docker", "SQSH=1"]) if assignment.startswith("IMAGE=") else [[]]:
+            r = make_image(clean_env(), "DRY_RUN=1", "BUILDER=enroot", *route, f"IMAGE_DIR={tmp_path}", assignment)
+            assert r.returncode == 2, r.stdout + r.stderr
+            assert named in r.stderr and "reusing" not in r.stderr, r.stderr
+            assert "enroot create" not in r.stdout
+    assert folder.is_dir() and not any(folder.iterdir())
+    # a real squashfs base is reused as the import
+    base = tmp_path / "real-base.sqsh"
+    base.write_bytes(b"hsqs" + bytes(92))
+    r = make_image(clean_env(), "DRY_RUN=1", "BUILDER=enroot", f"IMAGE_DIR={tmp_path}", f"BASE_SQSH={base}")
+    assert r.returncode == 0, r.stderr
+    assert "reusing the imported base" in r.stderr and ["enroot", "import"] not in [c[:2] for c in dry_commands(r.stdout)]
+
+
 def test_make_image_dry_run_docker_prints_docker_build():
     r = make_image(clean_env(), "DRY_RUN=1", "BUILDER=docker", "SQSH=0")
     assert r.returncode == 0, r.stderr

@@ -13,6 +13,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -245,6 +246,108 @@ def test_srun_line_bare_mode_has_no_pyxis_flags(standin):
     assert words[-6:] == ["-m", "train", "fit", "--config", "tiny", "trainer.epochs=1"]
 
 
+# ---- every knob's shape (lib/checks.sh), the same in a dry run; numbers without overflow -----------------
+
+@pytest.mark.parametrize("args, named", [
+    (["MEM=lots"], ["MEM='lots' is not a memory size"]),
+    (["ACCOUNT=my account"], ["ACCOUNT='my account' is not a name"]),
+    (["CONTAINER_MOUNTS=:/extra", "IMAGE=nvcr.io#nvidia/pyg:25.05-py3"], ["CONTAINER_MOUNTS=':/extra'", "empty source"]),
+    (["SBATCH_ARGS=--exclusive --nodes=8"], ["'--nodes=8' is an option the job sets itself; use NODES="]),
+    (["NODES=12345678901234567890", "GPUS=3"], ["NODES='12345678901234567890'", "at most 100000"]),
+    (["NODES=3", "GPUS=99999999999999999999"], ["GPUS='99999999999999999999'", "at most 1000000"]),
+    (["LOG_DIR=FILE/logs"], ["LOG_DIR=", "is a file, not a directory"]),
+    (["DATA_DIR=FILE/data"], ["DATA_DIR=", "is a file, not a directory"]),
+    (["BARE_PYTHON=/nonexistent/python3"], ["BARE_PYTHON='/nonexistent/python3' is not a program here"]),
+])
+def test_bad_knobs_are_refused_alike_in_a_dry_run_and_a_real_one(standin, tmp_path, args, named):
+    env, record = standin
+    regular = tmp_path / "a-file"
+    regular.write_text("not a folder\n")
+    args = [a.replace("FILE", str(regular)) for a in args]
+    for dry in ([], ["DRY_RUN=1"]):
+        p = make(env, "submit", "NODES=2", "GPUS=4", "IMAGE=none", "CONFIG=tiny", "BARE_PYTHON=python3", *args, *dry)
+        assert p.returncode == 2, p.stdout + p.stderr
+        assert "nothing was submitted" in p.stderr and "Traceback" not in p.stderr
+        for text in named:
+            assert text in p.stderr, (text, p.stderr)
+        # no number the user did not type: nothing wrapped around in shell arithmetic
+        typed = {w for a in args for w in re.findall(r"\d{8,}", a)}
+        assert set(re.findall(r"\d{8,}", p.stderr)) <= typed, p.stderr
+        assert "# DRY_RUN=1" not in p.stdout
+    assert not record.exists(), "a refused knob still called sbatch"
+    assert not (regular.parent / "a-file").is_dir()
+
+
+def test_memory_above_what_the_partitions_nodes_have_is_refused(cluster_standin):
+    env, record = cluster_standin  # partition gpu: 128000 MB per node; cpu: 16000 MB
+    for mem, partition in (("200G", "gpu"), ("16001", "cpu"), ("1T", "gpu")):
+        p = make(env, "submit", "IMAGE=none", "CONFIG=tiny", "GPUS_PER_TASK=0", f"PARTITION={partition}", f"MEM={mem}",
+                 "BARE_PYTHON=python3", "DRY_RUN=1")
+        assert p.returncode == 2, p.stdout + p.stderr
+        assert f"MEM='{mem}' is more than the nodes of partition '{partition}' have" in p.stderr, p.stderr
+    for mem in ("0", "16000", "15G"):  # 0: all of a node's memory
+        p = make(env, "submit", "IMAGE=none", "CONFIG=tiny", "GPUS_PER_TASK=0", "PARTITION=cpu", f"MEM={mem}",
+                 "BARE_PYTHON=python3", "DRY_RUN=1")
+        assert p.returncode == 0, p.stderr
+        assert f"--mem={mem}" in sbatch_words(p.stdout)
+    assert not record.exists()
+
+
+# ---- the image is an image before the job waits in the queue (issue 20 §2) ------------------------------
+
+def test_an_image_that_is_no_squashfs_is_refused_before_the_queue(standin, tmp_path):
+    env, record = standin
+    not_sqsh = tmp_path / "pyg.sqsh"
+    not_sqsh.write_bytes(b"PK\x03\x04 a zip, not a squashfs")
+    folder = tmp_path / "folder.sqsh"
+    folder.mkdir()
+    empty = tmp_path / "empty.sqsh"
+    empty.write_bytes(b"")
+    cases = [(not_sqsh, "does not start with the squashfs magic 'hsqs'"), (empty, "squashfs magic"),
+             (folder, "is a directory, not a squashfs image"), (tmp_path / "link.sqsh", "is not a regular file")]
+    (tmp_path / "link.sqsh").symlink_to(tmp_path / "gone.sqsh")
+    for image, named in cases:
+        for args in (["submit"], ["submit", "DRY_RUN=1"], ["srun"]):
+            p = make(env, *args, "NODES=2", "GPUS=4", "CONFIG=tiny", f"IMAGE={image}")
+            assert p.returncode == 2, p.stdout + p.stderr
+            assert f"IMAGE='{image}' " in p.stderr and named in p.stderr, p.stderr
+            assert "does not exist" not in p.stderr, p.stderr  # a folder is there: it is the wrong thing, not absent
+    p = make(env, "submit", "NODES=2", "GPUS=4", "CONFIG=tiny", f"IMAGE={tmp_path}/a\nb.sqsh", "DRY_RUN=1")
+    assert p.returncode == 2 and "is not a usable path" in p.stderr, p.stderr
+    assert not record.exists()
+
+
+def test_a_squashfs_image_is_taken_as_an_absolute_path(standin, tmp_path):
+    env, _ = standin
+    image = squashfs(tmp_path / "images" / "pyg.sqsh")
+    p = make(env, "srun", "NODES=2", "GPUS=4", "CONFIG=tiny", f"IMAGE={os.path.relpath(image, ROOT)}")
+    assert p.returncode == 0, p.stderr
+    assert f"--container-image={image}" in shlex.split(p.stdout)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="runs make as another user (nobody), which needs root")
+def test_an_unreadable_image_and_an_unwritable_log_dir_are_refused(tmp_path):
+    """As a user who cannot read the image or write the log folder (root reads and writes everything)."""
+    shared = Path(tempfile.mkdtemp(prefix="pyg-shapes-", dir="/tmp"))
+    try:
+        shared.chmod(0o755)
+        image = squashfs(shared / "pyg.sqsh")
+        image.chmod(0o600)
+        locked = shared / "locked"
+        locked.mkdir(mode=0o755)
+        env = {k: v for k, v in os.environ.items() if k not in KNOBS and not k.startswith(("SLURM_", "MAKE"))}
+        env.update(HOME=str(shared), PYTHONDONTWRITEBYTECODE="1")
+        p = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "make",
+                            "--no-print-directory", "submit", "NODES=2", "GPUS=4", "CONFIG=tiny", f"IMAGE={image}",
+                            f"LOG_DIR={locked}/logs", "DRY_RUN=1"], cwd=ROOT, env=env, capture_output=True, text=True,
+                           timeout=120)
+        assert p.returncode == 2, p.stdout + p.stderr
+        assert f"IMAGE='{image}' cannot be read" in p.stderr, p.stderr
+        assert f"LOG_DIR='{locked}/logs' cannot be written: '{locked}' is not writable by nobody" in p.stderr
+    finally:
+        shutil.rmtree(shared)
+
+
 def test_srun_checks_like_submit(standin):
     env, _ = standin
     p = make(env, "srun", "NODES=2", "GPUS=3")
@@ -413,9 +516,10 @@ def test_every_knob_has_one_home_with_its_documentation():
     assert set(jobs_vars.replace("\\", " ").split()) - {"DRY_RUN"} <= knobs
     for makefile in [ROOT / "Makefile", *(ROOT / "mk").glob("*.mk")]:  # no second default in make ...
         assert not knobs & set(re.findall(r"^([A-Z_]+) \??[:?]?=", makefile.read_text(), re.M)), makefile
-    for script in (ROOT / "jobs" / "submit.sh", ROOT / "jobs" / "train.sbatch"):  # ... nor in the scripts
+    scripts = [ROOT / "jobs" / "submit.sh", ROOT / "jobs" / "train.sbatch", *(ROOT / "container").glob("*.sh")]
+    for script in scripts:  # ... nor in the scripts
         text = script.read_text()  # (DATA_DIR's empty default means data/ in the project, as knobs.mk says)
-        assert not [k for k in knobs - {"DATA_DIR"} if re.search(rf"^\s*{k}=\$\{{{k}:-|\$\{{{k}:=", text, re.M)], script
+        assert not [k for k in knobs - {"DATA_DIR"} if re.search(rf"^\s*(export )?{k}=\$\{{{k}:-|\$\{{{k}:=", text, re.M)], script
 
 
 def make_tree_copy(tmp_path: Path) -> Path:
