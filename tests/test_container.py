@@ -221,7 +221,8 @@ def test_make_image_refuses_a_base_or_an_output_that_is_no_squashfs_file(tmp_pat
     base.write_bytes(b"hsqs" + bytes(92))
     r = make_image(clean_env(), "DRY_RUN=1", "BUILDER=enroot", f"IMAGE_DIR={tmp_path}", f"BASE_SQSH={base}")
     assert r.returncode == 0, r.stderr
-    assert "reusing the imported base" in r.stderr and ["enroot", "import"] not in [c[:2] for c in dry_commands(r.stdout)]
+    assert "reusing the imported base" in r.stderr
+    assert ["enroot", "import"] not in [c[:2] for c in dry_commands(r.stdout)]
 
 
 def test_make_image_dry_run_docker_prints_docker_build():

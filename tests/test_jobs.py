@@ -251,7 +251,8 @@ def test_srun_line_bare_mode_has_no_pyxis_flags(standin):
 @pytest.mark.parametrize("args, named", [
     (["MEM=lots"], ["MEM='lots' is not a memory size"]),
     (["ACCOUNT=my account"], ["ACCOUNT='my account' is not a name"]),
-    (["CONTAINER_MOUNTS=:/extra", "IMAGE=nvcr.io#nvidia/pyg:25.05-py3"], ["CONTAINER_MOUNTS=':/extra'", "empty source"]),
+    (["CONTAINER_MOUNTS=:/extra", "IMAGE=nvcr.io#nvidia/pyg:25.05-py3"],
+     ["CONTAINER_MOUNTS=':/extra'", "empty source"]),
     (["SBATCH_ARGS=--exclusive --nodes=8"], ["'--nodes=8' is an option the job sets itself; use NODES="]),
     (["NODES=12345678901234567890", "GPUS=3"], ["NODES='12345678901234567890'", "at most 100000"]),
     (["NODES=3", "GPUS=99999999999999999999"], ["GPUS='99999999999999999999'", "at most 1000000"]),
@@ -519,7 +520,9 @@ def test_every_knob_has_one_home_with_its_documentation():
     scripts = [ROOT / "jobs" / "submit.sh", ROOT / "jobs" / "train.sbatch", *(ROOT / "container").glob("*.sh")]
     for script in scripts:  # ... nor in the scripts
         text = script.read_text()  # (DATA_DIR's empty default means data/ in the project, as knobs.mk says)
-        assert not [k for k in knobs - {"DATA_DIR"} if re.search(rf"^\s*(export )?{k}=\$\{{{k}:-|\$\{{{k}:=", text, re.M)], script
+        defaults = [k for k in knobs - {"DATA_DIR"}
+                    if re.search(rf"^\s*(export )?{k}=\$\{{{k}:-|\$\{{{k}:=", text, re.M)]
+        assert not defaults, script
 
 
 def make_tree_copy(tmp_path: Path) -> Path:

@@ -15,8 +15,8 @@ from login import config_check, pip_settings, wheel_list
 from train.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[1]
-SHELL = sorted({*ROOT.glob("*/*.sh"), *ROOT.glob("*/*/*.sh"), ROOT / "jobs" / "train.sbatch"} - set(ROOT.glob(".*/**/*")))
-SHELL = [p for p in SHELL if "tests" not in p.parts and ".venv" not in p.parts]
+SHELL = sorted(p for p in {*ROOT.glob("*/*.sh"), *ROOT.glob("*/*/*.sh"), ROOT / "jobs" / "train.sbatch"}
+               if "tests" not in p.parts)  # the project's scripts, not the test stand-ins
 
 
 # ---- login.pip_settings -----------------------------------------------------------------------------------
