@@ -20,13 +20,14 @@ knob_defaults "$root/jobs/knobs.mk"
 DATASET=${DATASET:-}
 DATA_MODE=${DATA_MODE:-auto}
 # shellcheck source=lib/checks.sh
-source "$root/lib/checks.sh"
+source "$root/lib/checks.sh" # check_shapes, image_kind, squashfs_problem, dir_problem
 # shellcheck source=jobs/lib/steps.sh
-source "$root/jobs/lib/steps.sh" # image_kind, image_path; launch_line: the pyxis flags of every step in the image
+source "$root/jobs/lib/steps.sh" # image_path; launch_line: the pyxis flags of every step in the image
 # shellcheck disable=SC2153 # IMAGE is set by knob_defaults
 
-# ---- checks: the same in a dry run as in a real one; nothing is created before they pass. The cheap and
-# certain ones first (shapes, the dataset's name), then what the route needs (an image that exists).
+# ---- checks: the same in a dry run as in a real one; nothing is created before they pass. Shapes first
+# (the others need them), then every other problem at once, the dataset's name first: a wrong name is
+# named even where the image it would run in is not built yet.
 check_shapes DATASET DATA_DIR IMAGE DATA_MODE DRY_RUN
 DATA_DIR=${DATA_DIR:-data} # empty: data/ in the project, where make submit looks by default
 if shape_ok DATA_DIR; then
@@ -41,34 +42,27 @@ else
     train_args=(data --config synthetic "data.name=$DATASET")
 fi
 # The package itself checks the name (login/config_check.py), as far as this host's Python can.
-python=$(host_python "$root")
-status=0
-said=$(PYTHONPATH=$root "$python" -m login.config_check --dataset "${train_args[@]:2}" 2>&1) || status=$?
-if ((status == 2)); then
-    refuse "DATASET='$DATASET': ${said}"
-elif ((status != 0)); then
-    say "note: the dataset name was not checked ($python -m login.config_check: status $status): ${said##*$'\n'}"
-elif [[ -n $said ]]; then
-    say "note: $said"
-fi
+check_config "DATASET='$DATASET'" "$(host_python "$root")" --dataset "${train_args[@]:2}"
 
-case $DATA_MODE in
-auto)
+# The route, and the image it runs in: a squashfs file that exists (a dry run of the srun route may go ahead).
+if [[ $DATA_MODE == auto ]]; then
     case $(image_kind "$IMAGE") in
     none) DATA_MODE=bare ;;
     file) if command -v enroot >/dev/null 2>&1; then DATA_MODE=enroot; else DATA_MODE=bare; fi ;;
     registry) DATA_MODE=srun ;;
     esac
-    ;;
-esac
+fi
 if [[ $DATA_MODE != bare && $(image_kind "$IMAGE") == file ]]; then
     if [[ -e $IMAGE || -L $IMAGE ]]; then
         why=$(squashfs_problem IMAGE "$IMAGE")
-        [[ -z $why ]] || refuse "$why"
+        [[ -z $why ]] || problem "$why"
     elif [[ $DATA_MODE == enroot || -z $DRY_RUN ]]; then
-        refuse "IMAGE='$IMAGE' does not exist; build it with 'make image' or set IMAGE=none for the local venv"
+        problem "IMAGE='$IMAGE' does not exist; build it with 'make image' or set IMAGE=none for the local venv"
+    else
+        say "warning: IMAGE='$IMAGE' does not exist (yet): build it with 'make image'; a real run stops here."
     fi
 fi
+report_problems
 
 if [[ -n $DRY_RUN ]]; then # nothing is created: the path as it will be
     if [[ -d $DATA_DIR ]]; then data_abs=$(cd "$DATA_DIR" && pwd); else data_abs=$DATA_DIR; fi
@@ -88,7 +82,7 @@ srun)
         -m train "${train_args[@]}")
     ;;
 bare)
-    cmd=(env "DATA_DIR=$data_abs" "PYTHONPATH=$root" "$python" -m train "${train_args[@]}")
+    cmd=(env "DATA_DIR=$data_abs" "PYTHONPATH=$root" "$(host_python "$root")" -m train "${train_args[@]}")
     ;;
 esac
 

@@ -33,9 +33,9 @@ script=$root/jobs/train.sbatch
 source "$root/jobs/lib/knobs.sh"
 knob_defaults "$root/jobs/knobs.mk"
 # shellcheck source=lib/checks.sh
-source "$root/lib/checks.sh" # check_shapes, problem, report_problems, squashfs_problem, dir_problem
+source "$root/lib/checks.sh" # check_shapes, problem, report_problems, image_kind, squashfs_problem, dir_problem, check_config
 # shellcheck source=jobs/lib/steps.sh
-source "$root/jobs/lib/steps.sh" # image_kind, image_path, installs_at_start, gpu_options, job_steps
+source "$root/jobs/lib/steps.sh" # image_path, installs_at_start, gpu_options, job_steps
 
 # ---- checks: shapes first (lib/checks.sh), then what each value names ---------------------------------
 check_shapes NODES GPUS CONFIG ARGS IMAGE GPUS_PER_TASK CPUS_PER_TASK MEM TIME PARTITION ACCOUNT QOS SBATCH_ARGS \
@@ -52,6 +52,13 @@ if shape_ok NODES && shape_ok GPUS; then # both at most 7 digits: the arithmetic
         problem "GPUS=$GPUS is not a multiple of NODES=$NODES: tasks are spread evenly, GPUS/NODES per node; use e.g. $hint."
     fi
     per_node=$((GPUS / NODES))
+fi
+
+# The doctor waits up to DOCTOR_TIMEOUT for the ranks to meet: within the job's time limit (TIME=0: none).
+if [[ -n $TIME ]] && shape_ok TIME && shape_ok DOCTOR && shape_ok DOCTOR_TIMEOUT && runs_doctor "$DOCTOR"; then
+    limit=$(time_seconds "$TIME")
+    ((limit <= 0 || DOCTOR_TIMEOUT < limit)) ||
+        problem "DOCTOR_TIMEOUT=$DOCTOR_TIMEOUT seconds is not below TIME='$TIME' ($limit seconds): the job would end while the doctor waits; use a smaller DOCTOR_TIMEOUT or a longer TIME."
 fi
 
 # The image: none, a squashfs file (that must exist, and be one), or a registry reference.
@@ -97,15 +104,7 @@ check_py=$(host_python "$root" "$([[ $image_kind != none ]] || echo "$BARE_PYTHO
 if [[ $image_kind == none ]] && shape_ok BARE_PYTHON && ! command -v -- "$check_py" >/dev/null 2>&1; then
     problem "BARE_PYTHON='$check_py' is not a program here: with IMAGE=none the job runs it on every node (give a path every node sees)."
 elif [[ -n $config_arg ]] && shape_ok ARGS; then
-    status=0
-    said=$(PYTHONPATH=$root "$check_py" -m login.config_check "$config_arg" "${args[@]}" 2>&1) || status=$?
-    if ((status == 2)); then
-        problem "CONFIG='$CONFIG' ARGS='$ARGS': $said"
-    elif ((status != 0)); then
-        say "note: the config was not checked ($check_py -m login.config_check: status $status): ${said##*$'\n'}"
-    elif [[ -n $said ]]; then
-        say "note: $said"
-    fi
+    check_config "CONFIG='$CONFIG' ARGS='$ARGS'" "$check_py" "$config_arg" "${args[@]}"
 fi
 
 # Folders: the data folder is mounted (a container), so it must exist; the log folder must be creatable.

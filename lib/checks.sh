@@ -37,7 +37,7 @@ declare -A SHAPE=(
     [SRUN_ARGS]="options srun"
     [DATA_DIR]="optional path"
     [LOG_DIR]="path"
-    [JOB_NAME]="name"
+    [JOB_NAME]="name 200"
     [CONTAINER_MOUNTS]="optional mounts"
     [INSTALL_PROJECT]="choice auto 0 1"
     [BARE_PYTHON]="optional command"
@@ -172,11 +172,16 @@ shape_command() {
     return 1
 }
 
-# A name as SLURM and file names take it (a job name, account, qos, dataset): letters, digits, '_', '.', '-'.
+# A name as SLURM and file names take it (a job name, account, qos, dataset): letters, digits, '_', '.', '-';
+# at most MAX characters where given (JOB_NAME names the log file, whose name has at most 255 bytes).
 shape_name() {
-    [[ $2 =~ ^[A-Za-z0-9][A-Za-z0-9_.-]*$ ]] && return 0
+    if [[ $2 =~ ^[A-Za-z0-9][A-Za-z0-9_.-]*$ ]] && ((${#2} <= ${3:-${#2}})); then
+        return 0
+    fi
     if [[ -z $2 ]]; then
         problem "$1 is empty: expected a name (letters, digits, '_', '.', '-')."
+    elif [[ $2 =~ ^[A-Za-z0-9][A-Za-z0-9_.-]*$ ]]; then
+        problem "$(shown "$1" "$2") is too long a name: at most $3 characters."
     else
         problem "$(shown "$1" "$2") is not a name: expected letters, digits, '_', '.' or '-', starting with a letter or digit."
     fi
@@ -288,11 +293,21 @@ time_seconds() {
     echo $((10#$d * 86400 + 10#$h * 3600 + 10#$m * 60 + 10#$sec))
 }
 
-# An image for the job (or `make data`): none, a .sqsh path, or a registry image (pyxis: nvcr.io#nvidia/pyg:TAG).
+# image_kind IMAGE: what an image value names, on stdout: none (the host's Python), file (a squashfs file:
+# absolute, ./relative, or ending in .sqsh) or registry (pyxis pulls it: nvcr.io#nvidia/pyg:TAG).
+image_kind() {
+    case $1 in
+    none) echo none ;;
+    /* | .* | *.sqsh) echo file ;;
+    *) echo registry ;;
+    esac
+}
+
+# An image for the job (or `make data`): none, a .sqsh path, or a registry image.
 shape_image() {
-    case $2 in
+    case $(image_kind "$2") in
     none) return 0 ;;
-    /* | .* | *.sqsh) shape_path "$1" "$2" && return 0 || return 1 ;;
+    file) shape_path "$1" "$2" && return 0 || return 1 ;;
     esac
     [[ $2 =~ ^[A-Za-z0-9][A-Za-z0-9@#:/._-]*$ ]] && return 0
     problem "$(shown "$1" "$2") is not valid: expected none, a .sqsh path, or a registry image like nvcr.io#nvidia/pyg:25.05-py3."
@@ -364,6 +379,22 @@ dir_problem() {
         echo "$(shown "$name" "$path") cannot be created: '$up' is a file, not a directory."
     elif [[ ! -w $up || ! -x $up ]]; then
         echo "$(shown "$name" "$path") cannot be written: '$up' is not writable by $(id -un)."
+    fi
+}
+
+# check_config LABEL PYTHON [--dataset] CONFIG [OVERRIDE...]: the package's own check of a config, its overrides
+# (and with --dataset the dataset it names), login/config_check.py run by PYTHON: a problem "LABEL: ..." when
+# it is not valid; a note when PYTHON cannot tell (no PyYAML, no torch) or the check itself failed.
+check_config() {
+    local label=$1 python=$2 said status=0
+    shift 2
+    said=$(PYTHONPATH=$root "$python" -m login.config_check "$@" 2>&1) || status=$?
+    if ((status == 2)); then
+        problem "$label: $said"
+    elif ((status != 0)); then
+        say "note: not checked ($python -m login.config_check: status $status): ${said##*$'\n'}"
+    elif [[ -n $said ]]; then
+        say "note: $said"
     fi
 }
 

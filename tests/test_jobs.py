@@ -259,6 +259,8 @@ def test_srun_line_bare_mode_has_no_pyxis_flags(standin):
     (["LOG_DIR=FILE/logs"], ["LOG_DIR=", "is a file, not a directory"]),
     (["DATA_DIR=FILE/data"], ["DATA_DIR=", "is a file, not a directory"]),
     (["BARE_PYTHON=/nonexistent/python3"], ["BARE_PYTHON='/nonexistent/python3' is not a program here"]),
+    (["DOCTOR=1", "DOCTOR_TIMEOUT=600", "TIME=10"],
+     ["DOCTOR_TIMEOUT=600 seconds is not below TIME='10' (600 seconds)"]),
 ])
 def test_bad_knobs_are_refused_alike_in_a_dry_run_and_a_real_one(standin, tmp_path, args, named):
     env, record = standin

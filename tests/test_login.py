@@ -149,7 +149,7 @@ def test_the_shell_scripts_are_found():
     ("the image kind", r"/\* \| \.\* \| \*\.sqsh\)", "lib/checks.sh"),
     ("INSTALL_PROJECT=auto, decided", r"\bauto\b.*registry", "jobs/lib/steps.sh"),
     ("the install step's srun line", r"install-project\.sh /workspace", "jobs/lib/steps.sh"),
-    ("whether the doctor runs", r"DOCTOR != 0", "jobs/lib/steps.sh"),
+    ("whether the doctor runs", r"^\s*runs_doctor\(\)|^\s*trains\(\)|DOCTOR [!=]= (0|1|only)\b", "jobs/lib/steps.sh"),
     ("the GPU options", r"--gpu-bind=none", "jobs/lib/steps.sh"),
     ("the training step", r"-m train fit", "jobs/lib/steps.sh"),
     ("a SLURM time, parsed", r"86400", "lib/checks.sh"),

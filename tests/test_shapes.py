@@ -90,6 +90,7 @@ BAD = {
     ("TIME", "1:2:3:4", "not a SLURM time"), ("TIME", "99999999999999999999", "at most 8 digits"),
     ("TIME", "1-00:000000000000:00", "at most 8 digits"),
     ("ACCOUNT", "my account", "ACCOUNT='my account'"), ("QOS", "a,b", "QOS='a,b'"), ("JOB_NAME", "../x", "JOB_NAME"),
+    ("JOB_NAME", "j" * 201, "at most 200 characters"),
     ("PARTITION", "gpu,", "PARTITION='gpu,'"), ("PARTITION", "a b", "PARTITION='a b'"),
     # options that would override a knob, in any spelling getopt takes
     ("SBATCH_ARGS", "--exclusive --nodes=3", "use NODES="), ("SBATCH_ARGS", "-N3", "use NODES="),

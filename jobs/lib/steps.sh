@@ -2,11 +2,11 @@
 # The job's decisions and its steps, in one place: jobs/train.sbatch runs the steps, `make submit
 # DRY_RUN=1` prints them and `make srun` prints them for an interactive allocation (jobs/submit.sh).
 #
-#   source "$root/jobs/lib/steps.sh"      (it sources jobs/lib/pyxis.sh)
-#   image_kind IMAGE                       none, file (a .sqsh) or registry
+#   source "$root/lib/checks.sh"; source "$root/jobs/lib/steps.sh"     (steps.sh sources jobs/lib/pyxis.sh)
 #   image_path IMAGE PROJECT_DIR           a file image as pyxis reads it: absolute (or it takes a registry name)
 #   installs_at_start INSTALL_PROJECT KIND 1 when the project is installed into the image at job start
 #   gpu_options GPUS_PER_TASK              fills GPU_OPTIONS: the options of one GPU per task
+#   runs_doctor DOCTOR / trains DOCTOR      whether the job has a doctor step / a training step
 #   job_steps NODES CPUS_PER_TASK JOB_ID   fills INSTALL_STEP, DOCTOR_STEP and TRAIN_STEP
 #
 # job_steps reads the knobs IMAGE (resolved by image_path), CONFIG, ARGS, DATA_DIR (absolute, on the host),
@@ -24,14 +24,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/pyxis.sh"
 # shellcheck disable=SC2034 # read by the scripts that source this file
 INSTALL_STEP=() DOCTOR_STEP=() TRAIN_STEP=() GPU_OPTIONS=() STEP_ALLOCATION=()
 
-image_kind() {
-    case $1 in
-    none) echo none ;;
-    /* | .* | *.sqsh) echo file ;;
-    *) echo registry ;;
-    esac
-}
-
+# image_kind IMAGE (lib/checks.sh): none, file (a .sqsh) or registry.
 # A relative .sqsh path is the project's (pyxis reads a path only when it starts with / or .).
 image_path() {
     if [[ $(image_kind "$1") != file || $1 == /* ]]; then
@@ -48,6 +41,10 @@ installs_at_start() {
     [[ $kind != none ]] || want=0
     echo "$want"
 }
+
+# runs_doctor DOCTOR, trains DOCTOR: whether the job has a doctor step (DOCTOR=1 or only) and a training step.
+runs_doctor() { [[ $1 != 0 ]]; }
+trains() { [[ $1 != only ]]; }
 
 # Every task sees all GPUs of its node and uses cuda:LOCAL_RANK: the default binding would hide the others,
 # and cuda:1.. would fail (SLURM >= 24.05 may also want --tres-bind=gres/gpu:none, in SRUN_ARGS).
@@ -96,11 +93,11 @@ job_steps() {
     options=(--kill-on-bad-exit=1 --label "${STEP_ALLOCATION[@]}")
     [[ -z $cpus ]] || options+=(--cpus-per-task="$cpus")
     options+=("${GPU_OPTIONS[@]}" "${srun_extra[@]}")
-    if [[ $DOCTOR != 0 ]]; then
+    if runs_doctor "$DOCTOR"; then
         DOCTOR_STEP=(env "${run_env[@]}" srun "${options[@]}" "${LAUNCH[@]}" -m train doctor --config "$CONFIG"
             --timeout "$DOCTOR_TIMEOUT" "${args[@]}")
     fi
-    if [[ $DOCTOR != only ]]; then
+    if trains "$DOCTOR"; then
         TRAIN_STEP=(env "${run_env[@]}" srun "${options[@]}" "${LAUNCH[@]}" -m train fit --config "$CONFIG" "${args[@]}")
     fi
 }
