@@ -253,10 +253,15 @@ resources=(--nodes="$NODES" --ntasks="$GPUS" --ntasks-per-node="$per_node" "${GP
 [[ -z $QOS ]] || resources+=(--qos="$QOS")
 
 # ---- the job-start install: its wheels are prepared here, on the login node ------------------
-if [[ $(installs_at_start "$INSTALL_PROJECT" "$image_kind") == 1 ]]; then
-    say "preparing the wheels the job-start install reads (compute nodes need no index): .wheels/"
+prepare_wheels() {
+    [[ $(installs_at_start "$INSTALL_PROJECT" "$image_kind") == 1 ]] || return 0
+    if [[ -n $DRY_RUN ]]; then
+        echo "# First, on this login node: the wheels the job-start install reads (compute nodes need no index):"
+    else
+        say "preparing the wheels the job-start install reads (compute nodes need no index): .wheels/"
+    fi
     run bash "$root/container/wheelhouse.sh" "$root/.wheels"
-fi
+}
 
 # print_steps: the job's steps, each a line that says what it is (as `# ...`, on stderr for make srun)
 # and its command line.
@@ -264,7 +269,7 @@ print_steps() {
     local to=1
     [[ $mode == submit ]] || to=2
     if ((${#INSTALL_STEP[@]})); then
-        echo "# install the project into the image, one task per node (INSTALL_PROJECT=$INSTALL_PROJECT; once per allocation):" >&"$to"
+        echo "# install the project into the image, one task per node, into a named container the next steps reuse (INSTALL_PROJECT=$INSTALL_PROJECT):" >&"$to"
         quote "${INSTALL_STEP[@]}"
     fi
     if ((${#DOCTOR_STEP[@]})); then
@@ -287,6 +292,7 @@ if [[ $mode == srun ]]; then
     [[ -z $ACCOUNT ]] || STEP_ALLOCATION+=(--account="$ACCOUNT")
     [[ -z $QOS ]] || STEP_ALLOCATION+=(--qos="$QOS")
     [[ $image_kind != none ]] || STEP_ALLOCATION+=(--chdir="$root")
+    prepare_wheels >&2
     job_steps "$NODES" "$CPUS_PER_TASK" ""
     say "inside an allocation (salloc ${resources[*]}), or from a login node when there is no install step, run:"
     print_steps
@@ -308,9 +314,11 @@ job_env=(CONFIG="$config_arg" ARGS="$ARGS" IMAGE="$IMAGE" PROJECT_DIR="$root" DA
     PYG_SUBMISSION_ID="$submission")
 
 if [[ -n $DRY_RUN ]]; then
-    echo "# DRY_RUN=1: nothing submitted. The sbatch command:"
+    echo "# DRY_RUN=1: nothing submitted."
+    prepare_wheels
+    echo "# The sbatch command:"
     quote env "${job_env[@]}" "${sbatch_cmd[@]}"
-    echo "# The job's steps, as ${script#"$root"/} will run them on the first node (JOBID: the id sbatch gives):"
+    echo "# The job's steps, as ${script#"$root"/} will run them (JOBID: the id sbatch gives the job):"
     job_steps "$NODES" "$CPUS_PER_TASK" JOBID
     print_steps
     echo "# The job script: $script (each step's line is also printed in the job's log)"
@@ -318,6 +326,7 @@ if [[ -n $DRY_RUN ]]; then
 fi
 
 command -v sbatch >/dev/null 2>&1 || refuse "sbatch is not on PATH: run this on a SLURM login node (or use DRY_RUN=1 to see the command); nothing was submitted."
+prepare_wheels
 mkdir -p "$LOG_DIR" # SLURM does not create the output folder: without it the log is lost
 if ! reply=$(env "${job_env[@]}" "${sbatch_cmd[@]}"); then
     error "sbatch refused the job (its message is above); the command was:"
