@@ -16,7 +16,12 @@ export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
 # holding its text as given ($(call export_for,TARGETS,VARS), after all defaults are set, at the end
 # of this file); recipes read "$$VAR", never '$(VAR)', and split word lists with `read -r -a`.
 raw_value = $(if $(filter command line environment environment override override,$(origin $(1))),$(value $(1)),$($(1)))
-export_for = $(foreach t,$(1),$(foreach v,$(2),$(eval $(t): export $(v) := $$(call raw_value,$(v)))))
+export_for = $(foreach t,$(1),$(eval $(t)_VARS += $(2))$(foreach v,$(2),$(eval $(t): export $(v) := $$(call raw_value,$(v)))))
+# check-TARGET, TARGET's first prerequisite (it sees TARGET's variables): the shape of every variable the
+# target reads (its export_for list), by lib/checks.sh, the one table of shapes that the scripts
+# (jobs/submit.sh, container/*.sh) use too; before anything is built.
+check-%:
+	@bash lib/checks.sh "make $*" $($*_VARS)
 # `read -r -a NAME <<<"$$VAR"`: a whitespace-separated list as argv words (no globbing, no re-parsing).
 split = read -r -a $(1) <<<"$$$(2)"
 
@@ -32,6 +37,7 @@ help: ## List every target and the variables it reads
 
 # The venv is rebuilt only when the pinned dependency files change.
 $(VENV)/.stamp: requirements.lock requirements-dev.lock
+	@bash lib/checks.sh "make setup" $(setup_VARS)
 	"$$PYTHON" -m venv -- "$$VENV"
 	@echo "setting up $$VENV from requirements-dev.lock (pinned; CPU torch)"
 	"$$VENV/bin/pip" install --quiet --disable-pip-version-check -r requirements-dev.lock 2>&1 \
@@ -40,12 +46,12 @@ $(VENV)/.stamp: requirements.lock requirements-dev.lock
 
 setup: $(VENV)/.stamp ## Create the pinned local venv (.venv), idempotent
 
-run: setup ## Train the default config on NPROC local processes (torchrun, gloo on CPU)
+run: check-run setup ## Train the default config on NPROC local processes (torchrun, gloo on CPU)
 	@$(call split,args,ARGS); \
 	cmd=("$$VENV/bin/torchrun" --standalone --nproc-per-node="$$NPROC" -m train fit --config "$$CONFIG" "$${args[@]}"); \
 	echo "$${cmd[*]}"; "$${cmd[@]}"
 
-test: setup lint ## Lint scripts and run the whole test suite (starts its own SLURM cluster)
+test: check-test setup lint ## Lint scripts and run the whole test suite (starts its own SLURM cluster)
 	@$(call split,args,PYTEST_ARGS); "$$VENV/bin/python" -m pytest "$${args[@]}"
 
 clean: ## Remove runs/, logs/ and caches (keeps .venv and data/)

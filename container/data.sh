@@ -11,87 +11,58 @@
 #   DRY_RUN=1 print the command instead of running it
 set -euo pipefail
 
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$root"
-
-die() {
-    printf 'data.sh: error: %s\n' "$*" >&2
-    exit 2
-}
-
-DATASET=${DATASET:-}
-DATA_DIR=${DATA_DIR:-data}
-IMAGE=${IMAGE:-none}
-DATA_MODE=${DATA_MODE:-auto}
 # shellcheck source=lib/cmd.sh
-source "$root/lib/cmd.sh" # quote, run, DRY_RUN
-# shellcheck source=jobs/lib/pyxis.sh
-source "$root/jobs/lib/pyxis.sh" # launch_line: the pyxis flags of every step in the image
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/cmd.sh" # root, prog, say, refuse, quote, run, host_python, DRY_RUN
+cd "$root"
+# shellcheck source=jobs/lib/knobs.sh
+source "$root/jobs/lib/knobs.sh" # IMAGE and DATA_DIR: the job's knobs, one home (jobs/knobs.mk)
+knob_defaults "$root/jobs/knobs.mk"
+DATASET=${DATASET:-}
+DATA_MODE=${DATA_MODE:-auto}
+# shellcheck source=lib/checks.sh
+source "$root/lib/checks.sh" # check_shapes, image_kind, squashfs_problem, dir_problem
+# shellcheck source=jobs/lib/steps.sh
+source "$root/jobs/lib/steps.sh" # image_path; launch_line: the pyxis flags of every step in the image
+# shellcheck disable=SC2153 # IMAGE is set by knob_defaults
 
-# ---- checks: the same in a dry run as in a real one; nothing is created before they pass --------
-shipped=$(cd train/configs && for f in *.yaml; do printf '%s ' "${f%.yaml}"; done)
-[[ -n $DATASET ]] || die "DATASET is empty; give a config name (e.g. DATASET=reddit) or a PyG dataset name (e.g. DATASET=Flickr)"
-[[ $DATASET =~ ^[A-Za-z0-9][A-Za-z0-9_.-]*$ ]] ||
-    die "DATASET='$DATASET' is not a dataset name: expected letters, digits, '_', '.', '-' (a shipped config: ${shipped% }; or a PyG dataset name such as Reddit, Flickr, Cora)"
-[[ -n $DATA_DIR && $DATA_DIR != *[[:cntrl:]]* ]] ||
-    die "DATA_DIR='$DATA_DIR' is not a usable path: expected a directory path without control characters (default: data)"
-if [[ -e $DATA_DIR && ! -d $DATA_DIR ]]; then
-    die "DATA_DIR='$DATA_DIR' is a file, not a directory; give the datasets folder"
+# ---- checks: the same in a dry run as in a real one; nothing is created before they pass. Shapes first
+# (the others need them), then every other problem at once, the dataset's name first: a wrong name is
+# named even where the image it would run in is not built yet.
+check_shapes DATASET DATA_DIR IMAGE DATA_MODE DRY_RUN
+DATA_DIR=${DATA_DIR:-data} # empty: data/ in the project, where make submit looks by default
+if shape_ok DATA_DIR; then
+    why=$(dir_problem DATA_DIR "$DATA_DIR")
+    [[ -z $why ]] || problem "$why Give the datasets folder."
 fi
-parent=$DATA_DIR
-while [[ ! -e $parent ]]; do parent=$(dirname -- "$parent"); done
-[[ -d $parent ]] || die "DATA_DIR='$DATA_DIR' cannot be created: '$parent' is a file, not a directory"
-case $IMAGE in
-none | '' | /* | .* | *.sqsh) ;;
-*)
-    [[ $IMAGE =~ ^[A-Za-z0-9][A-Za-z0-9@#:/._-]*$ ]] ||
-        die "IMAGE='$IMAGE' is not valid: expected none, a .sqsh path, or a registry image like nvcr.io#nvidia/pyg:25.05-py3"
-    ;;
-esac
-[[ $IMAGE != *[[:cntrl:]]* ]] || die "IMAGE='$IMAGE' contains control characters"
+report_problems
+
 if [[ -f train/configs/$DATASET.yaml ]]; then
     train_args=(data --config "$DATASET")
 else
     train_args=(data --config synthetic "data.name=$DATASET")
 fi
+# The package itself checks the name (login/config_check.py), as far as this host's Python can.
+check_config "DATASET='$DATASET'" "$(host_python "$root")" --dataset "${train_args[@]:2}"
 
-case $DATA_MODE in
-auto)
-    if [[ $IMAGE == none || -z $IMAGE ]]; then
-        DATA_MODE=bare
-    elif [[ $IMAGE == *.sqsh ]]; then
-        if command -v enroot >/dev/null 2>&1; then DATA_MODE=enroot; else DATA_MODE=bare; fi
+# The route, and the image it runs in: a squashfs file that exists (a dry run of the srun route may go ahead).
+if [[ $DATA_MODE == auto ]]; then
+    case $(image_kind "$IMAGE") in
+    none) DATA_MODE=bare ;;
+    file) if command -v enroot >/dev/null 2>&1; then DATA_MODE=enroot; else DATA_MODE=bare; fi ;;
+    registry) DATA_MODE=srun ;;
+    esac
+fi
+if [[ $DATA_MODE != bare && $(image_kind "$IMAGE") == file ]]; then
+    if [[ -e $IMAGE || -L $IMAGE ]]; then
+        why=$(squashfs_problem IMAGE "$IMAGE")
+        [[ -z $why ]] || problem "$why"
+    elif [[ $DATA_MODE == enroot || -z $DRY_RUN ]]; then
+        problem "IMAGE='$IMAGE' does not exist; build it with 'make image' or set IMAGE=none for the local venv"
     else
-        DATA_MODE=srun
+        say "warning: IMAGE='$IMAGE' does not exist (yet): build it with 'make image'; a real run stops here."
     fi
-    ;;
-enroot | srun | bare) ;;
-*) die "unknown DATA_MODE '$DATA_MODE'; valid values: auto, enroot, srun, bare" ;;
-esac
-
-if [[ $DATA_MODE == enroot && ! -f $IMAGE ]]; then
-    die "IMAGE='$IMAGE' does not exist; build it with 'make image' or set IMAGE=none for the local venv"
 fi
-
-# The package itself checks the name when this host can import it (a dry run as much as a real one).
-python=python3
-[[ -x .venv/bin/python ]] && python=.venv/bin/python
-check='
-import sys
-try:
-    from train.config import load_config
-    from train.graph.data import check_dataset_name
-except ImportError:
-    sys.exit(0)  # no package environment on this host: the image checks it
-from train.errors import UserError
-try:
-    check_dataset_name(load_config(sys.argv[3], sys.argv[4:]).data.name)
-except UserError as exc:
-    sys.exit(str(exc))
-'
-if ! err=$(PYTHONPATH=$root "$python" -c "$check" "${train_args[@]}" 2>&1); then
-    die "DATASET='$DATASET': ${err}"
-fi
+report_problems
 
 if [[ -n $DRY_RUN ]]; then # nothing is created: the path as it will be
     if [[ -d $DATA_DIR ]]; then data_abs=$(cd "$DATA_DIR" && pwd); else data_abs=$DATA_DIR; fi
@@ -106,14 +77,14 @@ enroot)
         --env PYTHONPATH=/workspace "$IMAGE" python -m train "${train_args[@]}")
     ;;
 srun)
-    launch_line "$IMAGE" "$root" "$data_abs" # the jobs' launch line (jobs/lib/pyxis.sh)
+    launch_line "$(image_path "$IMAGE" "$root")" "$root" "$data_abs" # the jobs' launch line (jobs/lib/pyxis.sh)
     cmd=(srun --nodes=1 --ntasks=1 "--export=ALL,DATA_DIR=/data,PYTHONPATH=/workspace" "${LAUNCH[@]}"
         -m train "${train_args[@]}")
     ;;
 bare)
-    cmd=(env "DATA_DIR=$data_abs" "PYTHONPATH=$root" "$python" -m train "${train_args[@]}")
+    cmd=(env "DATA_DIR=$data_abs" "PYTHONPATH=$root" "$(host_python "$root")" -m train "${train_args[@]}")
     ;;
 esac
 
-[[ -n $DRY_RUN ]] || printf '==> preparing %s into %s (%s)\n' "$DATASET" "$data_abs" "$DATA_MODE" >&2
+[[ -n $DRY_RUN ]] || say "preparing $DATASET into $data_abs ($DATA_MODE)"
 run "${cmd[@]}"

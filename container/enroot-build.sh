@@ -28,26 +28,36 @@
 # then renames), and removes its container and temporary files on failure, Ctrl-C and TERM.
 set -euo pipefail
 
-prog=enroot-build.sh
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-root=$(cd "$here/.." && pwd)
-cd "$root"
-
-die() {
-    printf '%s: error: %s\n' "$prog" "$*" >&2
-    exit 1
-}
-say() { printf '==> %s\n' "$*" >&2; }
-
 # shellcheck source=lib/cmd.sh
-source "$root/lib/cmd.sh" # quote, run, DRY_RUN
-
-PYG_TAG=${PYG_TAG:-$(sed -n 's/^ARG PYG_TAG=//p' "$here/Dockerfile")}
-[[ -n $PYG_TAG ]] || die "PYG_TAG is empty and container/Dockerfile has no 'ARG PYG_TAG=' line"
-IMAGE_DIR=${IMAGE_DIR:-images}
-IMAGE=${IMAGE:-$IMAGE_DIR/pyg-train-$PYG_TAG.sqsh}
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/cmd.sh" # root, prog, say, die, refuse, quote, run, DRY_RUN
+cd "$root"
+# shellcheck source=jobs/lib/knobs.sh
+source "$root/jobs/lib/knobs.sh" # IMAGE_DIR, IMAGE: the job's knobs, one home (jobs/knobs.mk)
+PYG_TAG=$(knob_value PYG_TAG)
+knob_defaults "$root/jobs/knobs.mk"
 BASE_SQSH=${BASE_SQSH:-$IMAGE_DIR/nvidia+pyg+$PYG_TAG.sqsh}
 BASE_URI=docker://nvcr.io#nvidia/pyg:$PYG_TAG
+
+# ---- checks: shapes (lib/checks.sh), then the files; the same in a dry run -----------------------------
+# shellcheck source=lib/checks.sh
+source "$root/lib/checks.sh"
+check_shapes PYG_TAG IMAGE_DIR IMAGE BASE_SQSH DRY_RUN
+[[ $IMAGE == *.sqsh ]] || problem "IMAGE='$IMAGE' must end in .sqsh: enroot writes a squashfs file."
+if shape_ok IMAGE && [[ -d $IMAGE ]]; then
+    problem "IMAGE='$IMAGE' is a directory: expected the path of the .sqsh file to write."
+elif shape_ok IMAGE; then
+    why=$(dir_problem "the folder of IMAGE" "$(dirname -- "$IMAGE")")
+    [[ -z $why ]] || problem "$why"
+fi
+if shape_ok BASE_SQSH && [[ -e $BASE_SQSH || -L $BASE_SQSH ]]; then # an imported base is reused: it must be one
+    why=$(squashfs_problem BASE_SQSH "$BASE_SQSH")
+    [[ -z $why ]] || problem "$why Delete it to import $BASE_URI again, or give another BASE_SQSH."
+elif shape_ok BASE_SQSH; then
+    why=$(dir_problem "the folder of BASE_SQSH" "$(dirname -- "$BASE_SQSH")")
+    [[ -z $why ]] || problem "$why"
+fi
+report_problems
+
 host=${HOSTNAME:-host}
 host=${host%%.*}
 host=${host//[^A-Za-z0-9-]/-}
@@ -83,14 +93,14 @@ cleanup() {
         rm -f -- "$base_tmp" "$image_tmp"
         [[ -z $scratch ]] || rm -rf -- "$scratch"
         if [[ -n $container_made ]]; then
-            echo "$prog: removing the build container $NAME" >&2
+            say "removing the build container $NAME"
             enroot remove -f "$NAME" >/dev/null 2>&1 || true
         fi
     fi
     exit "$rc"
 }
 on_signal() {
-    echo "$prog: interrupted ($1), cleaning up" >&2
+    say "interrupted ($1), cleaning up"
     exit "$2"
 }
 trap cleanup EXIT
@@ -116,7 +126,7 @@ else
     run mkdir -p -- "$base_dir" "$image_dir"
 fi
 
-if [[ -s $BASE_SQSH ]]; then
+if [[ -e $BASE_SQSH ]]; then # checked above: a squashfs file
     say "reusing the imported base $BASE_SQSH (delete it to pull $BASE_URI again)"
 else
     say "importing $BASE_URI into $BASE_SQSH"
@@ -127,45 +137,9 @@ else
     run mv -f -- "$base_tmp" "$BASE_SQSH"
 fi
 
-# The site's package settings, as `enroot start` options (see the header).
+# The site's package settings, as `enroot start` options (see the header): login/pip_settings.py.
 site_settings() {
-    local py=python3
-    [[ -x $root/.venv/bin/python ]] && py=$root/.venv/bin/python
-    "$py" - "$in_scratch" "$scratch" <<'PY'
-import os, shutil, subprocess, sys
-inside, scratch = sys.argv[1], sys.argv[2]
-config = {}
-listing = subprocess.run([sys.executable, "-m", "pip", "config", "list"],
-                         capture_output=True, text=True).stdout
-rank = {":env:": 0, "site": 1, "user": 2, "global": 3}   # pip's precedence, highest first
-for line in listing.splitlines():
-    key, _, value = line.partition("=")
-    scope, _, name = key.partition(".")
-    value = value.strip().strip("'")
-    if name not in config or rank.get(scope, 9) < config[name][0]:
-        config[name] = (rank.get(scope, 9), value)
-conf = {k: v for k, (_, v) in config.items()}
-out = []
-for name, key in (("PIP_INDEX_URL", "index-url"), ("PIP_EXTRA_INDEX_URL", "extra-index-url"),
-                  ("PIP_TRUSTED_HOST", "trusted-host")):
-    urls = [u for u in conf.get(key, os.environ.get(name, "")).split()
-            if not u.startswith("file:") and not u.startswith("/")]
-    if urls:
-        out.append(f"{name}={' '.join(urls)}")
-for name in ("http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY",
-             "PIP_DEFAULT_TIMEOUT", "PIP_RETRIES"):
-    if os.environ.get(name):
-        out.append(f"{name}={os.environ[name]}")
-ca = next((c for c in (conf.get("cert"), os.environ.get("SSL_CERT_FILE"),
-                       os.environ.get("REQUESTS_CA_BUNDLE")) if c and os.path.isfile(c)), None)
-if ca:
-    if scratch:
-        shutil.copyfile(ca, os.path.join(scratch, "ca-bundle.pem"))
-    for name in ("PIP_CERT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE"):
-        out.append(f"{name}={inside}/ca-bundle.pem")
-for item in out:
-    print(item)
-PY
+    PYTHONPATH=$root "$(host_python "$root")" -m login.pip_settings "$in_scratch" "$scratch"
 }
 
 if [[ -n $DRY_RUN ]]; then
@@ -176,8 +150,9 @@ else
     scratch_host=$scratch
 fi
 say "preparing the project's wheels on this host"
-run bash "$here/wheelhouse.sh" "$scratch_host/wheels"
-mapfile -t settings < <(site_settings)
+run bash "$root/container/wheelhouse.sh" "$scratch_host/wheels"
+listed=$(site_settings) || die "could not read this host's package settings (login/pip_settings.py, its message is above)"
+mapfile -t settings < <(sed '/^$/d' <<<"$listed")
 env_opts=()
 for item in "${settings[@]}"; do
     env_opts+=(-e "$item")

@@ -11,53 +11,32 @@
 #             With BUILDER=docker an IMAGE that does not end in .sqsh is the docker tag to build.
 set -euo pipefail
 
-prog=image.sh
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-root=$(cd "$here/.." && pwd)
-cd "$root"
-
-die() {
-    printf '%s: error: %s\n' "$prog" "$*" >&2
-    exit 1
-}
-bad() { # bad input: exit 2 (README "Exit codes"), before anything runs
-    printf '%s: error: %s\n' "$prog" "$*" >&2
-    exit 2
-}
-say() { printf '==> %s\n' "$*" >&2; }
-
 # shellcheck source=lib/cmd.sh
-source "$root/lib/cmd.sh" # quote, run, DRY_RUN
-
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/cmd.sh" # root, prog, say, die, refuse, quote, run, DRY_RUN
+cd "$root"
+# shellcheck source=jobs/lib/knobs.sh
+source "$root/jobs/lib/knobs.sh" # IMAGE_DIR, IMAGE: the job's knobs, one home (jobs/knobs.mk)
+default_tag=$(dockerfile_tag)
+PYG_TAG=$(knob_value PYG_TAG)
+knob_defaults "$root/jobs/knobs.mk"
+default_image=$(unset IMAGE IMAGE_DIR PYG_TAG && knob_value IMAGE) # what make submit runs when given no IMAGE
+export PYG_TAG IMAGE_DIR IMAGE # for container/enroot-build.sh
 BUILDER=${BUILDER:-auto}
-case $BUILDER in
-auto | docker | enroot) ;;
-*) bad "unknown BUILDER '$BUILDER'; valid values: auto, docker, enroot" ;;
-esac
-
-default_tag=$(sed -n 's/^ARG PYG_TAG=//p' "$here/Dockerfile")
-export PYG_TAG=${PYG_TAG:-$default_tag}
-[[ -n $PYG_TAG ]] || die "PYG_TAG is empty and container/Dockerfile has no 'ARG PYG_TAG=' line"
-export IMAGE_DIR=${IMAGE_DIR:-images}
-export IMAGE=${IMAGE:-$IMAGE_DIR/pyg-train-$PYG_TAG.sqsh}
 SQSH=${SQSH:-}
 
-# ---- checks: every value's shape, before anything runs (also with DRY_RUN) ----------------------
-# A docker tag: https://docs.docker.com/reference/cli/docker/image/tag/ (128 characters at most).
-[[ $PYG_TAG =~ ^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$ ]] ||
-    bad "PYG_TAG='$PYG_TAG' is not a docker tag: expected letters, digits, '_', '.', '-' (at most 128, not starting with '.' or '-'), e.g. PYG_TAG=$default_tag"
-for var in IMAGE_DIR IMAGE; do
-    value=${!var}
-    [[ -n $value && $value != *[[:cntrl:]]* && $value != -* ]] ||
-        bad "$var='$value' is not a usable path: expected a path without control characters, not starting with '-'"
-done
-if [[ $IMAGE != *.sqsh && ! $IMAGE =~ ^[a-z0-9][a-z0-9._/:-]*$ ]]; then
-    bad "IMAGE='$IMAGE' is neither a .sqsh path nor a docker image name: expected e.g. images/pyg-train.sqsh or registry.example.com/team/pyg-train:$PYG_TAG"
+# ---- checks: every value's shape (lib/checks.sh), before anything runs (also with DRY_RUN) ---------------
+# shellcheck source=lib/checks.sh
+source "$root/lib/checks.sh"
+check_shapes BUILDER PYG_TAG IMAGE_DIR IMAGE SQSH BASE_SQSH DRY_RUN
+if shape_ok IMAGE && [[ $IMAGE != *.sqsh && ! $IMAGE =~ ^[a-z0-9][a-z0-9._/:-]*$ ]]; then
+    problem "IMAGE='$IMAGE' is neither a .sqsh path nor a docker image name: expected e.g. images/pyg-train.sqsh or registry.example.com/team/pyg-train:$default_tag"
+elif shape_ok IMAGE && [[ $IMAGE == *.sqsh && -d $IMAGE ]]; then
+    problem "IMAGE='$IMAGE' is a directory: expected the path of the .sqsh file to write."
 fi
-case $SQSH in
-'' | 1 | yes | true | 0 | no | false) ;;
-*) bad "SQSH='$SQSH' is not valid: expected 1 (convert to .sqsh), 0 (never) or empty (when enroot is on PATH)" ;;
-esac
+if shape_ok BUILDER && [[ $BUILDER == enroot && $IMAGE != *.sqsh ]]; then
+    problem "BUILDER=enroot writes a .sqsh file: IMAGE='$IMAGE' must end in .sqsh"
+fi
+report_problems
 
 have_enroot() { command -v enroot >/dev/null 2>&1; }
 docker_answers() { command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; }
@@ -88,8 +67,7 @@ summary() {
 submit_line_for_sqsh() {
     local path
     path=$(abs "$IMAGE")
-    if [[ $path == "$(abs "images/pyg-train-$default_tag.sqsh")" ]]; then
-        # The job template's default image is exactly this path (mk/image.mk: IMAGE ?=).
+    if [[ $path == "$(abs "$default_image")" ]]; then
         echo "make submit NODES=2 GPUS=4"
     else
         echo "make submit NODES=2 GPUS=4 $(quote "IMAGE=$path")"
@@ -97,8 +75,7 @@ submit_line_for_sqsh() {
 }
 
 if [[ $BUILDER == enroot ]]; then
-    [[ $IMAGE == *.sqsh ]] || bad "BUILDER=enroot writes a .sqsh file: IMAGE='$IMAGE' must end in .sqsh"
-    bash "$here/enroot-build.sh"
+    bash "$root/container/enroot-build.sh"
     summary "Image: $(abs "$IMAGE")" "Submit with:" "  $(submit_line_for_sqsh)"
     exit 0
 fi

@@ -36,13 +36,9 @@
 set -eu
 
 prog=install-project.sh
-say() { printf '%s: %s\n' "$prog" "$*"; }
-die() {
-    printf '%s: error: %s\n' "$prog" "$*" >&2
-    exit 1
-}
-
 script_dir=$(CDPATH='' cd -- "$(dirname -- "$0")" && pwd)
+# shellcheck source=lib/msg.sh
+. "$script_dir/../lib/msg.sh" # say, die (the messages of every script)
 project=${1:-$(dirname -- "$script_dir")}
 project=$(CDPATH='' cd -- "$project" && pwd) || die "no such project folder: ${1:-}"
 [ -f "$project/pyproject.toml" ] || die "no pyproject.toml in $project"

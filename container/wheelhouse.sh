@@ -15,22 +15,12 @@
 # Env:   PYTHON  the interpreter whose pip downloads and builds (default: .venv/bin/python, else python3)
 set -euo pipefail
 
-prog=wheelhouse.sh
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-root=$(cd "$here/.." && pwd)
+# shellcheck source=lib/cmd.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/cmd.sh" # root, prog, say, die, host_python
 
-die() {
-    printf '%s: error: %s\n' "$prog" "$*" >&2
-    exit 1
-}
-say() { printf '==> %s\n' "$*" >&2; }
-
-[[ $# == 1 && -n $1 ]] || die "usage: $prog DEST"
+[[ $# == 1 && -n $1 ]] || refuse "usage: $prog DEST"
 dest=$1
-PYTHON=${PYTHON:-}
-if [[ -z $PYTHON ]]; then
-    if [[ -x $root/.venv/bin/python ]]; then PYTHON=$root/.venv/bin/python; else PYTHON=python3; fi
-fi
+PYTHON=${PYTHON:-$(host_python "$root")}
 "$PYTHON" -m pip --version >/dev/null 2>&1 || die "'$PYTHON -m pip' does not run: set PYTHON to an interpreter with pip"
 
 mkdir -p -- "$dest"
@@ -39,27 +29,9 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/wheelhouse.XXXXXX")
 trap 'rm -rf -- "$tmp"' EXIT
 
 # The dependencies to bring: pyproject's, not guarded, each at the lock's pin where it has one.
-mapfile -t wanted < <("$PYTHON" - "$root" "$(cat "$here/guarded-packages.regex")" <<'PY'
-import re, sys, tomllib
-from pathlib import Path
-
-root, guard = Path(sys.argv[1]), re.compile(sys.argv[2], re.I)
-deps = tomllib.loads((root / "pyproject.toml").read_text())["project"]["dependencies"]
-norm = lambda n: re.sub(r"[-_.]+", "-", n).lower()
-pins = {}
-for line in (root / "requirements.lock").read_text().splitlines():
-    line = line.split("#", 1)[0].strip()
-    if "==" in line:
-        name, version = line.split("==", 1)
-        pins[norm(name)] = version.strip()
-for dep in deps:
-    name = re.match(r"[A-Za-z0-9._-]+", dep).group(0)
-    version = pins.get(norm(name))
-    if guard.search(f"{name}=={version or '0'}"):
-        continue
-    print(f"{name}=={version}" if version else dep)
-PY
-)
+listed=$(PYTHONPATH=$root "$PYTHON" -m login.wheel_list "$root" "$root/container/guarded-packages.regex") ||
+    die "could not list the project's dependencies (login/wheel_list.py, its message is above)"
+mapfile -t wanted < <(sed '/^$/d' <<<"$listed")
 
 say "building the project's wheel"
 cp -R "$root/pyproject.toml" "$root/README.md" "$root/train" "$tmp/"

@@ -1,64 +1,50 @@
 #!/usr/bin/env bash
 # `make submit` / `make srun`: check the request, then submit jobs/train.sbatch with sbatch, or
-# print the equivalent direct srun line for an interactive allocation.
+# print the equivalent direct srun lines for an interactive allocation.
 #
 # Usage: jobs/submit.sh [submit|srun]     (make passes every knob as an environment variable)
 #
 # The knobs (NODES, GPUS, CONFIG, ARGS, IMAGE, GPUS_PER_TASK, CPUS_PER_TASK, MEM, TIME, PARTITION, ...):
 # their defaults and documentation have one home, jobs/knobs.mk (`make help` lists them); a knob that is
-# unset or empty gets its default. DRY_RUN=1 prints the memory plan, the sbatch command and the script,
-# and submits nothing.
+# unset or empty gets its default; their shapes have one home, lib/checks.sh. DRY_RUN=1 prints the memory
+# plan, the sbatch command and the job's steps (install, doctor, training) exactly as jobs/train.sbatch
+# will run them (jobs/lib/steps.sh builds them for both), and submits nothing.
 #
-# Every check runs before sbatch; each problem found names the bad value and what is valid; then it exits 2
-# and submits nothing. Last, once the request is otherwise valid, the memory plan (`python -m train plan`):
-# one that cannot fit is refused the same way.
+# Every check runs before sbatch, the same with DRY_RUN=1; each problem found names the bad value and what
+# is valid; then it exits 2 and submits nothing. Cheap and certain checks come first (shapes, files), then
+# the cluster's limits (sinfo), last the memory plan (`python -m train plan`): one that cannot fit is
+# refused the same way.
 # shellcheck disable=SC2153 # the knobs are set by knob_defaults (jobs/lib/knobs.sh)
 set -euo pipefail
 
-prog="make submit"
 mode=${1:-submit}
 case $mode in
-submit) ;;
-srun) prog="make srun" ;;
+submit | srun) prog="make $mode" ;;
 *)
     printf 'usage: %s [submit|srun]\n' "$0" >&2
     exit 2
     ;;
 esac
-
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-script=$root/jobs/train.sbatch
-
-die() {
-    printf '%s: error: %s\n' "$prog" "$*" >&2
-    exit 2
-}
-note() { printf '%s: %s\n' "$prog" "$*" >&2; }
-
 # shellcheck source=lib/cmd.sh
-source "$root/lib/cmd.sh" # quote, run, DRY_RUN
-
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/cmd.sh" # root, say, die, quote, DRY_RUN
+cd "$root"                                              # relative paths are the project's
+script=$root/jobs/train.sbatch
 # shellcheck source=jobs/lib/knobs.sh
 source "$root/jobs/lib/knobs.sh"
 knob_defaults "$root/jobs/knobs.mk"
-# shellcheck source=jobs/lib/pyxis.sh
-source "$root/jobs/lib/pyxis.sh" # host_python, launch_line, pyxis_flags
+# shellcheck source=lib/checks.sh
+source "$root/lib/checks.sh" # check_shapes, problem, report_problems, image_kind, squashfs_problem, dir_problem, check_config
+# shellcheck source=jobs/lib/steps.sh
+source "$root/jobs/lib/steps.sh" # image_path, installs_at_start, gpu_options, job_steps
 
-# ---- checks -----------------------------------------------------------------------------------
-# Every check runs; each problem is one line naming the value and what is valid.
-problems=()
-problem() { problems+=("$*"); }
+# ---- checks: shapes first (lib/checks.sh), then what each value names ---------------------------------
+check_shapes NODES GPUS CONFIG ARGS IMAGE GPUS_PER_TASK CPUS_PER_TASK MEM TIME PARTITION ACCOUNT QOS SBATCH_ARGS \
+    SRUN_ARGS DATA_DIR LOG_DIR JOB_NAME CONTAINER_MOUNTS INSTALL_PROJECT BARE_PYTHON DOCTOR DOCTOR_TIMEOUT DRY_RUN
 
-positive() {
-    [[ $2 =~ ^[1-9][0-9]*$ ]] && return 0
-    problem "$1='$2' is not valid: expected a positive whole number, $3."
-    return 1
-}
-nodes_ok=1
-positive NODES "$NODES" "the number of nodes (e.g. NODES=2)" || nodes_ok=0
-positive GPUS "$GPUS" "the number of GPUs in total, one task each (e.g. GPUS=4)" || nodes_ok=0
 per_node=1
-if ((nodes_ok)); then
+nodes_ok=0
+if shape_ok NODES && shape_ok GPUS; then # both at most 7 digits: the arithmetic below cannot overflow
+    nodes_ok=1
     if ((GPUS % NODES != 0)); then
         lower=$((GPUS / NODES * NODES))
         hint="GPUS=$((lower + NODES))"
@@ -67,72 +53,32 @@ if ((nodes_ok)); then
     fi
     per_node=$((GPUS / NODES))
 fi
-case $GPUS_PER_TASK in
-0 | 1) ;;
-*) problem "GPUS_PER_TASK='$GPUS_PER_TASK' is not valid: expected 1 (each task drives one GPU) or 0 (CPU-only cluster, gloo)." ;;
-esac
-if [[ -n $CPUS_PER_TASK ]]; then
-    positive CPUS_PER_TASK "$CPUS_PER_TASK" "CPUs per task (or empty for the cluster's default)" || true
-fi
-# SLURM's time formats: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S (sbatch --time), or UNLIMITED/infinite.
-time_seconds() { # TIME -> seconds on stdout (-1: no limit); non-zero status when not a SLURM time
-    local t=$1 d=0 h=0 m=0 sec=0 rest
-    [[ $t == UNLIMITED || $t == infinite ]] && { echo -1; return 0; }
-    if [[ $t =~ ^([0-9]+)-([0-9]+)(:([0-9]+)(:([0-9]+))?)?$ ]]; then
-        d=${BASH_REMATCH[1]} h=${BASH_REMATCH[2]} m=${BASH_REMATCH[4]:-0} sec=${BASH_REMATCH[6]:-0}
-    elif [[ $t =~ ^[0-9]+(:[0-9]+(:[0-9]+)?)?$ ]]; then
-        IFS=: read -r -a rest <<<"$t"
-        case ${#rest[@]} in
-        1) m=${rest[0]} ;;
-        2) m=${rest[0]} sec=${rest[1]} ;;
-        3) h=${rest[0]} m=${rest[1]} sec=${rest[2]} ;;
-        esac
-    else
-        return 1
-    fi
-    echo $((10#$d * 86400 + 10#$h * 3600 + 10#$m * 60 + 10#$sec))
-}
-time_ok=1
-if [[ -n $TIME ]] && ! time_seconds "$TIME" >/dev/null; then
-    time_ok=0
-    problem "TIME='$TIME' is not a SLURM time: expected minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS (e.g. TIME=02:00:00 or TIME=1-00:00:00)."
-fi
-[[ -z $PARTITION || $PARTITION =~ ^[A-Za-z0-9_.,-]+$ ]] ||
-    problem "PARTITION='$PARTITION' is not a partition name: expected letters, digits, '_', '.', '-'."
-[[ $JOB_NAME =~ ^[A-Za-z0-9._-]+$ ]] ||
-    problem "JOB_NAME='$JOB_NAME' is not valid: expected letters, digits, '.', '_' or '-' (it names the log file)."
-case $DOCTOR in
-0 | 1 | only) ;;
-*) problem "DOCTOR='$DOCTOR' is not valid: expected 0, 1 (doctor first, then training) or only." ;;
-esac
-[[ $DOCTOR_TIMEOUT =~ ^[1-9][0-9]*$ ]] || problem "DOCTOR_TIMEOUT='$DOCTOR_TIMEOUT' is not valid: expected a positive whole number of seconds."
-case $INSTALL_PROJECT in
-auto | 0 | 1) ;;
-*) problem "INSTALL_PROJECT='$INSTALL_PROJECT' is not valid: expected auto, 1 or 0." ;;
-esac
 
-# The image: none, a squashfs file (must exist), or a registry reference.
-image_kind=registry
-case $IMAGE in
-none) image_kind=none ;;
-/* | .* | *.sqsh) image_kind="file" ;;
-esac
-if [[ $image_kind == file ]]; then
-    if [[ -f $IMAGE ]]; then
-        IMAGE=$(cd "$(dirname "$IMAGE")" && pwd)/$(basename "$IMAGE") # pyxis reads a path only if it starts with / or .
+# The doctor waits up to DOCTOR_TIMEOUT for the ranks to meet: within the job's time limit (TIME=0: none).
+if [[ -n $TIME ]] && shape_ok TIME && shape_ok DOCTOR && shape_ok DOCTOR_TIMEOUT && runs_doctor "$DOCTOR"; then
+    limit=$(time_seconds "$TIME")
+    ((limit <= 0 || DOCTOR_TIMEOUT < limit)) ||
+        problem "DOCTOR_TIMEOUT=$DOCTOR_TIMEOUT seconds is not below TIME='$TIME' ($limit seconds): the job would end while the doctor waits; use a smaller DOCTOR_TIMEOUT or a longer TIME."
+fi
+
+# The image: none, a squashfs file (that must exist, and be one), or a registry reference.
+image_kind=$(image_kind "$IMAGE")
+if shape_ok IMAGE && [[ $image_kind == file ]]; then
+    if [[ -e $IMAGE || -L $IMAGE ]]; then
+        why=$(squashfs_problem IMAGE "$IMAGE")
+        [[ -z $why ]] || problem "$why"
     elif [[ -n $DRY_RUN || $mode == srun ]]; then
-        note "warning: IMAGE='$IMAGE' does not exist (yet): build it with 'make image'; a real submit stops here."
-        [[ $IMAGE == /* ]] || IMAGE=$root/${IMAGE#./}
+        say "warning: IMAGE='$IMAGE' does not exist (yet): build it with 'make image'; a real submit stops here."
     else
         problem "IMAGE='$IMAGE' does not exist: build it with 'make image', or pass IMAGE=nvcr.io#nvidia/pyg:TAG (a registry image; the project is installed at job start) or IMAGE=none (bare mode: the host's Python)."
     fi
-elif [[ $image_kind == registry && ! $IMAGE =~ ^[A-Za-z0-9@#:/._-]+$ ]]; then
-    problem "IMAGE='$IMAGE' is not valid: expected none, a .sqsh path, or a registry image like nvcr.io#nvidia/pyg:25.05-py3."
 fi
 
 # The config: a shipped name, or a file the job can read (inside the project for a container).
 config_arg=
-if [[ -f $root/train/configs/$CONFIG.yaml ]]; then
+if ! shape_ok CONFIG; then
+    :
+elif [[ -f $root/train/configs/$CONFIG.yaml ]]; then
     config_arg=$CONFIG
 elif [[ -f $CONFIG ]]; then
     config_abs=$(cd "$(dirname "$CONFIG")" && pwd)/$(basename "$CONFIG")
@@ -151,41 +97,51 @@ else
     problem "CONFIG='$CONFIG' is neither a shipped config nor a file: shipped configs are: ${shipped% }; or give a YAML path."
 fi
 
-# The config's content and the overrides, checked by the package itself when a Python with
-# PyYAML is at hand (a typo in ARGS would otherwise surface only once the job runs).
+# The config's content and the overrides, checked by the package itself (login/config_check.py; it says
+# what it could not check where this Python lacks PyYAML): a typo in ARGS would surface only in the job.
 read -r -a args <<<"$ARGS"
-check_py=$(host_python "$root" "$BARE_PYTHON")
-if [[ -n $config_arg ]] && (cd "$root" && "$check_py" -c 'import yaml' >/dev/null 2>&1); then
-    if ! err=$(cd "$root" && PYTHONPATH=$root "$check_py" -c '
-import sys
-from train.config import load_config
-from train.errors import UserError
-try:
-    load_config(sys.argv[1], sys.argv[2:])
-except UserError as exc:
-    sys.exit(str(exc))
-' "$config_arg" "${args[@]}" 2>&1); then
-        problem "CONFIG='$CONFIG' ARGS='$ARGS': ${err}"
-    fi
+check_py=$(host_python "$root" "$([[ $image_kind != none ]] || echo "$BARE_PYTHON")")
+if [[ $image_kind == none ]] && shape_ok BARE_PYTHON && ! command -v -- "$check_py" >/dev/null 2>&1; then
+    problem "BARE_PYTHON='$check_py' is not a program here: with IMAGE=none the job runs it on every node (give a path every node sees)."
+elif [[ -n $config_arg ]] && shape_ok ARGS; then
+    check_config "CONFIG='$CONFIG' ARGS='$ARGS'" "$check_py" "$config_arg" "${args[@]}"
 fi
 
-# The data folder: a container mounts it, so it must exist (the default one is created).
-if [[ -n $DATA_DIR && ! -d $DATA_DIR && $image_kind != none ]]; then
-    problem "DATA_DIR='$DATA_DIR' is not a directory: it is mounted into the container at /data, so it must exist."
+# Folders: the data folder is mounted (a container), so it must exist; the log folder must be creatable.
+if shape_ok DATA_DIR && [[ -n $DATA_DIR ]]; then
+    if [[ $image_kind != none && ! -d $DATA_DIR ]]; then
+        problem "DATA_DIR='$DATA_DIR' is not a directory: it is mounted into the container at /data, so it must exist."
+    else
+        why=$(dir_problem DATA_DIR "$DATA_DIR")
+        [[ -z $why ]] || problem "$why"
+    fi
+fi
+if shape_ok LOG_DIR; then
+    why=$(dir_problem LOG_DIR "$LOG_DIR")
+    [[ -z $why ]] || problem "$why (SLURM writes the job's log there)"
+fi
+# A mount's source must exist on the nodes; where this login node does not have it, say so.
+if shape_ok CONTAINER_MOUNTS && [[ -n $CONTAINER_MOUNTS && $image_kind != none ]]; then
+    IFS=, read -r -a mounts <<<"$CONTAINER_MOUNTS"
+    for mount in "${mounts[@]}"; do
+        source_path=${mount%%:*}
+        [[ $source_path != /* || -e $source_path ]] ||
+            say "warning: CONTAINER_MOUNTS: '$source_path' does not exist on this host; pyxis refuses the job unless every node has it."
+    done
 fi
 
 # ---- the cluster's real limits: a request no node can satisfy would pend forever -----------------
 # Asked of the cluster itself (sinfo); where it cannot be asked, say what was not checked.
 check_cluster() {
     local part max_time limit name cpus gres gpus fit_cpu=0 fit_gpu=0 total=0 most_cpus=0 most_gpus=0
-    local cpus_each=${CPUS_PER_TASK:-1} need_gpus=$((per_node * GPUS_PER_TASK)) item count
-    local -a partitions
+    local cpus_each=${CPUS_PER_TASK:-1} need_gpus=$((per_node * GPUS_PER_TASK)) item count most_mem
+    local -a partitions items
     if ! command -v sinfo >/dev/null 2>&1; then
-        note "note: sinfo is not on PATH: the partition, the node count, CPUs and GPUs per node and the time limit were not checked against the cluster."
+        say "note: sinfo is not on PATH: the partition, the node count, CPUs, GPUs and memory per node and the time limit were not checked against the cluster."
         return 0
     fi
     if ! mapfile -t partitions < <(sinfo -h -o '%P' 2>/dev/null | sort -u) || ((${#partitions[@]} == 0)); then
-        note "note: sinfo answered nothing: the request was not checked against the cluster's limits."
+        say "note: sinfo answered nothing: the request was not checked against the cluster's limits."
         return 0
     fi
     part=$PARTITION
@@ -203,16 +159,15 @@ check_cluster() {
     job_partition=$part # the memory plan asks about the same partition
     # One line per node: name, CPUs, generic resources (gpu:4, gpu:a100:4(S:0-1), (null)).
     while read -r name cpus gres; do
-        [[ -n $name ]] || continue
+        [[ -n $name && $cpus =~ ^[0-9]{1,9}$ ]] || continue
         total=$((total + 1))
         gpus=0
-        local -a items
         IFS=, read -r -a items <<<"$gres"
         for item in "${items[@]}"; do
             item=${item%%(*}
-            if [[ $item =~ ^gpu(:[^:]+)?:([0-9]+)$ ]]; then
+            if [[ $item =~ ^gpu(:[^:]+)?:([0-9]{1,6})$ ]]; then
                 count=${BASH_REMATCH[2]}
-                gpus=$((gpus + count))
+                gpus=$((gpus + 10#$count))
             fi
         done
         ((cpus > most_cpus)) && most_cpus=$cpus
@@ -227,15 +182,22 @@ check_cluster() {
     elif ((need_gpus > 0 && fit_gpu < NODES)); then
         problem "GPUS=$GPUS over NODES=$NODES asks $need_gpus GPUs per node, but the nodes of partition '$part' have at most $most_gpus GPU(s) ($fit_gpu node(s) fit); use more NODES, fewer GPUS, or GPUS_PER_TASK=0 on a CPU-only partition."
     fi
+    # MEM per node against the largest node's memory (sinfo %m, megabytes; 1 or less: not configured).
+    most_mem=$(sinfo -h -p "$part" -o '%m' 2>/dev/null | tr -dc '0-9\n' | sed -n '/^[0-9]\{1,12\}$/p' | sort -n | tail -n 1)
+    if [[ -n $MEM ]] && shape_ok MEM && [[ -n $most_mem ]] && ((most_mem > 1)) && (($(memory_mb "$MEM") > most_mem)); then
+        problem "MEM='$MEM' is more than the nodes of partition '$part' have (at most ${most_mem} MB each); use MEM=${most_mem}M or less, or MEM=0 for all of a node's memory."
+    fi
     max_time=$(sinfo -h -p "$part" -o '%l' 2>/dev/null | sort -u | head -n 1)
-    if [[ -n $TIME ]] && ((time_ok)) && limit=$(time_seconds "$max_time" 2>/dev/null) && ((limit >= 0)); then
+    if [[ -n $TIME ]] && shape_ok TIME && limit=$(time_seconds "$max_time" 2>/dev/null) && ((limit >= 0)); then
         if (($(time_seconds "$TIME") > limit)); then
             problem "TIME='$TIME' is above the time limit of partition '$part' ($max_time); use TIME=$max_time or less."
         fi
     fi
 }
 job_partition=$PARTITION # the default partition, where sinfo names it (check_cluster)
-[[ $mode == srun ]] || ((!nodes_ok)) || check_cluster
+if [[ $mode == submit ]] && ((nodes_ok)) && shape_ok CPUS_PER_TASK && shape_ok GPUS_PER_TASK && shape_ok PARTITION; then
+    check_cluster
+fi
 
 # ---- the memory plan: what a node, a rank and a GPU will hold, against what they have -----------
 # `python -m train plan` (train/cli/plan.py), once the request is otherwise valid; its table is printed
@@ -245,30 +207,29 @@ memory_plan() {
     local -a plan_args=(--config "$config_arg" --nodes "$NODES" --gpus "$GPUS")
     ((GPUS_PER_TASK > 0)) || plan_args+=(--cpu)
     [[ -z $job_partition ]] || plan_args+=(--partition "$job_partition")
-    if ! (cd "$root" && "$check_py" -c 'import importlib.util as u, sys
-sys.exit(not all(u.find_spec(m) for m in ("torch", "torch_geometric", "yaml")))') >/dev/null 2>&1; then
-        note "note: $check_py cannot import torch and torch_geometric: the memory plan was not made ('make setup' builds .venv)."
+    if ! "$check_py" -c 'import importlib.util as u, sys; sys.exit(not all(map(u.find_spec, sys.argv[1:])))' \
+        torch torch_geometric yaml >/dev/null 2>&1; then
+        say "note: $check_py cannot import torch and torch_geometric: the memory plan was not made ('make setup' builds .venv)."
         return 0
     fi
-    { err=$(cd "$root" && PYTHONPATH=$root "$check_py" -m train plan "${plan_args[@]}" -- "${args[@]}" 2>&1 >&3 3>&-) ||
+    { err=$(PYTHONPATH=$root "$check_py" -m train plan "${plan_args[@]}" -- "${args[@]}" 2>&1 >&3 3>&-) ||
         status=$?; } 3>&1
     if ((status == 2)); then
         problem "memory plan for CONFIG='$CONFIG' ARGS='$ARGS' NODES=$NODES GPUS=$GPUS: ${err#error: }"
     elif ((status != 0)); then
-        note "note: the memory plan failed (status $status), so it was not checked: ${err##*$'\n'}"
+        say "note: the memory plan failed (status $status), so it was not checked: ${err##*$'\n'}"
     fi
 }
-[[ $mode == srun ]] || ((${#problems[@]})) || memory_plan
+[[ $mode == srun ]] || ((${#PROBLEMS[@]})) || memory_plan
 
-if ((${#problems[@]})); then
-    for line in "${problems[@]}"; do
-        printf '%s: error: %s\n' "$prog" "$line" >&2
-    done
-    [[ $mode == srun ]] || printf '%s: nothing was submitted.\n' "$prog" >&2
-    exit 2
+report_problems "$([[ $mode == srun ]] || echo 'nothing was submitted.')"
+
+# ---- paths, as the job sees them ----------------------------------------------------------------
+if [[ $image_kind == file && -e $IMAGE ]]; then
+    IMAGE=$(cd "$(dirname "$IMAGE")" && pwd)/$(basename "$IMAGE")
+else
+    IMAGE=$(image_path "$IMAGE" "$root")
 fi
-
-# ---- paths ------------------------------------------------------------------------------------
 if [[ -z $DATA_DIR ]]; then
     DATA_DIR=$root/data
     [[ $image_kind == none || -n $DRY_RUN || $mode == srun ]] || mkdir -p "$DATA_DIR" # a mount source must exist
@@ -278,14 +239,12 @@ else
     [[ $DATA_DIR == /* ]] || DATA_DIR=$root/$DATA_DIR
 fi
 [[ $LOG_DIR == /* ]] || LOG_DIR=$root/$LOG_DIR
+PROJECT_DIR=$root
+CONFIG=$config_arg
 
 # ---- the request as SLURM options -------------------------------------------------------------
-resources=(--nodes="$NODES" --ntasks="$GPUS" --ntasks-per-node="$per_node")
-if ((GPUS_PER_TASK > 0)); then
-    # every task sees all GPUs of its node and uses cuda:LOCAL_RANK (SLURM >= 24.05 may also
-    # need --tres-bind=gres/gpu:none)
-    resources+=(--gpus-per-task="$GPUS_PER_TASK" --gpu-bind=none)
-fi
+gpu_options "$GPUS_PER_TASK"
+resources=(--nodes="$NODES" --ntasks="$GPUS" --ntasks-per-node="$per_node" "${GPU_OPTIONS[@]}")
 [[ -z $CPUS_PER_TASK ]] || resources+=(--cpus-per-task="$CPUS_PER_TASK")
 [[ -z $MEM ]] || resources+=(--mem="$MEM")
 [[ -z $TIME ]] || resources+=(--time="$TIME")
@@ -294,44 +253,49 @@ fi
 [[ -z $QOS ]] || resources+=(--qos="$QOS")
 
 # ---- the job-start install: its wheels are prepared here, on the login node ------------------
-# (as jobs/train.sbatch decides: auto installs into a registry image, not into a .sqsh)
-install=$INSTALL_PROJECT
-if [[ $install == auto ]]; then
-    install=0
-    [[ $image_kind != registry ]] || install=1
-fi
-[[ $image_kind != none ]] || install=0
-if [[ $install == 1 ]]; then
-    note "preparing the wheels the job-start install reads (compute nodes need no index): .wheels/"
-    run bash "$root/container/wheelhouse.sh" "$root/.wheels"
-fi
-
-# ---- make srun: the direct line for an interactive allocation ---------------------------------
-if [[ $mode == srun ]]; then
-    read -r -a srun_extra <<<"$SRUN_ARGS"
-    line=(srun "${resources[@]}" --kill-on-bad-exit=1 --label "${srun_extra[@]}")
-    envs=(OMP_NUM_THREADS="${CPUS_PER_TASK:-1}")
-    if [[ $image_kind == none ]]; then
-        envs+=(DATA_DIR="$DATA_DIR")
-        line+=(--chdir="$root")
-        launch_line none "$root" "$DATA_DIR" "" "" "" "$BARE_PYTHON"
+prepare_wheels() {
+    [[ $(installs_at_start "$INSTALL_PROJECT" "$image_kind") == 1 ]] || return 0
+    if [[ -n $DRY_RUN ]]; then
+        echo "# First, on this login node: the wheels the job-start install reads (compute nodes need no index):"
     else
-        envs+=(DATA_DIR=/data)
-        name=
-        if [[ $install == 1 ]]; then
-            name=pyg-train
-            pyxis_flags "$IMAGE" "$root" "$DATA_DIR" "$CONTAINER_MOUNTS" "$name" WHEELS,OFFLINE
-            note "first install the project into the image, once per allocation (one task per node, offline):"
-            quote WHEELS=/workspace/.wheels OFFLINE=1 srun --nodes="$NODES" --ntasks="$NODES" --ntasks-per-node=1 \
-                "${PYXIS[@]}" --container-remap-root --container-writable \
-                sh /workspace/container/install-project.sh /workspace
-        fi
-        launch_line "$IMAGE" "$root" "$DATA_DIR" "$CONTAINER_MOUNTS" "$name" DATA_DIR,OMP_NUM_THREADS
+        say "preparing the wheels the job-start install reads (compute nodes need no index): .wheels/"
     fi
-    line+=("${LAUNCH[@]}")
-    line+=(-m train fit --config "$config_arg" "${args[@]}")
-    note "inside an allocation (salloc ${resources[*]}), or from a login node, run:"
-    quote "${envs[@]}" "${line[@]}"
+    run bash "$root/container/wheelhouse.sh" "$root/.wheels"
+}
+
+# print_steps: the job's steps, each a line that says what it is (as `# ...`, on stderr for make srun)
+# and its command line.
+print_steps() {
+    local to=1
+    [[ $mode == submit ]] || to=2
+    if ((${#INSTALL_STEP[@]})); then
+        echo "# install the project into the image, one task per node, into a named container the next steps reuse (INSTALL_PROJECT=$INSTALL_PROJECT):" >&"$to"
+        quote "${INSTALL_STEP[@]}"
+    fi
+    if ((${#DOCTOR_STEP[@]})); then
+        echo "# the doctor, on every task (DOCTOR=$DOCTOR):" >&"$to"
+        quote "${DOCTOR_STEP[@]}"
+    fi
+    if ((${#TRAIN_STEP[@]})); then
+        echo "# training, on every task:" >&"$to"
+        quote "${TRAIN_STEP[@]}"
+    fi
+}
+
+# ---- make srun: the direct lines for an interactive allocation ---------------------------------
+if [[ $mode == srun ]]; then
+    # the allocation's options on the step; the CPUs and GPUs per task the steps pass on themselves
+    STEP_ALLOCATION=(--nodes="$NODES" --ntasks="$GPUS" --ntasks-per-node="$per_node")
+    [[ -z $MEM ]] || STEP_ALLOCATION+=(--mem="$MEM")
+    [[ -z $TIME ]] || STEP_ALLOCATION+=(--time="$TIME")
+    [[ -z $PARTITION ]] || STEP_ALLOCATION+=(--partition="$PARTITION")
+    [[ -z $ACCOUNT ]] || STEP_ALLOCATION+=(--account="$ACCOUNT")
+    [[ -z $QOS ]] || STEP_ALLOCATION+=(--qos="$QOS")
+    [[ $image_kind != none ]] || STEP_ALLOCATION+=(--chdir="$root")
+    prepare_wheels >&2
+    job_steps "$NODES" "$CPUS_PER_TASK" ""
+    say "inside an allocation (salloc ${resources[*]}), or from a login node when there is no install step, run:"
+    print_steps
     exit 0
 fi
 
@@ -350,25 +314,27 @@ job_env=(CONFIG="$config_arg" ARGS="$ARGS" IMAGE="$IMAGE" PROJECT_DIR="$root" DA
     PYG_SUBMISSION_ID="$submission")
 
 if [[ -n $DRY_RUN ]]; then
-    echo "# DRY_RUN=1: nothing submitted. The sbatch command:"
+    echo "# DRY_RUN=1: nothing submitted."
+    prepare_wheels
+    echo "# The sbatch command:"
     quote env "${job_env[@]}" "${sbatch_cmd[@]}"
-    echo "# The script it submits, ${script#"$root"/}:"
-    cat "$script"
+    echo "# The job's steps, as ${script#"$root"/} will run them (JOBID: the id sbatch gives the job):"
+    job_steps "$NODES" "$CPUS_PER_TASK" JOBID
+    print_steps
+    echo "# The job script: $script (each step's line is also printed in the job's log)"
     exit 0
 fi
 
-command -v sbatch >/dev/null 2>&1 || die "sbatch is not on PATH: run this on a SLURM login node (or use DRY_RUN=1 to see the command); nothing was submitted."
+command -v sbatch >/dev/null 2>&1 || refuse "sbatch is not on PATH: run this on a SLURM login node (or use DRY_RUN=1 to see the command); nothing was submitted."
+prepare_wheels
 mkdir -p "$LOG_DIR" # SLURM does not create the output folder: without it the log is lost
 if ! reply=$(env "${job_env[@]}" "${sbatch_cmd[@]}"); then
-    printf '%s: error: sbatch refused the job (its message is above); the command was:\n%s\n' \
-        "$prog" "$(quote "${sbatch_cmd[@]}")" >&2
+    error "sbatch refused the job (its message is above); the command was:"
+    quote "${sbatch_cmd[@]}" >&2
     exit 1
 fi
 job_id=${reply%%;*}
-[[ $job_id =~ ^[0-9]+$ ]] || {
-    printf '%s: error: sbatch printed %q, not a job id\n' "$prog" "$reply" >&2
-    exit 1
-}
+[[ $job_id =~ ^[0-9]+$ ]] || die "sbatch printed $(printf %q "$reply"), not a job id"
 log=$LOG_DIR/$JOB_NAME-$job_id.log
 echo "Submitted job $job_id ($NODES nodes, $GPUS tasks, $per_node per node, config $CONFIG, image $IMAGE)"
 echo "log:    $log"

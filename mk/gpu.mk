@@ -7,5 +7,5 @@ GPU_CHECK_ARGS ?=
 
 .PHONY: gpu-check
 
-gpu-check: ## Check a GPU in < 8 min: CUDA tests, nccl, shared GPU, resume layout, late node, dead rank, sampler, pinned, training; GPU_PYTHON, GPU_CHECK_ARGS
+gpu-check: check-gpu-check ## Check a GPU in < 8 min: CUDA tests, nccl, shared GPU, resume layout, late node, dead rank, sampler, pinned, training; GPU_PYTHON, GPU_CHECK_ARGS
 	@$(call split,args,GPU_CHECK_ARGS); VENV_PY="$$(realpath -m -s -- "$$VENV/bin/python")" bash bench/gpu_check.sh "$${args[@]}"

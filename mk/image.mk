@@ -1,15 +1,17 @@
 # `make image`: the training image (NVIDIA's PyG container + this project), built with enroot or docker.
-# The base tag has one source, the `ARG PYG_TAG=` line of container/Dockerfile.
+# The base tag has one source, the `ARG PYG_TAG=` line of container/Dockerfile, read by jobs/lib/knobs.sh.
 # IMAGE and IMAGE_DIR, shared with `make submit` and `make data`, are defined in jobs/knobs.mk.
-PYG_TAG_DEFAULT := $(shell sed -n 's/^ARG PYG_TAG=//p' $(CURDIR)/container/Dockerfile)
+PYG_TAG_DEFAULT := $(shell env -u PYG_TAG bash $(CURDIR)/jobs/lib/knobs.sh PYG_TAG)
 PYG_TAG ?= $(PYG_TAG_DEFAULT)
 BUILDER ?= auto
 DRY_RUN ?=
 SQSH ?=
+# the imported NVIDIA base (enroot route), reused when it exists; empty: $(IMAGE_DIR)/nvidia+pyg+$(PYG_TAG).sqsh
+BASE_SQSH ?=
 
 .PHONY: image
 
-IMAGE_VARS = BUILDER PYG_TAG IMAGE_DIR IMAGE DRY_RUN SQSH  # reach container/image.sh as environment variables
+IMAGE_VARS = BUILDER PYG_TAG IMAGE_DIR IMAGE DRY_RUN SQSH BASE_SQSH  # reach container/image.sh as environment variables
 
 image: ## Build IMAGE (.sqsh) with BUILDER=auto|docker|enroot on nvcr.io/nvidia/pyg:PYG_TAG; DRY_RUN=1 prints the commands
 	@bash container/image.sh

@@ -3,7 +3,7 @@
 SHELL_SCRIPTS = $(shell git ls-files '*.sh' '*.sbatch' .ci/run 2>/dev/null)
 DOCKERFILES = $(wildcard container/Dockerfile)
 
-lint: setup ## Run shellcheck, hadolint and ruff
+lint: check-lint setup ## Run shellcheck, hadolint and ruff
 	@if [ -n "$(SHELL_SCRIPTS)" ]; then "$$VENV/bin/shellcheck" -x $(SHELL_SCRIPTS) && echo "shellcheck: $(words $(SHELL_SCRIPTS)) scripts clean"; fi
 	@if [ -n "$(DOCKERFILES)" ]; then "$$VENV/bin/hadolint" $(DOCKERFILES) && echo "hadolint: $(DOCKERFILES) clean"; fi
-	@"$$VENV/bin/ruff" check --quiet train tests bench && echo "ruff: train tests bench clean"
+	@"$$VENV/bin/ruff" check --quiet train login tests bench && echo "ruff: train login tests bench clean"

@@ -9,7 +9,7 @@ DOCTOR_ON_SLURM = $(filter command line environment,$(origin NODES) $(origin GPU
 
 .PHONY: doctor report logs tail
 
-doctor: $(if $(DOCTOR_ON_SLURM),,setup) ## Check ranks, GPUs, network, data, all-reduce: NPROC local processes, or a job with NODES= GPUS=
+doctor: $(if $(DOCTOR_ON_SLURM),,check-doctor setup) ## Check ranks, GPUs, network, data, all-reduce: NPROC local processes, or a job with NODES= GPUS=
 ifneq ($(DOCTOR_ON_SLURM),)
 	@$(MAKE) --no-print-directory submit DOCTOR=only JOB_NAME=pyg-doctor
 else
@@ -19,7 +19,7 @@ else
 	echo "$${cmd[*]}"; "$${cmd[@]}"
 endif
 
-report: setup ## Draw RUN/curves.png and print the run's summary (RUN=runs/<id>; default: the newest run)
+report: check-report setup ## Draw RUN/curves.png and print the run's summary (RUN=runs/<id>; default: the newest run)
 	@run=$$RUN; \
 	if [[ -z $$run ]]; then \
 		run=$$(find runs -mindepth 2 -maxdepth 2 -name metrics.jsonl -printf '%T@ %h\n' 2>/dev/null | sort -rn | sed -n '1s/^[^ ]* //p' || true); \
@@ -27,13 +27,13 @@ report: setup ## Draw RUN/curves.png and print the run's summary (RUN=runs/<id>;
 	fi; \
 	"$$VENV/bin/python" -m train report -- "$$run"
 
-logs: ## Print the newest job's log (the newest file under LOG_DIR)
+logs: check-logs ## Print the newest job's log (the newest file under LOG_DIR)
 	@dir=$${LOG_DIR:-logs}; [[ $$dir == /* ]] || dir=./$$dir; log=$$(find "$$dir" -type f -printf '%T@ %p\n' 2>/dev/null | sort -rn | sed -n '1s/^[^ ]* //p' || true); \
 	[[ -n $$log ]] || { echo "make logs: no log under $$dir/ yet (make submit writes one per job)" >&2; exit 2; }; \
 	echo "==> $$log <==" >&2; \
 	cat -- "$$log"
 
-tail: ## Follow the newest job's log as it grows (tail -f; Ctrl-C to stop)
+tail: check-tail ## Follow the newest job's log as it grows (tail -f; Ctrl-C to stop)
 	@dir=$${LOG_DIR:-logs}; [[ $$dir == /* ]] || dir=./$$dir; log=$$(find "$$dir" -type f -printf '%T@ %p\n' 2>/dev/null | sort -rn | sed -n '1s/^[^ ]* //p' || true); \
 	[[ -n $$log ]] || { echo "make tail: no log under $$dir/ yet (make submit writes one per job)" >&2; exit 2; }; \
 	echo "==> $$log <==" >&2; \

@@ -197,6 +197,34 @@ def test_make_image_pyg_tag_override_changes_every_name(tmp_path: Path):
     assert f":{TAG}" not in r.stdout or TAG == "26.01-py3"
 
 
+def test_make_image_refuses_a_base_or_an_output_that_is_no_squashfs_file(tmp_path: Path):
+    """BASE_SQSH is reused as it is: a folder, a file of another kind or an odd path must not reach
+    `enroot create` (nor say it was reused); IMAGE is written with mv: it must not be a folder."""
+    folder = tmp_path / "base.sqsh"
+    folder.mkdir()
+    text = tmp_path / "base.txt.sqsh"
+    text.write_text("not an image\n")
+    cases = [(f"BASE_SQSH={folder}", f"BASE_SQSH='{folder}' is a directory, not a squashfs image"),
+             (f"BASE_SQSH={text}", "does not start with the squashfs magic 'hsqs'"),
+             (f"BASE_SQSH={tmp_path}/a\nb.sqsh", "BASE_SQSH=$'"),
+             (f"IMAGE={folder}", f"IMAGE='{folder}' is a directory: expected the path of the .sqsh file to write"),
+             (f"IMAGE_DIR={text}", "is a file, not a directory")]
+    for assignment, named in cases:
+        for route in (["BUILDER=enroot"], ["BUILDER=docker", "SQSH=1"]) if assignment.startswith("IMAGE=") else [[]]:
+            r = make_image(clean_env(), "DRY_RUN=1", "BUILDER=enroot", *route, f"IMAGE_DIR={tmp_path}", assignment)
+            assert r.returncode == 2, r.stdout + r.stderr
+            assert named in r.stderr and "reusing" not in r.stderr, r.stderr
+            assert "enroot create" not in r.stdout
+    assert folder.is_dir() and not any(folder.iterdir())
+    # a real squashfs base is reused as the import
+    base = tmp_path / "real-base.sqsh"
+    base.write_bytes(b"hsqs" + bytes(92))
+    r = make_image(clean_env(), "DRY_RUN=1", "BUILDER=enroot", f"IMAGE_DIR={tmp_path}", f"BASE_SQSH={base}")
+    assert r.returncode == 0, r.stderr
+    assert "reusing the imported base" in r.stderr
+    assert ["enroot", "import"] not in [c[:2] for c in dry_commands(r.stdout)]
+
+
 def test_make_image_dry_run_docker_prints_docker_build():
     r = make_image(clean_env(), "DRY_RUN=1", "BUILDER=docker", "SQSH=0")
     assert r.returncode == 0, r.stderr
@@ -343,7 +371,7 @@ def test_scripts_are_executable():
 
 @pytest.mark.skipif(not (VENV_BIN / "shellcheck").exists(), reason="shellcheck not in .venv")
 def test_shellcheck_clean():
-    r = subprocess.run([str(VENV_BIN / "shellcheck"), "-x", str(ENROOT_BUILD), str(IMAGE_SH), str(INSTALL)],
+    r = subprocess.run([str(VENV_BIN / "shellcheck"), "-x", *map(str, sorted(CONTAINER.glob("*.sh")))],
                        capture_output=True, text=True)
     assert r.returncode == 0 and r.stdout == "", r.stdout
 
@@ -488,7 +516,7 @@ def test_install_adds_a_project_whose_requirements_are_met(image_python: Path, t
     assert r.returncode == 0, r.stdout + r.stderr
     assert version_of(image_python, "torch") == "0.0.1"
     assert version_of(image_python, "demo") == "0.1.0"
-    assert "site-packages/demo/__init__.py" in r.stdout  # installed, not editable
+    assert "site-packages/demo/__init__.py" in r.stderr  # installed, not editable (its progress: stderr)
     # Nothing was written into the project (it builds from a copy).
     assert sorted(p.name for p in project.iterdir()) == ["demo", "pyproject.toml", "tinybackend.py"]
 
@@ -548,6 +576,6 @@ def test_install_real_project_keeps_torch_and_pyg(tmp_path: Path):
     assert any(re.fullmatch(rf"torch[-_]geometric=={re.escape(pyg_v)}", c) for c in constraints), constraints
     assert version_of(py, "torch") == torch_v and version_of(py, "torch_geometric") == pyg_v
     assert version_of(py, "pyg-slurm-train") == "0.1.0"
-    assert f"{venv}/lib/{py_version}/site-packages/train/__init__.py" in r.stdout
+    assert f"{venv}/lib/{py_version}/site-packages/train/__init__.py" in r.stderr
     assert sorted(p.name for p in site.iterdir()) == before, "the project venv must not change"
     assert sorted(p.name for p in ROOT.iterdir()) == checkout_before, "nothing may be built in the checkout"

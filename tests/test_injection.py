@@ -137,7 +137,7 @@ def test_dry_make_data_creates_no_data_dir(tmp_path):
     ("PYG_TAG=a:b", "PYG_TAG='a:b'"),
     ("IMAGE=Bad Image", "IMAGE='Bad Image'"),
     ("SQSH=maybe", "SQSH='maybe'"),
-    ("BUILDER=podman", "BUILDER 'podman'"),
+    ("BUILDER=podman", "BUILDER='podman'"),
 ])
 def test_make_image_validates_shapes(assignment, named):
     done = make("image", "BUILDER=docker", "DRY_RUN=1", assignment)

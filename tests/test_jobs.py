@@ -13,6 +13,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,8 @@ from tests.harness import standin_bin
 from tests.harness.jobscript import KNOBS, run_job_script
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPTS = [ROOT / "jobs" / "submit.sh", ROOT / "jobs" / "train.sbatch", *sorted((ROOT / "jobs" / "lib").glob("*.sh"))]
+SCRIPTS = [ROOT / "jobs" / "submit.sh", ROOT / "jobs" / "train.sbatch", *sorted((ROOT / "jobs" / "lib").glob("*.sh")),
+           *sorted((ROOT / "lib").glob("*.sh"))]
 SHELLCHECK = ROOT / ".venv" / "bin" / "shellcheck"
 
 
@@ -32,7 +34,8 @@ def standin(tmp_path):
     bindir.mkdir()
     standin_bin.install(bindir, "sbatch")  # records its arguments and the job's knobs, answers like --parsable
     record = tmp_path / "sbatch-calls.txt"
-    env = {k: v for k, v in os.environ.items() if k not in KNOBS and not k.startswith("SLURM_")}
+    env = {k: v for k, v in os.environ.items()
+           if k not in (*KNOBS, "OMP_NUM_THREADS", "MPLCONFIGDIR") and not k.startswith("SLURM_")}
     env["PATH"] = f"{bindir}:{env['PATH']}"
     env["STANDIN_RECORD"] = str(record)
     return env, record
@@ -56,7 +59,18 @@ def job_env(stdout: str) -> dict[str, str]:
     return dict(w.split("=", 1) for w in words[1:words.index("sbatch")])
 
 
-def test_dry_run_prints_two_node_sbatch_command_and_pyxis_script(standin):
+def dry_steps(stdout: str) -> dict[str, list[str]]:
+    """The job's steps a dry run prints: {"install"|"doctor"|"training": the command line's words}."""
+    steps, name = {}, None
+    for line in stdout.split("# The job's steps, as jobs/train.sbatch will run them", 1)[1].splitlines()[1:]:
+        if line.startswith("# "):
+            name = next((n for n in ("install", "doctor", "training") if n in line.split(",")[0]), None)
+        elif name:
+            steps[name], name = shlex.split(line), None
+    return steps
+
+
+def test_dry_run_prints_the_sbatch_command_and_the_steps_with_their_pyxis_flags(standin):
     env, record = standin
     p = make(env, "submit", "NODES=2", "GPUS=4", "DRY_RUN=1")
     assert p.returncode == 0, p.stderr
@@ -68,28 +82,62 @@ def test_dry_run_prints_two_node_sbatch_command_and_pyxis_script(standin):
     # the default image is the .sqsh `make image` writes, absolute so pyxis reads it as a path
     image = job_env(p.stdout)["IMAGE"]
     assert image.startswith(str(ROOT) + "/") and image.endswith(".sqsh")
-    # the script follows, and its container srun line carries the pyxis flags
-    script = p.stdout.split("# The script it submits, jobs/train.sbatch:\n", 1)[1]
-    assert script == (ROOT / "jobs" / "train.sbatch").read_text()
-    # its steps are launched by the one launch line (jobs/lib/pyxis.sh: pyxis flags, interpreter)
-    assert 'source "$PROJECT_DIR/jobs/lib/pyxis.sh"' in script
-    assert 'launch_line "$IMAGE" "$PROJECT_DIR" "$DATA_DIR"' in script and "DATA_DIR,OMP_NUM_THREADS" in script
-    assert 'srun "${srun_opts[@]}" "${LAUNCH[@]}" -m train fit --config "$CONFIG"' in script
-    # the memory plan came first
+    # the training step as the job runs it: its environment, srun's options and the pyxis flags
+    steps = dry_steps(p.stdout)
+    assert list(steps) == ["training"]  # a .sqsh from make image: no install; DOCTOR=0: no doctor
+    train = steps["training"]
+    assert train[:5] == ["env", "DATA_DIR=/data", "OMP_NUM_THREADS=1", "MPLCONFIGDIR=/tmp/matplotlib", "srun"]
+    assert train[5:9] == ["--kill-on-bad-exit=1", "--label", "--gpus-per-task=1", "--gpu-bind=none"]
+    assert train[9:] == [f"--container-image={image}", f"--container-mounts={ROOT}:/workspace,{ROOT}/data:/data",
+                         "--container-workdir=/workspace", "--no-container-mount-home",
+                         "--container-env=DATA_DIR,OMP_NUM_THREADS,MPLCONFIGDIR",
+                         "python", "-m", "train", "fit", "--config", "synthetic"]
+    # the script itself is a pointer, not 200 lines of output; the memory plan came first
+    assert f"# The job script: {ROOT}/jobs/train.sbatch" in p.stdout
+    assert "#SBATCH" not in p.stdout and "forward_signal" not in p.stdout
     assert p.stdout.index("memory plan: synthetic") < p.stdout.index("# DRY_RUN=1: nothing submitted")
     assert not record.exists(), "DRY_RUN called sbatch"
+
+
+def squashfs(path: Path) -> Path:
+    """A file that starts as a squashfs image does (its magic), for the checks on the login node."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"hsqs" + bytes(92))
+    return path
+
+
+@pytest.mark.parametrize("knobs", [
+    ["IMAGE=nvcr.io#nvidia/pyg:25.05-py3", "DOCTOR=1", "CONTAINER_MOUNTS=/tmp:/scratch", "SRUN_ARGS=--exclusive",
+     "ARGS=trainer.epochs=1 optim.lr=0.02"],
+    ["IMAGE=none", "GPUS_PER_TASK=0", "DOCTOR=only", "DOCTOR_TIMEOUT=30"],
+], ids=["registry-install-doctor", "bare-doctor-only"])
+def test_dry_run_steps_are_what_the_job_runs(standin, tmp_path, knobs):
+    """The lines `make submit DRY_RUN=1` prints are the job's, word for word: the job script, given the
+    environment the printed sbatch command gives it, prints and runs the same steps."""
+    env, record = standin
+    env.pop("PYTHONPATH", None)  # make exports PYTHONPATH=ROOT to the job (Makefile)
+    p = make(env, "submit", "NODES=2", "GPUS=8", "CPUS_PER_TASK=6", "CONFIG=tiny", *knobs, "DRY_RUN=1")
+    assert p.returncode == 0, p.stderr
+    printed = dry_steps(p.stdout)
+    job, calls = run_job_script(tmp_path, {**job_env(p.stdout), "PYTHONPATH": str(ROOT)})
+    assert job.returncode == 0, job.stdout + job.stderr
+    ran = [shlex.split(line) for line in job.stdout.splitlines() if line.startswith("env ")]
+    expected = [[w.replace("JOBID", "123456") for w in words] for words in printed.values()]
+    assert ran == expected, (ran, expected)  # the job prints each step's line before it runs it
+    assert calls == [words[words.index("srun") + 1:] for words in expected]  # and runs exactly that
+    assert not record.exists()
 
 
 def test_cpu_only_drops_gpu_options_and_passes_knobs(standin):
     env, record = standin
     p = make(env, "submit", "NODES=3", "GPUS=6", "GPUS_PER_TASK=0", "CPUS_PER_TASK=2", "IMAGE=none",
-             "CONFIG=tiny", "TIME=00:10:00", "PARTITION=debug", "ACCOUNT=proj1", "QOS=high",
-             "ARGS=trainer.epochs=1 optim.lr=0.02", "SBATCH_ARGS=--exclusive --mem=0", "DRY_RUN=1")
+             "CONFIG=tiny", "TIME=00:10:00", "PARTITION=debug", "ACCOUNT=proj1", "QOS=high", "MEM=0",
+             "ARGS=trainer.epochs=1 optim.lr=0.02", "SBATCH_ARGS=--exclusive --comment=x", "DRY_RUN=1")
     assert p.returncode == 0, p.stderr
     words = sbatch_words(p.stdout)
     assert not [w for w in words if w.startswith(("--gpus", "--gpu-bind"))], words
     for option in ("--nodes=3", "--ntasks=6", "--ntasks-per-node=2", "--cpus-per-task=2", "--time=00:10:00",
-                   "--partition=debug", "--account=proj1", "--qos=high", "--exclusive", "--mem=0"):
+                   "--partition=debug", "--account=proj1", "--qos=high", "--exclusive", "--comment=x", "--mem=0"):
         assert option in words, (option, words)
     knobs = job_env(p.stdout)
     assert knobs["ARGS"] == "trainer.epochs=1 optim.lr=0.02"  # one word through make and the shell
@@ -170,12 +218,12 @@ def test_srun_line_container_mode(standin):
     assert len(lines) == 2  # install into a named container, then train in it
     install, train = (shlex.split(ln) for ln in lines)
     # offline, from the wheels `make srun` prepared on this login node (compute nodes have no index)
-    assert install[:3] == ["WHEELS=/workspace/.wheels", "OFFLINE=1", "srun"], install
+    assert install[:4] == ["env", "WHEELS=/workspace/.wheels", "OFFLINE=1", "srun"], install
     assert "--container-env=WHEELS,OFFLINE" in install
     assert {w.name.split("-")[0] for w in (ROOT / ".wheels").glob("*.whl")} >= {"pyg_slurm_train", "python_hostlist"}
     assert "--ntasks-per-node=1" in install and "--container-name=pyg-train" in install
     assert install[-2:] == ["/workspace/container/install-project.sh", "/workspace"]
-    assert train[0] == "OMP_NUM_THREADS=1" and train[1] == "DATA_DIR=/data" and train[2] == "srun"
+    assert train[:5] == ["env", "DATA_DIR=/data", "OMP_NUM_THREADS=1", "MPLCONFIGDIR=/tmp/matplotlib", "srun"]
     for option in ("--nodes=2", "--ntasks=4", "--ntasks-per-node=2", "--gpus-per-task=1", "--gpu-bind=none",
                    "--container-image=nvcr.io#nvidia/pyg:25.05-py3",
                    f"--container-mounts={ROOT}:/workspace,{ROOT}/data:/data",
@@ -196,6 +244,111 @@ def test_srun_line_bare_mode_has_no_pyxis_flags(standin):
     assert not [w for w in words if w.startswith(("--container", "--gpu"))], words
     assert f"--chdir={ROOT}" in words and "--ntasks-per-node=2" in words
     assert words[-6:] == ["-m", "train", "fit", "--config", "tiny", "trainer.epochs=1"]
+
+
+# ---- every knob's shape (lib/checks.sh), the same in a dry run; numbers without overflow -----------------
+
+@pytest.mark.parametrize("args, named", [
+    (["MEM=lots"], ["MEM='lots' is not a memory size"]),
+    (["ACCOUNT=my account"], ["ACCOUNT='my account' is not a name"]),
+    (["CONTAINER_MOUNTS=:/extra", "IMAGE=nvcr.io#nvidia/pyg:25.05-py3"],
+     ["CONTAINER_MOUNTS=':/extra'", "empty source"]),
+    (["SBATCH_ARGS=--exclusive --nodes=8"], ["'--nodes=8' is an option the job sets itself; use NODES="]),
+    (["NODES=12345678901234567890", "GPUS=3"], ["NODES='12345678901234567890'", "at most 100000"]),
+    (["NODES=3", "GPUS=99999999999999999999"], ["GPUS='99999999999999999999'", "at most 1000000"]),
+    (["LOG_DIR=FILE/logs"], ["LOG_DIR=", "is a file, not a directory"]),
+    (["DATA_DIR=FILE/data"], ["DATA_DIR=", "is a file, not a directory"]),
+    (["BARE_PYTHON=/nonexistent/python3"], ["BARE_PYTHON='/nonexistent/python3' is not a program here"]),
+    (["DOCTOR=1", "DOCTOR_TIMEOUT=600", "TIME=10"],
+     ["DOCTOR_TIMEOUT=600 seconds is not below TIME='10' (600 seconds)"]),
+])
+def test_bad_knobs_are_refused_alike_in_a_dry_run_and_a_real_one(standin, tmp_path, args, named):
+    env, record = standin
+    regular = tmp_path / "a-file"
+    regular.write_text("not a folder\n")
+    args = [a.replace("FILE", str(regular)) for a in args]
+    for dry in ([], ["DRY_RUN=1"]):
+        p = make(env, "submit", "NODES=2", "GPUS=4", "IMAGE=none", "CONFIG=tiny", "BARE_PYTHON=python3", *args, *dry)
+        assert p.returncode == 2, p.stdout + p.stderr
+        assert "nothing was submitted" in p.stderr and "Traceback" not in p.stderr
+        for text in named:
+            assert text in p.stderr, (text, p.stderr)
+        # no number the user did not type: nothing wrapped around in shell arithmetic
+        typed = {w for a in args for w in re.findall(r"\d{8,}", a)}
+        assert set(re.findall(r"\d{8,}", p.stderr)) <= typed, p.stderr
+        assert "# DRY_RUN=1" not in p.stdout
+    assert not record.exists(), "a refused knob still called sbatch"
+    assert not (regular.parent / "a-file").is_dir()
+
+
+def test_memory_above_what_the_partitions_nodes_have_is_refused(cluster_standin):
+    env, record = cluster_standin  # partition gpu: 128000 MB per node; cpu: 16000 MB
+    for mem, partition in (("200G", "gpu"), ("16001", "cpu"), ("1T", "gpu")):
+        p = make(env, "submit", "IMAGE=none", "CONFIG=tiny", "GPUS_PER_TASK=0", f"PARTITION={partition}", f"MEM={mem}",
+                 "BARE_PYTHON=python3", "DRY_RUN=1")
+        assert p.returncode == 2, p.stdout + p.stderr
+        assert f"MEM='{mem}' is more than the nodes of partition '{partition}' have" in p.stderr, p.stderr
+    for mem in ("0", "16000", "15G"):  # 0: all of a node's memory
+        p = make(env, "submit", "IMAGE=none", "CONFIG=tiny", "GPUS_PER_TASK=0", "PARTITION=cpu", f"MEM={mem}",
+                 "BARE_PYTHON=python3", "DRY_RUN=1")
+        assert p.returncode == 0, p.stderr
+        assert f"--mem={mem}" in sbatch_words(p.stdout)
+    assert not record.exists()
+
+
+# ---- the image is an image before the job waits in the queue (issue 20 §2) ------------------------------
+
+def test_an_image_that_is_no_squashfs_is_refused_before_the_queue(standin, tmp_path):
+    env, record = standin
+    not_sqsh = tmp_path / "pyg.sqsh"
+    not_sqsh.write_bytes(b"PK\x03\x04 a zip, not a squashfs")
+    folder = tmp_path / "folder.sqsh"
+    folder.mkdir()
+    empty = tmp_path / "empty.sqsh"
+    empty.write_bytes(b"")
+    cases = [(not_sqsh, "does not start with the squashfs magic 'hsqs'"), (empty, "squashfs magic"),
+             (folder, "is a directory, not a squashfs image"), (tmp_path / "link.sqsh", "is not a regular file")]
+    (tmp_path / "link.sqsh").symlink_to(tmp_path / "gone.sqsh")
+    for image, named in cases:
+        for args in (["submit"], ["submit", "DRY_RUN=1"], ["srun"]):
+            p = make(env, *args, "NODES=2", "GPUS=4", "CONFIG=tiny", f"IMAGE={image}")
+            assert p.returncode == 2, p.stdout + p.stderr
+            assert f"IMAGE='{image}' " in p.stderr and named in p.stderr, p.stderr
+            assert "does not exist" not in p.stderr, p.stderr  # a folder is there: it is the wrong thing, not absent
+    p = make(env, "submit", "NODES=2", "GPUS=4", "CONFIG=tiny", f"IMAGE={tmp_path}/a\nb.sqsh", "DRY_RUN=1")
+    assert p.returncode == 2 and "is not a usable path" in p.stderr, p.stderr
+    assert not record.exists()
+
+
+def test_a_squashfs_image_is_taken_as_an_absolute_path(standin, tmp_path):
+    env, _ = standin
+    image = squashfs(tmp_path / "images" / "pyg.sqsh")
+    p = make(env, "srun", "NODES=2", "GPUS=4", "CONFIG=tiny", f"IMAGE={os.path.relpath(image, ROOT)}")
+    assert p.returncode == 0, p.stderr
+    assert f"--container-image={image}" in shlex.split(p.stdout)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="runs make as another user (nobody), which needs root")
+def test_an_unreadable_image_and_an_unwritable_log_dir_are_refused(tmp_path):
+    """As a user who cannot read the image or write the log folder (root reads and writes everything)."""
+    shared = Path(tempfile.mkdtemp(prefix="pyg-shapes-", dir="/tmp"))
+    try:
+        shared.chmod(0o755)
+        image = squashfs(shared / "pyg.sqsh")
+        image.chmod(0o600)
+        locked = shared / "locked"
+        locked.mkdir(mode=0o755)
+        env = {k: v for k, v in os.environ.items() if k not in KNOBS and not k.startswith(("SLURM_", "MAKE"))}
+        env.update(HOME=str(shared), PYTHONDONTWRITEBYTECODE="1")
+        p = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "make",
+                            "--no-print-directory", "submit", "NODES=2", "GPUS=4", "CONFIG=tiny", f"IMAGE={image}",
+                            f"LOG_DIR={locked}/logs", "DRY_RUN=1"], cwd=ROOT, env=env, capture_output=True, text=True,
+                           timeout=120)
+        assert p.returncode == 2, p.stdout + p.stderr
+        assert f"IMAGE='{image}' cannot be read" in p.stderr, p.stderr
+        assert f"LOG_DIR='{locked}/logs' cannot be written: '{locked}' is not writable by nobody" in p.stderr
+    finally:
+        shutil.rmtree(shared)
 
 
 def test_srun_checks_like_submit(standin):
@@ -366,9 +519,12 @@ def test_every_knob_has_one_home_with_its_documentation():
     assert set(jobs_vars.replace("\\", " ").split()) - {"DRY_RUN"} <= knobs
     for makefile in [ROOT / "Makefile", *(ROOT / "mk").glob("*.mk")]:  # no second default in make ...
         assert not knobs & set(re.findall(r"^([A-Z_]+) \??[:?]?=", makefile.read_text(), re.M)), makefile
-    for script in (ROOT / "jobs" / "submit.sh", ROOT / "jobs" / "train.sbatch"):  # ... nor in the scripts
+    scripts = [ROOT / "jobs" / "submit.sh", ROOT / "jobs" / "train.sbatch", *(ROOT / "container").glob("*.sh")]
+    for script in scripts:  # ... nor in the scripts
         text = script.read_text()  # (DATA_DIR's empty default means data/ in the project, as knobs.mk says)
-        assert not [k for k in knobs - {"DATA_DIR"} if re.search(rf"^\s*{k}=\$\{{{k}:-|\$\{{{k}:=", text, re.M)], script
+        defaults = [k for k in knobs - {"DATA_DIR"}
+                    if re.search(rf"^\s*(export )?{k}=\$\{{{k}:-|\$\{{{k}:=", text, re.M)]
+        assert not defaults, script
 
 
 def make_tree_copy(tmp_path: Path) -> Path:
@@ -418,9 +574,10 @@ def test_a_knob_default_changed_in_one_place_is_what_help_submit_and_the_job_use
 # ---- the launch line of every step in the image: jobs/lib/pyxis.sh -------------------------------
 
 def launch(*args: str, project: Path = ROOT) -> list[str]:
-    script = 'source "$1"; shift; launch_line "$@"; printf "%s\\n" "${LAUNCH[@]}"'
-    p = subprocess.run(["bash", "-euo", "pipefail", "-c", script, "launch", str(ROOT / "jobs" / "lib" / "pyxis.sh"),
-                        args[0], str(project), *args[1:]], capture_output=True, text=True, timeout=30)
+    script = 'source "$1"; source "$2"; shift 2; launch_line "$@"; printf "%s\\n" "${LAUNCH[@]}"'
+    p = subprocess.run(["bash", "-euo", "pipefail", "-c", script, "launch", str(ROOT / "lib" / "cmd.sh"),
+                        str(ROOT / "jobs" / "lib" / "pyxis.sh"), args[0], str(project), *args[1:]],
+                       capture_output=True, text=True, timeout=30)
     assert p.returncode == 0, p.stderr
     return p.stdout.splitlines()
 

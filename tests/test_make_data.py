@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import shlex
+import subprocess
 
+from tests.harness import standin_bin
 from tests.harness.localjob import ROOT, make_data
 from tests.harness.reddit_files import write_reddit_raw
 
@@ -36,4 +39,35 @@ def test_mistakes_are_named(tmp_path):
     empty = make_data()
     assert empty.returncode != 0 and "DATASET is empty" in empty.stderr
     bad_mode = make_data("DATASET=reddit", "DATA_MODE=docker")
-    assert bad_mode.returncode != 0 and "DATA_MODE 'docker'" in bad_mode.stderr
+    assert bad_mode.returncode != 0 and "DATA_MODE='docker'" in bad_mode.stderr
+
+
+def make_data_on_path(bindir, *assignments: str) -> subprocess.CompletedProcess:
+    """`make data` with bindir first on PATH."""
+    env = {k: v for k, v in os.environ.items() if k not in ("DATA_DIR", "IMAGE", "IMAGE_DIR", "DATASET", "DRY_RUN")}
+    env["PATH"] = f"{bindir}:{env['PATH']}"
+    return subprocess.run(["make", "--no-print-directory", "data", *assignments], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_the_dataset_name_is_checked_before_the_image(tmp_path):
+    """enroot on PATH and no image built: a wrong DATASET is named first (cheap, certain checks first), then the
+    missing image, in one run; enroot is never called."""
+    bindir = tmp_path / "bin"
+    standin_bin.install(bindir, "enroot")  # records any call in STANDIN_LOG: there must be none
+    done = make_data_on_path(bindir, "DATASET=Coraa", f"IMAGE_DIR={tmp_path / 'images'}", f"DATA_DIR={tmp_path}",
+                             f"STANDIN_LOG={tmp_path}/log")
+    assert done.returncode == 2, done.stderr
+    errors = [line for line in done.stderr.splitlines() if ": error: " in line]
+    assert len(errors) == 2, done.stderr
+    assert "DATASET='Coraa': data.name='Coraa' is not known" in errors[0] and "Cora" in errors[0]
+    assert f"IMAGE='{tmp_path}/images/pyg-train-" in errors[1] and "build it with 'make image'" in errors[1]
+    assert not (tmp_path / "log").exists(), "enroot was called"
+
+
+def test_an_image_that_is_a_directory_is_refused_as_one(tmp_path):
+    folder = tmp_path / "dir.sqsh"
+    folder.mkdir()
+    done = make_data("DATASET=tiny", f"IMAGE={folder}", "DATA_MODE=enroot", f"DATA_DIR={tmp_path}", "DRY_RUN=1")
+    assert done.returncode == 2 and f"IMAGE='{folder}' is a directory, not a squashfs image" in done.stderr
+    assert "does not exist" not in done.stderr

@@ -43,7 +43,7 @@ def test_unschedulable_requests_are_refused_naming_the_limit(slurm_cluster, args
         for text in named:
             assert text in p.stderr, (text, p.stderr)
         assert "nothing was submitted" in p.stderr and "Traceback" not in p.stderr
-    assert jobs(slurm_cluster) == before
+    assert set(jobs(slurm_cluster)) <= set(before), "a refused request was queued"  # an earlier job may end
 
 
 def test_a_request_that_fits_is_submitted_and_runs(slurm_cluster, tmp_path):

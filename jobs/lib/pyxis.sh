@@ -2,7 +2,7 @@
 # The launch line of every step that runs in the image (jobs/train.sbatch, `make srun` in jobs/submit.sh,
 # container/data.sh): pyxis's srun flags and the interpreter, built in one place.
 #
-#   source "$root/jobs/lib/pyxis.sh"
+#   source "$root/lib/cmd.sh"; source "$root/jobs/lib/pyxis.sh"      (lib/cmd.sh: host_python)
 #   launch_line IMAGE PROJECT_DIR DATA_DIR [EXTRA_MOUNTS [CONTAINER_NAME [ENV_NAMES [BARE_PYTHON]]]]
 #   srun ... "${LAUNCH[@]}" -m train fit ...       (pyxis_flags alone: a step that runs another program)
 #
@@ -21,17 +21,6 @@
 
 # shellcheck disable=SC2034 # read by the scripts that source this file
 PYXIS=() LAUNCH=()
-
-# host_python PROJECT_DIR [BARE_PYTHON]: the interpreter of bare mode (IMAGE=none) on stdout.
-host_python() {
-    if [[ -n ${2:-} ]]; then
-        printf '%s\n' "$2"
-    elif [[ -x $1/.venv/bin/python ]]; then
-        printf '%s\n' "$1/.venv/bin/python"
-    else
-        echo python3
-    fi
-}
 
 # pyxis_flags IMAGE PROJECT_DIR DATA_DIR [EXTRA_MOUNTS [CONTAINER_NAME [ENV_NAMES]]]: fills PYXIS.
 pyxis_flags() {

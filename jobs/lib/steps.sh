@@ -1,0 +1,103 @@
+# shellcheck shell=bash
+# The job's decisions and its steps, in one place: jobs/train.sbatch runs the steps, `make submit
+# DRY_RUN=1` prints them and `make srun` prints them for an interactive allocation (jobs/submit.sh).
+#
+#   source "$root/lib/checks.sh"; source "$root/jobs/lib/steps.sh"     (steps.sh sources jobs/lib/pyxis.sh)
+#   image_path IMAGE PROJECT_DIR           a file image as pyxis reads it: absolute (or it takes a registry name)
+#   installs_at_start INSTALL_PROJECT KIND 1 when the project is installed into the image at job start
+#   gpu_options GPUS_PER_TASK              fills GPU_OPTIONS: the options of one GPU per task
+#   runs_doctor DOCTOR / trains DOCTOR      whether the job has a doctor step / a training step
+#   job_steps NODES CPUS_PER_TASK JOB_ID   fills INSTALL_STEP, DOCTOR_STEP and TRAIN_STEP
+#
+# job_steps reads the knobs IMAGE (resolved by image_path), CONFIG, ARGS, DATA_DIR (absolute, on the host),
+# GPUS_PER_TASK, SRUN_ARGS, CONTAINER_MOUNTS, INSTALL_PROJECT, BARE_PYTHON, DOCTOR, DOCTOR_TIMEOUT and
+# PROJECT_DIR, and STEP_ALLOCATION (srun options that ask for the allocation, for `make srun`; empty in a
+# job). Each step is a whole command line, `env NAME=VALUE... srun ...`, empty when the step does not run:
+#   INSTALL_STEP  one task per node installs the project into a named container (container/install-project.sh,
+#                 offline, from the wheels make submit prepared in PROJECT_DIR/.wheels)
+#   DOCTOR_STEP   `python -m train doctor` on every task (DOCTOR=1 or only), the training step's options
+#   TRAIN_STEP    `python -m train fit` on every task (not with DOCTOR=only)
+
+# shellcheck source=jobs/lib/pyxis.sh
+source "$(dirname "${BASH_SOURCE[0]}")/pyxis.sh"
+
+# shellcheck disable=SC2034 # read by the scripts that source this file
+INSTALL_STEP=() DOCTOR_STEP=() TRAIN_STEP=() GPU_OPTIONS=() STEP_ALLOCATION=()
+
+# image_kind IMAGE (lib/checks.sh): none, file (a .sqsh) or registry.
+# A relative .sqsh path is the project's (pyxis reads a path only when it starts with / or .).
+image_path() {
+    if [[ $(image_kind "$1") != file || $1 == /* ]]; then
+        printf '%s\n' "$1"
+    else
+        printf '%s\n' "$2/${1#./}"
+    fi
+}
+
+# auto: a registry image is plain NVIDIA PyG, so install the project; a .sqsh from `make image` has it.
+installs_at_start() {
+    local want=$1 kind=$2
+    [[ $want != auto ]] || want=$([[ $kind == registry ]] && echo 1 || echo 0)
+    [[ $kind != none ]] || want=0
+    echo "$want"
+}
+
+# runs_doctor DOCTOR, trains DOCTOR: whether the job has a doctor step (DOCTOR=1 or only) and a training step.
+runs_doctor() { [[ $1 != 0 ]]; }
+trains() { [[ $1 != only ]]; }
+
+# Every task sees all GPUs of its node and uses cuda:LOCAL_RANK: the default binding would hide the others,
+# and cuda:1.. would fail (SLURM >= 24.05 may also want --tres-bind=gres/gpu:none, in SRUN_ARGS).
+gpu_options() {
+    GPU_OPTIONS=()
+    [[ $1 == 0 ]] || GPU_OPTIONS=(--gpus-per-task="$1" --gpu-bind=none)
+}
+
+# SC2034: the steps are read by the scripts that source this file; SC2153: the knobs are theirs (knobs.sh)
+# shellcheck disable=SC2034,SC2153
+job_steps() {
+    local nodes=$1 cpus=$2 job_id=$3 kind install container_name='' env_names
+    local -a args srun_extra run_env options
+    read -r -a args <<<"$ARGS"
+    read -r -a srun_extra <<<"$SRUN_ARGS"
+    kind=$(image_kind "$IMAGE")
+    install=$(installs_at_start "$INSTALL_PROJECT" "$kind")
+    INSTALL_STEP=() DOCTOR_STEP=() TRAIN_STEP=()
+
+    # OMP_NUM_THREADS: one thread per CPU the task was given, not one per core of the node.
+    if [[ $kind == none ]]; then # bare mode: the host's interpreter, in the project
+        local pythonpath=$PROJECT_DIR${PYTHONPATH:+:$PYTHONPATH}
+        [[ :${PYTHONPATH:-}: != *:"$PROJECT_DIR":* ]] || pythonpath=$PYTHONPATH
+        run_env=(DATA_DIR="$DATA_DIR" OMP_NUM_THREADS="${OMP_NUM_THREADS:-${cpus:-1}}" PYTHONPATH="$pythonpath")
+        launch_line none "$PROJECT_DIR" "$DATA_DIR" "" "" "" "$BARE_PYTHON"
+    else
+        if [[ $install == 1 ]]; then # into a named container, which the later steps reuse
+            container_name=pyg-train${job_id:+-$job_id}
+            pyxis_flags "$IMAGE" "$PROJECT_DIR" "$DATA_DIR" "$CONTAINER_MOUNTS" "$container_name" WHEELS,OFFLINE
+            INSTALL_STEP=(env WHEELS=/workspace/.wheels OFFLINE=1 srun --kill-on-bad-exit=1 --nodes="$nodes"
+                --ntasks="$nodes" --ntasks-per-node=1 "${PYXIS[@]}" --container-remap-root --container-writable
+                sh /workspace/container/install-project.sh /workspace)
+        fi
+        # The image's root filesystem is read-only: matplotlib's config folder goes to the container's /tmp.
+        # What the job sets wins over the image's values (--container-env); DATA_DIR as the tasks see it.
+        run_env=(DATA_DIR=/data OMP_NUM_THREADS="${OMP_NUM_THREADS:-${cpus:-1}}"
+            MPLCONFIGDIR="${MPLCONFIGDIR:-/tmp/matplotlib}")
+        env_names=$(printf '%s,' "${run_env[@]%%=*}")
+        launch_line "$IMAGE" "$PROJECT_DIR" "$DATA_DIR" "$CONTAINER_MOUNTS" "$container_name" "${env_names%,}"
+    fi
+
+    # --kill-on-bad-exit: one failed rank ends the step (and the job) instead of leaving the others blocked
+    # in a collective; --label prefixes every line with its rank; srun >= 22.05 does not inherit
+    # --cpus-per-task from sbatch, so it is passed on.
+    gpu_options "$GPUS_PER_TASK"
+    options=(--kill-on-bad-exit=1 --label "${STEP_ALLOCATION[@]}")
+    [[ -z $cpus ]] || options+=(--cpus-per-task="$cpus")
+    options+=("${GPU_OPTIONS[@]}" "${srun_extra[@]}")
+    if runs_doctor "$DOCTOR"; then
+        DOCTOR_STEP=(env "${run_env[@]}" srun "${options[@]}" "${LAUNCH[@]}" -m train doctor --config "$CONFIG"
+            --timeout "$DOCTOR_TIMEOUT" "${args[@]}")
+    fi
+    if trains "$DOCTOR"; then
+        TRAIN_STEP=(env "${run_env[@]}" srun "${options[@]}" "${LAUNCH[@]}" -m train fit --config "$CONFIG" "${args[@]}")
+    fi
+}
