@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from tests.harness import standin_bin
 from tests.harness.localjob import ROOT
@@ -215,10 +216,8 @@ def test_perm_and_the_node_map_are_planned_on_the_gpu_for_a_process_copy():
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU (sampler.device=cuda)")
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (sampler.device=cuda)")
 def test_the_run_says_why_it_samples_on_the_cpu_in_the_plans_words():
-    import torch
-
     from train.config import SamplerConfig
     from train.graph.sampling_plan import gpu_placement, plan_sampling
 

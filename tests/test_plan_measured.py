@@ -16,7 +16,8 @@ ISSUE_CASE = CASES[0]  # make submit NODES=2 GPUS=4 GPUS_PER_TASK=0 CONFIG=synth
 # Large enough that the graph, the batch and the loading matter beside the runtime, small enough for the suite.
 PROCESS_CASE = Case("100k nodes, data.share=process, eval.mode=sampled", "synthetic",
                     ("data.num_nodes=100000", "data.avg_degree=20", "data.num_features=64", "data.share=process",
-                     "eval.mode=sampled", "trainer.epochs=1", "trainer.max_steps_per_epoch=2"), 2, 1)
+                     "data.train_fraction=0.9", "data.val_fraction=0.05", "eval.mode=sampled", "eval.fanouts=[10,5]",
+                     "trainer.epochs=1", "trainer.max_steps_per_epoch=2"), 2, 1)
 
 
 @pytest.mark.parametrize("case", [ISSUE_CASE, PROCESS_CASE], ids=["issue-20-synthetic", "process-100k"])
