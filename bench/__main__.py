@@ -10,7 +10,7 @@ import importlib
 import sys
 import time
 
-BENCHES = ("memory", "evalmem", "sampler", "training", "gpu")
+BENCHES = ("memory", "evalmem", "plan", "sampler", "training", "gpu")
 
 
 def main(argv: list[str] | None = None) -> int:

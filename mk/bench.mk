@@ -11,7 +11,7 @@ PYG_LIB_SRC ?=
 anchor: check-anchor ## Build pyg-lib (PyG's C++ sampler) into .venv-anchor from PYG_LIB_SRC, once per source change (~3 min)
 	@bash bench/anchor.sh
 
-bench: check-bench setup ## Benchmarks BENCH (memory evalmem sampler training gpu) against pyg-lib where it builds; BENCH_ARGS e.g. "--scale 0.1"
+bench: check-bench setup ## Benchmarks BENCH (memory evalmem plan sampler training gpu) against pyg-lib where it builds; BENCH_ARGS e.g. "--scale 0.1"
 	@$(call split,names,BENCH); "$$VENV/bin/python" -m bench --check-names "$${names[@]}"
 	@bash bench/anchor.sh || echo "bench: the pyg-lib anchor is not available (above); the benchmarks run without it"
 	@$(call split,names,BENCH); $(call split,args,BENCH_ARGS); "$$VENV/bin/python" -m bench "$${names[@]}" "$${args[@]}"

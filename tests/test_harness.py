@@ -43,6 +43,16 @@ def test_slurm_conf_declares_the_controller_each_node_and_one_partition():
     assert conf().endswith("\n") and len(set(line.split("=")[0] for line in lines if "=" in line)) > 30
 
 
+def test_nodes_declare_memory_slurmd_checks_unless_they_declare_more_than_the_machine():
+    """config_overrides makes slurmd believe any declaration (and the memory plan call the memory unknown):
+    only where the nodes declare more CPUs or memory than the machine they all run on has."""
+    assert "SlurmdParameters=config_overrides" not in conf()
+    assert "SlurmdParameters=config_overrides" in conf(config_overrides=True).splitlines()
+    fits = dict(machine_cpus=2, machine_memory_mb=23_000)
+    assert not slurm_conf.needs_config_overrides(2, 2000, **fits)
+    assert slurm_conf.needs_config_overrides(4, 2000, **fits) and slurm_conf.needs_config_overrides(2, 24_000, **fits)
+
+
 def test_slurm_conf_extra_lines_come_before_the_nodes_and_cores_follow_cpus_per_node():
     lines = conf(extra_conf=["GresTypes=gpu"], cpus_per_node=8, node_names=["n1"]).splitlines()
     assert lines.index("GresTypes=gpu") < min(i for i, line in enumerate(lines) if line.startswith("NodeName="))

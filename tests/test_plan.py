@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from tests.harness import standin_bin
 from tests.harness.localjob import ROOT
@@ -46,13 +47,14 @@ def test_a_plan_that_cannot_fit_is_refused_naming_the_numbers(tmp_path):
     done = plan_cli(tmp_path, "--config", "ogbn-papers100M", "--nodes", "2", "--gpus", "8", "--node-memory", "128")
     assert done.returncode == 2
     assert "Traceback" not in done.stderr
-    assert "does not fit: a node needs 193.5 GiB at its peak but has 128.0 GiB (--node-memory)" in done.stderr
+    assert "does not fit: a node needs" in done.stderr
+    assert "at its peak but has 128.0 GiB (--node-memory)" in done.stderr
     assert "per node" in done.stdout  # the plan is printed before the verdict
 
 
 def test_node_memory_from_sinfo_for_the_partition(tmp_path):
     done = plan_cli(tmp_path, "--config", "ogbn-products", "--nodes", "2", "--gpus", "4", "--partition", "gpu",
-                    standins={"sinfo": "515000\n257000+\n"})
+                    "--gpu-memory", "80", standins={"sinfo": "515000\n257000+\n"})
     assert done.returncode == 0, done.stderr
     assert "251.0 GiB  (sinfo -p gpu: smallest node)" in done.stdout
     assert "--partition=gpu" in (tmp_path / "sinfo.argv").read_text()
@@ -65,6 +67,21 @@ def test_gpu_memory_from_nvidia_smi_and_a_gpu_that_is_too_small(tmp_path):
     assert done.returncode == 2, done.stdout
     assert "2.0 GiB  (nvidia-smi here)" in done.stdout
     assert "a GPU needs" in done.stderr and "but has 2.0 GiB (nvidia-smi here)" in done.stderr
+    # the run would not sample where it was asked to: said, and refused, not planned as if it would
+    assert "sampler.device=cuda falls back to sampling on the CPU: the graph structure" in done.stderr
+    assert "at most 60% of the 1.00 GiB of free GPU memory goes to the graph" in done.stderr
+
+
+def test_fits_only_when_the_gpu_memory_is_known_too(tmp_path):
+    unknown = plan_cli(tmp_path, "--config", "tiny", "--gpus", "2", "--node-memory", "64", "sampler.device=cuda")
+    assert unknown.returncode == 0, unknown.stderr
+    assert "where the graph goes is decided on the node" in unknown.stdout
+    assert unknown.stdout.rstrip().endswith("fits what is known (GPU memory unknown)")
+    known = plan_cli(tmp_path, "--config", "tiny", "--gpus", "2", "--node-memory", "64", "--gpu-memory", "80",
+                     "sampler.device=cuda")
+    assert known.returncode == 0, known.stderr
+    assert "sampler.device=cuda: graph structure and features on the GPU." in known.stdout
+    assert known.stdout.rstrip().endswith("\nfits")
 
 
 @pytest.mark.parametrize("args,needle", [
@@ -119,14 +136,14 @@ def test_own_files_are_sized_from_their_headers(tmp_path):
 
 @pytest.mark.parametrize("sinfo, scontrol, known", [
     ("1\n", "", False),  # RealMemory never configured: SLURM's default of 1 MB is not the node's
-    ("1000\n", "SlurmdParameters = config_overrides\n", False),  # declared, never checked against the node
-    ("1000\n", "SlurmdParameters = (null)\n", True),  # a real declaration: 1000 MB holds
+    ("600\n", "SlurmdParameters = config_overrides\n", False),  # declared, never checked against the node
+    ("600\n", "SlurmdParameters = (null)\n", True),  # a real declaration: 600 MB holds
 ])
 def test_sinfo_memory_counts_only_where_it_is_the_nodes(tmp_path, sinfo, scontrol, known):
     done = plan_cli(tmp_path, "--config", "tiny", "--nodes", "1", "--gpus", "2", "--cpu",
                     standins={"sinfo": sinfo, "scontrol": scontrol})
     if known:
-        assert done.returncode == 2 and "but has 1,000.0 MiB (sinfo: smallest node)" in done.stderr, done.stderr
+        assert done.returncode == 2 and "but has 600.0 MiB (sinfo: smallest node)" in done.stderr, done.stderr
     else:
         assert done.returncode == 0, done.stderr
         assert "give --node-memory GiB" in done.stdout and "fits what is known" in done.stdout
@@ -167,3 +184,86 @@ def test_the_plan_prints_why_node_memory_is_unknown(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "(unknown: sinfo -p batch lists no node (is 'batch' a partition of this cluster?); the node peak is not " \
            "checked against the memory of a node of partition 'batch'" in done.stdout
+
+
+# ---- the GPU: where sampler.device=cuda puts the graph, decided as the run decides --------------------
+
+def _real_graph(share: str):
+    """A synthetic graph as a run holds it, its CSC, and its exact size."""
+    from train.graph.shared_graph import graph_csc, private_graph
+
+    data = private_graph(DataConfig(num_nodes=3000, num_features=20))
+    if share == "node":  # the node-shared copy: edge_index sorted by target, the CSC's row is its first row
+        _tensors, _ = graph_tensors(data)
+        colptr = _tensors["colptr"]()
+        stacked = _tensors["edge_index"]()
+        csc = (colptr, stacked.parts[0], None)
+    else:
+        csc = graph_csc(data)
+    size = GraphSize(data.num_nodes, csc[1].numel(), 20, 8,
+                     (data.train_idx.numel(), data.val_idx.numel(), data.test_idx.numel()))
+    return data, csc, size
+
+
+@pytest.mark.parametrize("share", ["node", "process"])
+def test_the_plan_places_the_graph_with_the_runs_own_decision(share):
+    """Same bytes (CSC with perm where the run keeps one, the sampler's node map), same decision, same words."""
+    from train.cli.plan_terms import free_at_placement
+    from train.graph.sampling_plan import gpu_placement, gpu_structure_bytes
+
+    data, (colptr, row, perm), size = _real_graph(share)
+    config = load_config("tiny", [f"data.share={share}", "sampler.device=cuda"])
+    run_structure = sum(t.nbytes for t in (colptr, row, perm) if t is not None) + data.num_nodes * 8
+    assert gpu_structure_bytes(colptr.numel() - 1, row.numel(), perm is not None) == run_structure
+    structure_only = int((run_structure + 1) / 0.6)  # room for the structure, not for the features too
+    for gpu_bytes in (2**40, structure_only, run_structure):
+        free = free_at_placement(gpu_bytes, config, size)
+        run = gpu_placement(run_structure, data.x.nbytes + data.y.nbytes, free)
+        plan = make_plan(config, size, 1, 2, gpus=True, gpu_bytes=gpu_bytes)
+        assert plan.placement == run, gpu_bytes
+        gpu_rows = plan.rows["GPU"]
+        assert (gpu_rows.get("graph structure: CSC and the sampler's node map") == run_structure) == run.structure
+        assert ("features and labels (they fit)" in gpu_rows) == run.features
+        assert plan.sampling == ("cuda" if run.structure else "cpu")
+        assert plan.fallback == ("" if run.structure else run.describe("the GPU"))
+    assert [make_plan(config, size, 1, 2, gpus=True, gpu_bytes=b).placement.features for b in (2**40, structure_only)
+            ] == [True, False]
+
+
+def test_full_evaluation_working_set_is_on_the_gpu_when_the_model_is():
+    config = load_config("ogbn-products")
+    size = graph_size(config)
+    on_cpu = make_plan(config, size, 1, 4, gpus=False).rows
+    on_gpu = make_plan(config, size, 1, 4, gpus=True, gpu_bytes=80 * 2**30).rows
+    label = next(k for k in on_cpu["rank"] if k.startswith("evaluation"))
+    work = on_gpu["GPU"]["evaluation working set"]
+    assert work > 0 and on_cpu["rank"][label] - on_gpu["rank"][label] == work
+
+
+def test_perm_and_the_node_map_are_planned_on_the_gpu_for_a_process_copy():
+    """data.share=process keeps the CSC's perm (E ids) and sampler.device=cuda moves it to the GPU: 13 GB for
+    ogbn-papers100M, which the node-shared copy (edges sorted by target) does not need."""
+    size = graph_size(load_config("ogbn-papers100M"))
+    structure = {}
+    for share in ("node", "process"):
+        config = load_config("ogbn-papers100M", [f"data.share={share}", "sampler.device=cuda"])
+        rows = make_plan(config, size, 1, 4, gpus=True).rows["GPU"]
+        structure[share] = rows["graph structure: CSC and the sampler's node map"]
+    assert structure["node"] == (2 * size.nodes + 1 + size.edges) * 8
+    assert structure["process"] - structure["node"] == size.edges * 8 > 12.9e9
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (sampler.device=cuda)")
+def test_the_run_says_why_it_samples_on_the_cpu_in_the_plans_words():
+    from train.config import SamplerConfig
+    from train.graph.sampling_plan import gpu_placement, plan_sampling
+
+    data, csc, size = _real_graph("process")
+    device = torch.device("cuda", torch.cuda.current_device())
+    run_structure = sum(t.nbytes for t in csc if t is not None) + data.num_nodes * 8
+    sampling = plan_sampling(data, SamplerConfig(device="cuda"), device, free_gpu_bytes=run_structure)
+    assert sampling.fell_back and sampling.device.type == "cpu"
+    assert sampling.note == gpu_placement(run_structure, data.x.nbytes + data.y.nbytes, run_structure).describe(
+        str(device))
+    assert "falls back to sampling on the CPU" in sampling.note

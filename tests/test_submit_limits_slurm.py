@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 pytest_plugins = ["tests.harness.conftest_slurm"]
 pytestmark = pytest.mark.slurm
 
-BASE = ["IMAGE=none", "CONFIG=tiny"]
+BASE = ["IMAGE=none", "CONFIG=tiny"]  # a later CONFIG= wins
 
 
 def make(cluster, *args: str) -> subprocess.CompletedProcess:
@@ -34,6 +34,9 @@ def jobs(cluster) -> list[str]:
     (["PARTITION=nosuch", "GPUS_PER_TASK=0"], ["PARTITION='nosuch'", "debug"]),
     (["NODES=1", "GPUS=1"], ["1 GPUs per node", "at most 0 GPU(s)", "GPUS_PER_TASK=0"]),
     (["GPUS_PER_TASK=0", "TIME=12:00:00:00"], ["TIME='12:00:00:00' is not a SLURM time"]),
+    # the memory plan against the memory the nodes declare (RealMemory=2000, checked by slurmd)
+    (["NODES=2", "GPUS=4", "GPUS_PER_TASK=0", "CONFIG=synthetic", "ARGS=data.num_nodes=3000000"],
+     ["memory plan for CONFIG='synthetic'", "a node needs", "but has 2.0 GiB (sinfo -p debug: smallest node)"]),
 ])
 def test_unschedulable_requests_are_refused_naming_the_limit(slurm_cluster, args, named):
     before = jobs(slurm_cluster)
@@ -47,10 +50,13 @@ def test_unschedulable_requests_are_refused_naming_the_limit(slurm_cluster, args
 
 
 def test_a_request_that_fits_is_submitted_and_runs(slurm_cluster, tmp_path):
-    p = make(slurm_cluster, "NODES=2", "GPUS=2", "GPUS_PER_TASK=0", "TIME=10", f"LOG_DIR={tmp_path / 'logs'}",
-             f"ARGS=trainer.epochs=1 output.dir={tmp_path / 'run'}")
+    """Two ranks on each of two nodes that declare 2000 MB: the plan holds the job to the nodes' real memory."""
+    p = make(slurm_cluster, "NODES=2", "GPUS=4", "GPUS_PER_TASK=0", "CONFIG=synthetic", "TIME=10",
+             f"LOG_DIR={tmp_path / 'logs'}",
+             f"ARGS=trainer.epochs=1 trainer.max_steps_per_epoch=3 output.dir={tmp_path / 'run'}")
     assert p.returncode == 0, p.stdout + p.stderr
     assert "not checked" not in p.stderr  # the cluster was asked
+    assert "2.0 GiB  (sinfo -p debug: smallest node)" in p.stdout and "\nfits\n" in p.stdout, p.stdout
     job = re.search(r"^Submitted job (\d+) ", p.stdout, re.M).group(1)
     state = slurm_cluster.wait_job(job, timeout=240)
     log = tmp_path / "logs" / f"pyg-train-{job}.log"

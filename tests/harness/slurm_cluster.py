@@ -74,6 +74,11 @@ __all__ = [
 REAPER = Path(__file__).resolve().parent / "workers" / "reaper.py"
 
 
+def _machine_memory_mb() -> int:
+    """This machine's memory as slurmd measures it (physical pages, MB): what a node here may declare."""
+    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2**20
+
+
 def _pyxis_setup():
     """tests/harness/pyxis_setup.py, imported only when a cluster with pyxis needs it."""
     from tests.harness import pyxis_setup
@@ -91,7 +96,7 @@ class SlurmCluster:
 
     def __init__(self, nodes: int = 2, cpus_per_node: int = 2,
                  workdir: str | os.PathLike | None = None,
-                 *, real_memory_mb: int = 1000, start_timeout: float = 30.0,
+                 *, real_memory_mb: int = 2000, start_timeout: float = 30.0,
                  extra_conf: list[str] | tuple[str, ...] = (), install: bool = True,
                  debug: str = "info", cred_expire: int = 10, stop_grace: float = 3.0,
                  pyxis: bool = False):
@@ -326,7 +331,9 @@ class SlurmCluster:
             slurmd_port=self.slurmd_port, workdir=w, rundir=self.rundir, spool_dir=self.spool_dir,
             log_dir=self.log_dir, munge_socket=self.munge_socket, debug=self.debug, cred_expire=self.cred_expire,
             extra_conf=self.extra_conf, node_names=self.node_names, cpus_per_node=self.cpus_per_node,
-            real_memory_mb=self.real_memory_mb, partition=self.partition))
+            real_memory_mb=self.real_memory_mb, partition=self.partition,
+            config_overrides=slurm_conf.needs_config_overrides(self.cpus_per_node, self.real_memory_mb,
+                                                               os.cpu_count() or 1, _machine_memory_mb())))
         self.env = slurm_conf.client_env(os.environ, self.conf_path, w / "bin")
 
     # ----------------------------------------------------------------- daemons

@@ -58,11 +58,22 @@ def hosts_text(addresses: Mapping[str, str]) -> str:
     return "\n".join(hosts) + "\n"
 
 
+def needs_config_overrides(cpus_per_node: int, real_memory_mb: int, machine_cpus: int, machine_memory_mb: int) -> bool:
+    """Whether the nodes declare more than this machine has (every node of the cluster is this machine).
+
+    Without it slurmd checks each node's declaration against the machine, as on a real cluster, and
+    `sinfo`'s memory is a real figure the memory plan can hold a job to (train/cli/plan.py reads a
+    config_overrides cluster's memory as unknown). With it slurmd believes any declaration.
+    """
+    return cpus_per_node > machine_cpus or real_memory_mb > machine_memory_mb
+
+
 def slurm_conf_text(*, tag: str, controller: str, addresses: Mapping[str, str], ctld_port: int, slurmd_port: int,
                     workdir: Path, rundir: Path, spool_dir: Path, log_dir: Path, munge_socket: Path, debug: str,
                     cred_expire: int, extra_conf: list[str] | tuple[str, ...], node_names: list[str],
-                    cpus_per_node: int, real_memory_mb: int, partition: str) -> str:
-    """slurm.conf of the test cluster: one controller, node_names with cpus_per_node cores each, one partition."""
+                    cpus_per_node: int, real_memory_mb: int, partition: str, config_overrides: bool = False) -> str:
+    """slurm.conf of the test cluster: one controller, node_names with cpus_per_node cores and real_memory_mb
+    each, one partition; config_overrides only where the nodes declare more than the machine has."""
     lines = [
         f"ClusterName=slt{tag}",
         f"SlurmctldHost={controller}({addresses[controller]})",
@@ -101,8 +112,6 @@ def slurm_conf_text(*, tag: str, controller: str, addresses: Mapping[str, str], 
         "PreemptType=preempt/none",
         "JobRequeue=1",
         "ReturnToService=2",
-        # nodes may be declared with more CPUs/memory than this machine has
-        "SlurmdParameters=config_overrides",
         "KillWait=2",
         "MessageTimeout=5",
         "MinJobAge=600",
@@ -112,6 +121,8 @@ def slurm_conf_text(*, tag: str, controller: str, addresses: Mapping[str, str], 
         "MailProg=/bin/true",
         f"TmpFS={workdir / 'jobs'}",
     ]
+    if config_overrides:  # nodes declared with more CPUs or memory than this machine has
+        lines.append("SlurmdParameters=config_overrides")
     lines += list(extra_conf)
     cores = cpus_per_node
     for n in node_names:

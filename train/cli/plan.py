@@ -1,42 +1,26 @@
 """`python -m train plan --config X --nodes N --gpus G`: the memory a run will hold, before the job.
 
-Per node (the graph shared once in /dev/shm or on node-local disk, and the peak while local
-rank 0 loads it), per rank (host memory) and per GPU, from the dataset's published sizes (or
-the shapes in the headers of your own files), never by loading it. Compared with what a node
-and a GPU have, where that can be known (--node-memory / --gpu-memory, else `sinfo` for the
-partition, else nvidia-smi here); a plan that cannot fit is refused (exit 2) naming the numbers.
-The figures are estimates: the graph's bytes are exact (the sizes `data.share=node` writes), the
-per-rank and per-GPU working sets are upper bounds from the batch sizes and fanouts.
+Per node (the graph shared once in /dev/shm or on node-local disk, and the peak while it is loaded),
+per rank (host memory) and per GPU, from the dataset's published sizes (or the shapes in the headers of
+your own files), never by loading it; the terms are in train/cli/plan_terms.py, each calibrated against
+real ranks (`make bench BENCH=plan`). Compared with what a node and a GPU have, where that can be known
+(--node-memory / --gpu-memory, else `sinfo` for the partition, else nvidia-smi here); a plan that cannot
+fit is refused (exit 2) naming the numbers, and so is sampler.device=cuda where the run would fall back
+to sampling on the CPU (train/graph/sampling_plan.py decides, for the run and for the plan). "fits" only
+when node and GPU memory are known; else "fits what is known" and what is not.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import shutil
 import subprocess
-from dataclasses import dataclass, field
 
+from train.cli.plan_terms import GIB, GraphSize, Plan, make_plan, shared_graph_bytes
 from train.config import Config, load_config
 from train.errors import UserError
 
-GIB = 2**30
-FLOAT = 4  # bytes of a float32 feature / activation
-INDEX = 8  # bytes of an int64 node id
-RANK_RUNTIME_BYTES = 3 * GIB  # one rank's Python, torch, PyG and CUDA runtime in host memory (order of magnitude)
-RANK_RUNTIME_CPU_BYTES = 1 * GIB  # the same without CUDA
-GPU_RUNTIME_BYTES = 1 * GIB  # CUDA context, cuBLAS/cuDNN workspaces, allocator slack
-ACTIVATION_COPIES = 3  # forward activations, their gradients, and the optimizer's temporaries
-
-
-@dataclass(frozen=True)
-class GraphSize:
-    nodes: int
-    edges: int  # directed edges as training sees them (both directions of an undirected edge)
-    features: int
-    classes: int
-    split: tuple[int, int, int]  # train, val, test nodes
-
+__all__ = ["GraphSize", "Plan", "format_plan", "graph_size", "make_plan", "refusals", "shared_graph_bytes"]
 
 # Published sizes (PyG's docs, OGB's paper and leaderboards), as this project stores each graph.
 KNOWN: dict[str, GraphSize] = {
@@ -83,106 +67,6 @@ def _files_size(path: str) -> GraphSize:
     classes = int(y.max()) + 1  # check_graph: a labeled, non-empty train split
     return GraphSize(x.size(0), edges.size(-1), x.size(-1), classes, tuple(splits[s].numel() for s in
                                                                             ("train", "val", "test")))
-
-
-def shared_graph_bytes(size: GraphSize) -> int:
-    """What data.share=node writes once per node (train/graph/shared_graph.py's graph_tensors), from meta tensors."""
-    import torch  # here: `python -m train` imports this module to build its parser
-    from torch_geometric.data import Data
-
-    from train.graph.shared_graph import graph_tensors
-
-    meta = Data(x=torch.empty(size.nodes, size.features, device="meta"),
-                y=torch.empty(size.nodes, dtype=torch.long, device="meta"),
-                edge_index=torch.empty(2, size.edges, dtype=torch.long, device="meta"),
-                **{f"{s}_idx": torch.empty(n, dtype=torch.long, device="meta")
-                   for s, n in zip(("train", "val", "test"), size.split)})
-    return graph_tensors(meta)[1]
-
-
-def batch_nodes(seeds: int, fanouts: list[int], num_nodes: int) -> int:
-    """An upper bound on the nodes of one sampled batch: seeds times the fanouts' products, at most N."""
-    total, frontier = seeds, seeds
-    for fanout in fanouts:
-        frontier = num_nodes if fanout < 0 else frontier * fanout
-        total += frontier
-    return min(total, num_nodes)
-
-
-@dataclass
-class Plan:
-    size: GraphSize
-    nodes: int
-    ranks_per_node: int
-    share: str
-    rows: dict[str, dict[str, int]] = field(default_factory=dict)  # scope -> item -> bytes
-    node_capacity: tuple[int | None, str] = (None, "unknown")
-    gpu_capacity: tuple[int | None, str] = (None, "unknown")
-
-    @property
-    def node_peak(self) -> int:
-        return self.rows["node"]["peak"]
-
-    @property
-    def gpu_total(self) -> int:
-        return sum(self.rows["GPU"].values())
-
-
-def make_plan(config: Config, size: GraphSize, nodes: int, ranks: int, gpus: bool) -> Plan:
-    """Bytes per node, per rank and per GPU for `ranks` processes over `nodes` nodes."""
-    per_node = ranks // nodes
-    graph = shared_graph_bytes(size)
-    # Local rank 0 holds the dataset privately while it builds the CSC and writes the shared copy:
-    # the graph itself, plus the sort's permutation and the CSC row (2 x E ids).
-    loading = graph + 2 * size.edges * INDEX
-    runtime = RANK_RUNTIME_BYTES if gpus else RANK_RUNTIME_CPU_BYTES
-    hidden, layers = config.model.hidden, config.model.num_layers
-    widest = max(size.features, hidden)
-    s = config.sampler
-    train_batch = batch_nodes(s.batch_size, s.num_neighbors, size.nodes)
-    if config.eval.mode == "sampled":
-        fanouts = list(config.eval.fanouts or s.num_neighbors)
-        eval_batch = batch_nodes(s.eval_batch_size, fanouts, size.nodes)
-        eval_rows = eval_batch * widest * FLOAT
-        eval_label = "evaluation: one sampled batch"
-    else:
-        shard = math.ceil(size.nodes / ranks)
-        neighbourhood = min(size.nodes, int(s.eval_batch_size * (1 + size.edges / max(size.nodes, 1))))
-        eval_rows = 2 * shard * hidden * FLOAT + neighbourhood * widest * FLOAT
-        eval_label = f"evaluation: 2 shards of {shard:,} layer rows, 1 batch"
-    private = graph if config.data.share == "process" else 0
-    rank = {
-        "runtime (python, torch, PyG" + (", CUDA)" if gpus else ")"): runtime,
-        "graph (data.share=process: one copy per rank)": private,
-        "training batch (features, edges)": train_batch * (size.features * FLOAT + 2 * INDEX * 8),
-        eval_label: eval_rows,
-    }
-    rank = {k: v for k, v in rank.items() if v}
-    rank_total = sum(rank.values())
-    shared = graph if config.data.share == "node" else 0
-    loader = per_node * runtime + loading  # the ranks wait while local rank 0 loads
-    node = {
-        "graph, shared once (/dev/shm or node-local disk)": shared,
-        "while loading: local rank 0's private copy and CSC build": loading,
-        f"while training: {per_node} ranks x {rank_total / GIB:.1f} GiB": per_node * rank_total,
-    }
-    node = {k: v for k, v in node.items() if v}
-    node["peak"] = shared + max(loader, per_node * rank_total)
-    params = sum(i * o + o for i, o in zip([size.features] + [hidden] * (layers - 1),
-                                           [hidden] * (layers - 1) + [size.classes]))
-    params *= 2 if config.model.name == "sage" else 1  # SAGEConv: a neighbour and a root weight
-    gpu = {}
-    if gpus:
-        gpu = {
-            "CUDA context and workspaces": GPU_RUNTIME_BYTES,
-            "model, gradients, Adam state": 4 * params * FLOAT,
-            "training batch activations": ACTIVATION_COPIES * train_batch * (size.features + hidden * layers) * FLOAT,
-        }
-        if s.device == "cuda":
-            gpu["graph structure on the GPU (sampler.device=cuda)"] = (size.nodes + 1 + size.edges) * INDEX
-    plan = Plan(size, nodes, per_node, config.data.share)
-    plan.rows = {"node": node, "rank": rank, "GPU": gpu}
-    return plan
 
 
 # ---- what the machines have ----------------------------------------------------------------------
@@ -278,13 +162,12 @@ def format_plan(plan: Plan, config: Config) -> str:
     for scope, items in plan.rows.items():
         if not items:
             continue
-        if scope == "GPU":
-            items = {**items, "in all": plan.gpu_total}
         for i, (item, value) in enumerate(items.items()):
             lines.append(f"{('per ' + scope) if i == 0 else '':<9} {item:<56} {_gib(value):>11}")
         if scope in capacity:
             cap, source = capacity[scope]
             lines.append(f"{'':<9} {'a ' + scope + ' has':<56} {_gib(cap) if cap else '?':>11}  ({source})")
+    lines += plan.notes
     return "\n".join(lines)
 
 
@@ -295,6 +178,9 @@ def refusals(plan: Plan) -> list[str]:
         found.append(f"a node needs {_gib(plan.node_peak)} at its peak but has "
                      f"{_gib(cap)} ({source}): use nodes with more memory, fewer ranks per node, data.share=node "
                      "(one copy of the graph per node), or eval.mode=sampled")
+    if plan.fallback:
+        found.append(plan.fallback + " Ask for what the run would do (sampler.device=cpu), or use GPUs with more "
+                     "memory")
     cap, source = plan.gpu_capacity
     if cap is not None and plan.rows["GPU"] and plan.gpu_total > cap:
         found.append(f"a GPU needs {_gib(plan.gpu_total)} but has {_gib(cap)} ({source}): lower sampler.batch_size, "
@@ -326,12 +212,21 @@ def main(args) -> int:
     for flag, value in (("--node-memory", args.node_memory), ("--gpu-memory", args.gpu_memory)):
         if value is not None and value <= 0:
             raise UserError(f"{flag}={value} must be a positive number of GiB.")
-    plan = make_plan(config, graph_size(config), args.nodes, ranks, gpus=not args.cpu)
+    gpu_capacity = gpu_memory(args.gpu_memory) if not args.cpu else (None, "no GPUs")
+    plan = make_plan(config, graph_size(config), args.nodes, ranks, gpus=not args.cpu, gpu_bytes=gpu_capacity[0])
     plan.node_capacity = node_memory(args.partition, args.node_memory)
-    plan.gpu_capacity = gpu_memory(args.gpu_memory) if not args.cpu else (None, "no GPUs")
+    plan.gpu_capacity = gpu_capacity
     print(format_plan(plan, config), flush=True)
     found = refusals(plan)
     if found:
         raise UserError("this plan does not fit: " + "; ".join(found) + ".")
-    print("fits" if plan.node_capacity[0] else "fits what is known (node memory unknown)", flush=True)
+    print(verdict(plan, gpus=not args.cpu), flush=True)
     return 0
+
+
+def verdict(plan: Plan, gpus: bool) -> str:
+    """"fits" only when everything the run depends on is known; else what is not."""
+    unknown = [] if plan.node_capacity[0] else ["node memory unknown"]
+    if gpus and plan.gpu_capacity[0] is None:
+        unknown.append("GPU memory unknown")
+    return "fits" if not unknown else f"fits what is known ({', '.join(unknown)})"

@@ -22,14 +22,49 @@ from train.graph.shared_graph import CSC, attach_csc, gib, graph_csc
 # Fraction of the free GPU memory the graph may take with sampler.device=cuda
 # (the rest is for the model, activations and the sampler's per-batch tensors).
 GPU_GRAPH_FRACTION = 0.6
+INDEX_BYTES = 8  # int64 ids: the CSC and the sampler's node map
+
+
+def gpu_structure_bytes(num_nodes: int, num_edges: int, with_perm: bool) -> int:
+    """What sampler.device=cuda puts on the GPU for the structure: the CSC (colptr, row, and perm where the
+    CSC has one: data.share=process) and the sampler's global -> local node map (one id per node)."""
+    return ((num_nodes + 1) + num_edges * (2 if with_perm else 1) + num_nodes) * INDEX_BYTES
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where sampler.device=cuda puts the graph, decided from the free GPU memory (the run's and the plan's)."""
+
+    structure: bool  # the CSC and the node map on the GPU (else: sampling falls back to the CPU)
+    features: bool  # x and y on the GPU too (else gathered on the host into pinned memory per batch)
+    structure_bytes: int
+    feature_bytes: int
+    free_bytes: int
+    fraction: float = GPU_GRAPH_FRACTION
+
+    @property
+    def budget(self) -> int:
+        return int(self.free_bytes * self.fraction)
+
+    def describe(self, device: str) -> str:
+        """One line for the log (the run) or the plan: where the graph goes, and why when not on the GPU."""
+        room = f"at most {self.fraction:.0%} of the {gib(self.free_bytes)} of free GPU memory goes to the graph"
+        if not self.structure:
+            return (f"sampler.device=cuda falls back to sampling on the CPU: the graph structure (CSC and the "
+                    f"sampler's node map) needs {gib(self.structure_bytes)}, but {room} ({gib(self.budget)}).")
+        if self.features:
+            return f"sampler.device=cuda: graph structure and features on {device}."
+        return (f"sampler.device=cuda: structure on {device}; features ({gib(self.feature_bytes)}) stay on the host, "
+                f"gathered into pinned memory and copied without blocking ({room}).")
 
 
 def gpu_placement(structure_bytes: int, feature_bytes: int, free: int,
-                  fraction: float = GPU_GRAPH_FRACTION) -> tuple[bool, bool]:
-    """(structure on the GPU?, features on the GPU too?) within `fraction` of the free GPU memory."""
+                  fraction: float = GPU_GRAPH_FRACTION) -> Placement:
+    """Structure on the GPU when it fits in `fraction` of the free GPU memory; features too when both fit."""
     budget = free * fraction
     structure = structure_bytes <= budget
-    return structure, structure and structure_bytes + feature_bytes <= budget
+    features = structure and structure_bytes + feature_bytes <= budget
+    return Placement(structure, features, structure_bytes, feature_bytes, free, fraction)
 
 
 def gather_pinned(source: Tensor, index: Tensor) -> Tensor:
@@ -52,6 +87,7 @@ class SamplingPlan:
     pin_memory: bool  # DataLoader pinning: CPU sampling, GPU training
     num_workers: int
     note: str = ""
+    fell_back: bool = False  # sampler.device=cuda asked, sampling on the CPU: every rank says so in the log
     _samplers: dict = field(default_factory=dict, repr=False, compare=False)  # built on first use, then reused
 
     def loader(self, seeds: Tensor, num_neighbors: Sequence[int], batch_size: int, *, seed: int | None,
@@ -108,22 +144,16 @@ def plan_sampling(data: Data, config: SamplerConfig, device: torch.device,
                         "(no GPU visible, or dist.backend=gloo); use sampler.device=cpu.")
     if free_gpu_bytes is None:
         free_gpu_bytes, _total = torch.cuda.mem_get_info(device)
-    scratch = data.num_nodes * 8  # the sampler's global -> local id map
-    structure = _nbytes(csc) + scratch
-    features = data.x.nbytes + data.y.nbytes
-    structure_fits, features_fit = gpu_placement(structure, features, free_gpu_bytes)
-    if not structure_fits:
-        cpu_plan.note = (f"sampler.device=cuda: the CSC needs {gib(structure)} but {gib(free_gpu_bytes)} of GPU "
-                         f"memory is free (at most {GPU_GRAPH_FRACTION:.0%} of it goes to the graph); "
-                         "sampling on the CPU.")
+    colptr, row, perm = csc
+    structure = gpu_structure_bytes(colptr.numel() - 1, row.numel(), perm is not None)
+    placement = gpu_placement(structure, _nbytes((data.x, data.y)), free_gpu_bytes)
+    if not placement.structure:
+        cpu_plan.note, cpu_plan.fell_back = placement.describe(str(device)), True
         return cpu_plan
     gpu_csc = tuple(t.to(device) if t is not None else None for t in csc)
     placeholder = torch.empty(2, 0, dtype=torch.long, device=device)  # gives the batches' edge_index its device
-    if features_fit:
+    if placement.features:
         on_gpu = Data(x=data.x.to(device), y=data.y.to(device), edge_index=placeholder)
-        return SamplingPlan(device, on_gpu, gpu_csc, None, False, 0,
-                            f"sampler.device=cuda: graph structure and features on {device}.")
+        return SamplingPlan(device, on_gpu, gpu_csc, None, False, 0, placement.describe(str(device)))
     structure_only = Data(edge_index=placeholder, num_nodes=data.num_nodes)
-    return SamplingPlan(device, structure_only, gpu_csc, (data.x, data.y), False, 0,
-                        f"sampler.device=cuda: structure on {device}; features ({gib(features)}) stay on the host, "
-                        "gathered into pinned memory and copied without blocking.")
+    return SamplingPlan(device, structure_only, gpu_csc, (data.x, data.y), False, 0, placement.describe(str(device)))

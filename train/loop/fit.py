@@ -136,7 +136,9 @@ class Trainer:
         self.sampling = plan_sampling(data, config.sampler, device)  # sampler.device: where batches are sampled
         self.timer = PhaseTimer(device)  # where each epoch's time goes (train/loop/timing.py)
         self.allreduce_probe = AllReduceProbe(self.model, device)
-        if self.sampling.note and env.is_main:
+        if self.sampling.fell_back:  # each rank decides on its own GPU's free memory: each one that falls back says so
+            print(f"rank {env.rank}: {self.sampling.note}", flush=True)
+        elif self.sampling.note and env.is_main:
             print(self.sampling.note, flush=True)
 
     # ---- state (train/loop/checkpoint.py saves and restores it) -------------------------------------

@@ -1,0 +1,397 @@
+"""The terms of the memory plan: bytes per node, rank and GPU from the graph's size and the config, never by
+loading the graph (`python -m train plan` prints them; train/cli/plan.py).
+
+Each term follows what the run allocates (named beside it) and is calibrated against real ranks:
+`make bench BENCH=plan` runs configs through `fit` and prints every term measured, planned and their ratio;
+tests/test_plan_measured.py holds the plan to at least the measured peak and at most 1.5 times it. What
+cannot be measured without a GPU is taken from published figures, named where the constant is defined.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from train.config import Config
+
+GIB = 2**30
+MIB = 2**20
+FLOAT = 4  # bytes of a float32 feature / activation
+INDEX = 8  # bytes of an int64 node or edge id
+
+# One rank's interpreter, torch, PyG and gloo before the graph: measured 0.34-0.36 GiB RSS per rank here
+# (0.25 GiB private: Python objects of the imports and torch's static state; 0.09 GiB shared libraries).
+RUNTIME_CPU_BYTES = 400 * MIB
+# What CUDA adds to a rank's host memory (driver, runtime, cuBLAS/cuDNN/NCCL kernel images): not measurable
+# without a GPU, so from published figures for torch with lazy module loading (CUDA >= 11.7): +0.11 GiB for
+# one CUDA tensor, +1.65 GiB after a device query and a CUDA tensor (pytorch/pytorch#113326), +1.18 GiB at the
+# first CUDA use in a process group (pytorch/pytorch#106511). The plan takes 1.5 GiB.
+CUDA_HOST_BYTES = 1536 * MIB
+# A GPU's own share: the CUDA context (0.29 GiB with lazy loading, pytorch/pytorch#86509; ~0.4 GiB,
+# pytorch/pytorch#109888), NCCL's buffers and cuBLAS workspaces.
+GPU_RUNTIME_BYTES = 1 * GIB
+# Per sampled edge, int64 ids alive in a batch: the sampler's picks, rows, columns and edge ids, the
+# batch's edge_index, and the slot arithmetic (train/graph/sampler.py _sample_hop).
+EDGE_IDS = 6
+# Float rows per target and layer: lin_l and lin_r outputs, their sum, ReLU and dropout (forward), and
+# their gradients (backward). Calibrated: training peaks of bench/plan.py's cases. Without autograd
+# (evaluation) a layer's intermediates go as the next is made: about two rows per target.
+LAYER_ROWS = 8
+NO_GRAD_ROWS = 2
+# A training step's fixed part beside its tensors (autograd's graph, DDP's reducer, Adam's first-step state,
+# the step's Python objects): the residual of the training peak at 20k nodes, where the tensors are small.
+STEP_FIXED_BYTES = 16 * MIB
+# Of a training step's working set on the host, what the C heap still holds when evaluation starts (glibc
+# returns to the system only what lies at the top of its heap): 0.4-0.84 measured (bench/plan.py).
+TRAINING_KEPT = 0.75
+# Over an epoch's steps on the CPU, the heap's holes and the largest batch add to one step's tensors:
+# measured 1.26 x the planned step after two epochs of 88 steps (300k nodes), 1.0-1.1 after 3-4 steps.
+CPU_STEPS_GROWTH = 1.3
+# PyTorch's caching allocators keep what they hand out in blocks: pinned host blocks are rounded up to a
+# power of two (CachingHostAllocator), so a pinned batch may take up to twice its bytes; GPU blocks are
+# rounded and split less wastefully (fragmentation, not measured here: a quarter more is assumed).
+PINNED_ROUNDING = 2.0
+CUDA_CACHE_SLACK = 1.25
+# Loading, in int64 arrays of E entries (E x 8 bytes) and copies of x alive at the peak of the process that
+# loads. The CSC build (build_csc: PyG's sort of the targets, its permutation, the sources permuted) holds
+# the loaded graph and CSC_BUILD_ARRAYS more. Before it, the loader's own peak: the synthetic generator's
+# edge pairs, to_undirected and coalesce (measured: 14.0-15.9 arrays at 300k nodes, 13.7 at 1M), then its
+# features (x, its noise and their sum); an OGB dataset's processed file in memory, its labels turned to
+# int64; a PyG dataset's processed file while from_pyg_masks coalesces its edges (sort keys, their sort and
+# permutation, the permuted copy); own files read (memory-mapped) with the finiteness check's mask (a byte
+# per feature). Measured: synthetic and own files (bench/plan.py); OGB and PyG from the code.
+CSC_BUILD_ARRAYS = 5
+LOADING_FIXED_BYTES = 8 * MIB  # what a small graph's loading holds beyond its arrays (measured: 20k nodes)
+LOADER_PEAK = {"synthetic": lambda x, e, n: max(17 * e, 2 * e + 3 * x),
+               "ogb": lambda x, e, n: x + 2 * e + 3 * n * INDEX,
+               "pyg": lambda x, e, n: x + 8 * e + n * INDEX,
+               "files": lambda x, e, n: 1.25 * x + 2 * e + n * INDEX}
+
+
+@dataclass(frozen=True)
+class GraphSize:
+    nodes: int
+    edges: int  # directed edges as training sees them (both directions of an undirected edge)
+    features: int
+    classes: int
+    split: tuple[int, int, int]  # train, val, test nodes
+
+    @property
+    def degree(self) -> float:
+        return self.edges / max(self.nodes, 1)
+
+    @property
+    def feature_bytes(self) -> int:
+        return self.nodes * (self.features * FLOAT + INDEX)  # x and y
+
+
+@dataclass(frozen=True)
+class Hops:
+    """A sampled batch's size: new nodes per hop (seeds first) and sampled edges per hop, expected upper bounds."""
+
+    nodes: tuple[int, ...]
+    edges: tuple[int, ...]
+
+    @property
+    def total_nodes(self) -> int:
+        return sum(self.nodes)
+
+    @property
+    def total_edges(self) -> int:
+        return sum(self.edges)
+
+
+def sampled_hops(seeds: int, fanouts: list[int], size: GraphSize) -> Hops:
+    """Expected nodes and edges of one batch. The seeds are uniform over the split, so the first hop takes
+    min(fanout, mean degree) each; later frontiers are reached along edges (higher degrees), so they take the
+    whole fanout. A fanout of -1 takes every neighbour. New nodes per hop are at most the nodes not yet seen."""
+    frontier = min(seeds, size.nodes)
+    nodes, edges, seen = [frontier], [], frontier
+    for hop, fanout in enumerate(fanouts):
+        per_node = size.degree if fanout < 0 else min(fanout, size.degree) if hop == 0 else fanout
+        sampled = math.ceil(frontier * per_node)
+        frontier = min(sampled, size.nodes - seen)
+        edges.append(sampled)
+        nodes.append(frontier)
+        seen += frontier
+    return Hops(tuple(nodes), tuple(edges))
+
+
+def full_neighbourhood(seeds: int, size: GraphSize) -> Hops:
+    """One batch of the full evaluation: the seeds' whole in-neighbourhood, one hop (train/loop/evaluate.py)."""
+    return sampled_hops(seeds, [-1], size)
+
+
+def layer_widths(config: Config, size: GraphSize) -> list[tuple[int, int]]:
+    """(input, output) width of each layer (train/loop/model.py GNN.sizes)."""
+    hidden, layers = config.model.hidden, config.model.num_layers
+    sizes = [size.features] + [hidden] * (layers - 1) + [size.classes]
+    return list(zip(sizes[:-1], sizes[1:]))
+
+
+def parameter_count(config: Config, size: GraphSize) -> int:
+    """Weights and biases: SAGEConv has a neighbour weight with bias and a root weight; the MLP one Linear."""
+    sage = config.model.name == "sage"
+    return sum(i * o * (2 if sage else 1) + o for i, o in layer_widths(config, size))
+
+
+def model_bytes(config: Config, size: GraphSize) -> int:
+    """Weights, gradients (DDP's buckets hold a copy of them) and Adam's two moments: 4 float copies."""
+    return 4 * parameter_count(config, size) * FLOAT
+
+
+def forward_bytes(config: Config, size: GraphSize, hops: Hops, backward: bool) -> int:
+    """The model's working set for one batch: the features it reads, the edge ids, each layer's rows
+    (GNN.forward computes, with model.trim, only the targets later layers read) and the largest layer's
+    messages (SAGEConv gathers one row per edge; their gradient too where the input needs one)."""
+    widths = layer_widths(config, size)
+    last = len(widths) - 1
+    total = hops.total_nodes * size.features * FLOAT + hops.total_edges * EDGE_IDS * INDEX
+    messages = 0
+    rows_factor = LAYER_ROWS if backward else NO_GRAD_ROWS
+    for index, (width_in, width_out) in enumerate(widths):
+        reach = last - index + 1  # the hops whose nodes are this layer's targets
+        trimmed = config.model.trim and config.model.name == "sage"
+        targets = sum(hops.nodes[:reach]) if trimmed else hops.total_nodes
+        edges = sum(hops.edges[:reach]) if trimmed else hops.total_edges
+        total += targets * (width_in + rows_factor * width_out) * FLOAT
+        if config.model.name == "sage":
+            messages = max(messages, edges * width_in * FLOAT * (2 if backward and index else 1))
+    return total + messages + (STEP_FIXED_BYTES if backward else 0)
+
+
+def host_batch_bytes(size: GraphSize, hops: Hops, pinned: bool) -> int:
+    """A batch sampled on the host for a GPU: its features and ids, pinned (rounded up by the host allocator)."""
+    raw = hops.total_nodes * (size.features * FLOAT + INDEX) + hops.total_edges * EDGE_IDS * INDEX
+    return int(raw * (PINNED_ROUNDING if pinned else 1))
+
+
+def full_eval_bytes(config: Config, size: GraphSize, ranks: int) -> tuple[int, int, int]:
+    """(kept, gathered, working set) of eval.mode=full (train/loop/evaluate.py). Kept on the host: this rank's
+    rows of the hidden layer it reads and of the one it fills (one of them with 2 layers), and the last
+    layer's logits. Per batch, the seeds' whole neighbourhood: its input rows gathered on the host (features,
+    or the rows this rank serves), then the rows received and put in order, one message per edge, the seeds'
+    outputs."""
+    hidden, layers = config.model.hidden, config.model.num_layers
+    shard = math.ceil(size.nodes / ranks)
+    kept = min(2, layers - 1) * shard * hidden * FLOAT + shard * size.classes * FLOAT
+    hops = full_neighbourhood(config.sampler.eval_batch_size, size)
+    nodes, edges, seeds = hops.total_nodes, hops.total_edges, hops.nodes[0]
+    gathered = nodes * max(size.features, hidden if layers > 1 else 0) * FLOAT
+    first = edges * size.features * FLOAT
+    later = (3 * nodes + edges) * hidden * FLOAT if layers > 1 else 0  # fetched, sent, in order; messages
+    work = max(first, later) + edges * EDGE_IDS * INDEX + seeds * LAYER_ROWS * hidden * FLOAT
+    return kept, gathered, work
+
+
+def loading_bytes(size: GraphSize, source: str) -> int:
+    """The peak of the process that loads the graph, beyond its runtime: the loader's own peak, or the CSC
+    build on the loaded graph (see CSC_BUILD_ARRAYS), whichever is larger."""
+    x_bytes, edge_array = size.nodes * size.features * FLOAT, size.edges * INDEX
+    csc_build = shared_graph_bytes(size) + CSC_BUILD_ARRAYS * edge_array
+    return int(max(LOADER_PEAK[source](x_bytes, edge_array, size.nodes), csc_build)) + LOADING_FIXED_BYTES
+
+
+def loader_kind(name: str) -> str:
+    """Which loader takes data.name (train/graph/data.py): the generator, own files, OGB's or PyG's datasets."""
+    return name if name in ("synthetic", "files") else "ogb" if name.startswith("ogbn-") else "pyg"
+
+
+@dataclass
+class Plan:
+    size: GraphSize
+    nodes: int
+    ranks_per_node: int
+    share: str
+    rows: dict[str, dict[str, int]] = field(default_factory=dict)  # scope -> item -> bytes
+    notes: list[str] = field(default_factory=list)
+    node_capacity: tuple[int | None, str] = (None, "unknown")
+    gpu_capacity: tuple[int | None, str] = (None, "unknown")
+    sampling: str = "cpu"  # where batches are sampled: cpu or cuda (the graph structure on the GPU)
+    placement: object = None  # sampler.device=cuda on a GPU of known memory: the run's Placement
+    fallback: str = ""  # why sampler.device=cuda would sample on the CPU ("" when it would not)
+
+    @property
+    def node_peak(self) -> int:
+        return self.rows["node"]["peak"]
+
+    @property
+    def rank_peak(self) -> int:
+        return self.rows["rank"]["peak"]
+
+    @property
+    def gpu_total(self) -> int:
+        return self.rows["GPU"].get("in all", 0)
+
+
+def shared_graph_bytes(size: GraphSize) -> int:
+    """What data.share=node writes once per node (train/graph/shared_graph.py's graph_tensors), from meta tensors."""
+    import torch  # here: `python -m train` imports the plan to build its parser
+    from torch_geometric.data import Data
+
+    from train.graph.shared_graph import graph_tensors
+
+    meta = Data(x=torch.empty(size.nodes, size.features, device="meta"),
+                y=torch.empty(size.nodes, dtype=torch.long, device="meta"),
+                edge_index=torch.empty(2, size.edges, dtype=torch.long, device="meta"),
+                **{f"{s}_idx": torch.empty(n, dtype=torch.long, device="meta")
+                   for s, n in zip(("train", "val", "test"), size.split)})
+    return graph_tensors(meta)[1]
+
+
+def private_graph_bytes(size: GraphSize) -> int:
+    """One rank's own graph (data.share=process, or alone on its node): the loaded tensors and a CSC with its own
+    row and perm (train/graph/shared_graph.py private_graph)."""
+    return shared_graph_bytes(size) + 2 * size.edges * INDEX
+
+
+# ---- the plan: rows per rank, node and GPU --------------------------------------------------------
+
+def _term(rows: dict[str, int], prefix: str) -> int:
+    return sum(v for k, v in rows.items() if k.startswith(prefix))
+
+
+def free_at_placement(gpu_bytes: int, config: Config, size: GraphSize) -> int:
+    """The free GPU memory the run sees when it places the graph (Trainer: after the model and DDP's buckets)."""
+    return gpu_bytes - GPU_RUNTIME_BYTES - 2 * parameter_count(config, size) * FLOAT
+
+
+def placement_for(config: Config, size: GraphSize, sharing: bool, gpu_bytes: int | None):
+    """sampler.device=cuda on a GPU of `gpu_bytes`: the run's own decision (train/graph/sampling_plan.py), or
+    None where the GPU's memory is unknown."""
+    from train.graph.sampling_plan import gpu_placement, gpu_structure_bytes
+
+    if gpu_bytes is None:
+        return None
+    structure = gpu_structure_bytes(size.nodes, size.edges, with_perm=not sharing)
+    return gpu_placement(structure, size.feature_bytes, free_at_placement(gpu_bytes, config, size))
+
+
+@dataclass(frozen=True)
+class Setting:
+    """What the terms depend on besides the graph: the config, the ranks, and where batches are made."""
+
+    config: Config
+    ranks: int
+    per_node: int
+    gpus: bool
+    sharing: bool  # data.share=node with more than one rank on the node
+    placement: object  # sampler.device=cuda on a GPU of known memory: the run's Placement, else None
+
+    @property
+    def gpu_sampling(self) -> bool:
+        asked = self.gpus and self.config.sampler.device == "cuda"
+        return asked and (self.placement is None or self.placement.structure)
+
+    @property
+    def features_on_gpu(self) -> bool:
+        return self.placement is not None and self.placement.features
+
+
+def batch_host_bytes(setting: Setting, size: GraphSize, hops: Hops) -> int:
+    """What a batch holds on the host when a GPU runs the model: the loader's batch (CPU sampling), the pinned
+    gather of its features (GPU sampling, features on the host), or nothing (all on the GPU)."""
+    if not setting.gpu_sampling:
+        return host_batch_bytes(size, hops, pinned=setting.config.sampler.pin_memory)
+    if setting.features_on_gpu:
+        return 0
+    return int(hops.total_nodes * (size.features * FLOAT + INDEX) * PINNED_ROUNDING)
+
+
+def evaluation_bytes(setting: Setting, size: GraphSize) -> tuple[str, int, int]:
+    """(label, host bytes, GPU working set) of one evaluation; on the CPU the working set is the host's."""
+    config = setting.config
+    if config.eval.mode == "sampled":
+        fanouts = list(config.eval.fanouts or config.sampler.num_neighbors)
+        hops = sampled_hops(config.sampler.eval_batch_size, fanouts, size)
+        work = forward_bytes(config, size, hops, backward=False)
+        if not setting.gpus:
+            return "evaluation: one sampled batch", work, 0
+        return "evaluation: one sampled batch", batch_host_bytes(setting, size, hops), work
+    kept, gathered, work = full_eval_bytes(config, size, setting.ranks)
+    host = kept + gathered + size.nodes * INDEX  # and its loader's own node map (train/graph/sampler.py)
+    label = f"evaluation: {math.ceil(size.nodes / setting.ranks):,} layer rows, 1 neighbourhood"
+    return (label, host, work) if setting.gpus else (label, host + work, 0)
+
+
+def rank_rows(setting: Setting, size: GraphSize, train_hops: Hops, evaluation: tuple[str, int, int]) -> dict:
+    """Host memory of one rank: what it holds throughout, a training step, an evaluation, and the loading."""
+    config, gpus = setting.config, setting.gpus
+    runtime = RUNTIME_CPU_BYTES + (CUDA_HOST_BYTES if gpus else 0)
+    own = "alone on its node" if config.data.share == "node" else "data.share=process"
+    training = (batch_host_bytes(setting, size, train_hops) if gpus
+                else int(CPU_STEPS_GROWTH * forward_bytes(config, size, train_hops, backward=True)))
+    label, eval_host, _work = evaluation
+    rows = {"runtime (python, torch, PyG" + (", CUDA)" if gpus else ")"): runtime,
+            "model, gradients, Adam state": 0 if gpus else model_bytes(config, size),
+            f"graph and CSC of its own ({own})": 0 if setting.sharing else private_graph_bytes(size),
+            "sampler's node map": 0 if setting.gpu_sampling else size.nodes * INDEX,
+            "training batch" + ("" if gpus else ": features, activations, gradients"): training,
+            label: eval_host}
+    rows = {k: v for k, v in rows.items() if v}
+    # Evaluation runs on top of what the heap kept of training (pinned batches stay cached whole).
+    kept = training if gpus else int(TRAINING_KEPT * training)
+    steady = sum(rows.values()) - training - eval_host + max(training, kept + eval_host)
+    loading = f"while loading ({'local rank 0' if setting.sharing else 'each rank'}): graph, CSC build, loader"
+    rows[loading] = loading_bytes(size, loader_kind(config.data.name))
+    rows["while training and evaluating"] = steady
+    rows["peak"] = max(steady, runtime + rows[loading])
+    return rows
+
+
+def node_rows(setting: Setting, size: GraphSize, rank: dict) -> dict:
+    """One node: the shared graph once, and the larger of its loading (one loader, or every rank) and training."""
+    per_node, runtime = setting.per_node, _term(rank, "runtime")
+    loaders = 1 if setting.sharing else per_node
+    loading, steady = _term(rank, "while loading"), rank["while training and evaluating"]
+    shared = shared_graph_bytes(size) if setting.sharing else 0
+    rows = {"graph, shared once (/dev/shm or node-local disk)": shared,
+            f"while loading: {per_node} runtimes + {loaders} loading": per_node * runtime + loaders * loading,
+            f"while training: {per_node} ranks x {steady / GIB:.2f} GiB": per_node * steady}
+    rows = {k: v for k, v in rows.items() if v}
+    rows["peak"] = shared + max(per_node * runtime + loaders * loading, per_node * steady)
+    return rows
+
+
+def make_plan(config: Config, size: GraphSize, nodes: int, ranks: int, gpus: bool,
+              gpu_bytes: int | None = None) -> Plan:
+    """Bytes per node, per rank and per GPU for `ranks` processes over `nodes` nodes (GPUs of `gpu_bytes`)."""
+    per_node = ranks // nodes
+    sharing = config.data.share == "node" and per_node > 1  # alone on its node, a rank keeps its own copy
+    asked = gpus and config.sampler.device == "cuda"
+    setting = Setting(config, ranks, per_node, gpus, sharing,
+                      placement_for(config, size, sharing, gpu_bytes) if asked else None)
+    train_hops = sampled_hops(config.sampler.batch_size, config.sampler.num_neighbors, size)
+    evaluation = evaluation_bytes(setting, size)
+    rank = rank_rows(setting, size, train_hops, evaluation)
+    gpu = gpu_rows(setting, size, forward_bytes(config, size, train_hops, backward=True), evaluation[2])
+    plan = Plan(size, nodes, per_node, config.data.share)
+    plan.rows = {"node": node_rows(setting, size, rank), "rank": rank, "GPU": gpu if gpus else {}}
+    placement = setting.placement
+    plan.sampling, plan.placement = ("cuda" if setting.gpu_sampling else "cpu"), placement
+    if asked:
+        plan.notes.append(placement.describe("the GPU") if placement is not None else
+                          "sampler.device=cuda: GPU memory unknown, so where the graph goes is decided on the node; "
+                          "give --gpu-memory GiB to know it now.")
+        plan.fallback = placement.describe("the GPU") if placement is not None and not placement.structure else ""
+    return plan
+
+
+def gpu_rows(setting: Setting, size: GraphSize, train: int, evaluation: int) -> dict:
+    """Per GPU: the runtime, the model, the graph where sampler.device=cuda puts it, the larger working set."""
+    from train.graph.sampling_plan import gpu_structure_bytes
+
+    rows = {"CUDA context, NCCL and cuBLAS buffers": GPU_RUNTIME_BYTES,
+            "model, gradients, Adam state": model_bytes(setting.config, size)}
+    if setting.gpu_sampling:
+        rows["graph structure: CSC and the sampler's node map"] = gpu_structure_bytes(size.nodes, size.edges,
+                                                                                      with_perm=not setting.sharing)
+        if setting.features_on_gpu:
+            rows["features and labels (they fit)"] = size.feature_bytes
+    rows["training batch: features, activations, gradients"] = train
+    if evaluation:
+        rows["evaluation working set"] = evaluation
+    work = max(train, evaluation)
+    rows["allocator blocks beyond the larger working set"] = int(work * (CUDA_CACHE_SLACK - 1))
+    rows["in all"] = sum(rows.values()) - train - evaluation + work
+    return rows
