@@ -160,6 +160,7 @@ def to_target(args) -> None:
     from train.graph.shared_graph import shared_graphs
     from train.loop.evaluate import evaluate
     from train.loop.fit import EpochStats, Trainer
+    from train.loop.model import ModelStep
     from train.loop.run import obtain_graph
 
     config = load_config("synthetic", [*target_overrides(args)])
@@ -182,7 +183,7 @@ def to_target(args) -> None:
                 else:
                     seed_loop(ddp, optimizer, seed_loader(data, config, env, epoch), device, None)
                     seconds = time.perf_counter() - started  # the loader's construction counts, as the project's
-                    accuracy = evaluate(model, data, config, env, device, trainer.sampling)
+                    accuracy = evaluate(ModelStep(model), data, config, env, device, trainer.sampling)
                 elapsed += _slowest(seconds, device)
                 curves[name].append({"epoch": epoch, "train_seconds": elapsed, **accuracy})
                 if accuracy["val_acc"] >= args.target_acc:

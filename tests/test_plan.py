@@ -129,3 +129,16 @@ def test_sinfo_memory_counts_only_where_it_is_the_nodes(tmp_path, sinfo, scontro
     else:
         assert done.returncode == 0, done.stderr
         assert "give --node-memory GiB" in done.stdout and "fits what is known" in done.stdout
+
+
+@pytest.mark.parametrize("overrides", [[], ["model.name=gat", "model.kwargs.heads=8", "model.kwargs.jk=cat"],
+                                       ["model.name=gin", "model.num_layers=3", "sampler.num_neighbors=[5,5,5]"]])
+def test_the_model_row_counts_the_real_models_parameters_and_adam_state(overrides):
+    from train.loop.model import build_model
+
+    config = load_config("ogbn-products", overrides)
+    size = graph_size(config)
+    model = build_model(config.model, size.features, size.classes, seed=0)
+    params = sum(p.numel() for p in model.parameters())
+    gpu = make_plan(config, size, 1, 1, gpus=True).rows["GPU"]
+    assert gpu["model, gradients, Adam state"] == 4 * 4 * params  # weight, gradient, two moments; float32

@@ -117,6 +117,19 @@ def batch_nodes(seeds: int, fanouts: list[int], num_nodes: int) -> int:
     return min(total, num_nodes)
 
 
+def model_parameters(config: Config, size: GraphSize) -> int:
+    """The model's real parameter count: model.name built for the graph's features and classes (on the meta
+    device: no memory, no initialisation), so GAT's heads, GIN's MLPs or a user's model count as they are."""
+    from train.loop.model import parameter_count
+
+    return parameter_count(config.model, size.features, size.classes)
+
+
+def model_state_bytes(params: int) -> int:
+    """What training keeps per parameter: the weight, its gradient and Adam's two moments (float32)."""
+    return 4 * params * FLOAT
+
+
 @dataclass
 class Plan:
     size: GraphSize
@@ -176,14 +189,12 @@ def make_plan(config: Config, size: GraphSize, nodes: int, ranks: int, gpus: boo
     }
     node = {k: v for k, v in node.items() if v}
     node["peak"] = shared + max(loader, per_node * rank_total)
-    params = sum(i * o + o for i, o in zip([size.features] + [hidden] * (layers - 1),
-                                           [hidden] * (layers - 1) + [size.classes]))
-    params *= 2 if config.model.name == "sage" else 1  # SAGEConv: a neighbour and a root weight
+    params = model_parameters(config, size)
     gpu = {}
     if gpus:
         gpu = {
             "CUDA context and workspaces": GPU_RUNTIME_BYTES,
-            "model, gradients, Adam state": 4 * params * FLOAT,
+            "model, gradients, Adam state": model_state_bytes(params),
             "training batch activations": ACTIVATION_COPIES * train_batch * (size.features + hidden * layers) * FLOAT,
         }
         if s.device == "cuda":

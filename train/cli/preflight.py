@@ -57,3 +57,6 @@ def check_fit(config: Config, env: DistEnv) -> None:
                             "checkpoint file (e.g. runs/<id>/checkpoints/ckpt-e000002-s00000000.pt).")
         if not os.access(path, os.R_OK):
             raise UserError(f"trainer.resume={resume!r} cannot be read by this user.")
+    from train.loop.models.contract import check_model
+
+    check_model(config.model)  # imports the model, checks model.kwargs, runs it on a tiny sampled batch
