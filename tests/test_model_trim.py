@@ -33,7 +33,8 @@ def _batch(fanouts, batch_size=64):
 VARIANTS = [("sage", {}), ("gcn", {}), ("gat", {"heads": 4}), ("gin", {}),
             ("gat", {"heads": 2, "v2": True}), ("sage", {"jk": "cat"}), ("gin", {"jk": "max", "norm": "layer_norm",
                                                                                 "norm_kwargs": {"mode": "node"}}),
-            ("gcn", {"jk": "last", "norm": "batch_norm"}), ("gat", {"jk": "lstm", "heads": 2})]
+            ("gcn", {"jk": "last", "norm": "batch_norm"}), ("gat", {"jk": "lstm", "heads": 2}),
+            ("gat", {"heads": 4, "out_heads": 1})]
 
 
 @pytest.mark.parametrize("fanouts,num_layers", [([5, 3], 2), ([4, 3, 2], 3)])
@@ -163,3 +164,18 @@ def test_gcn_trim_counts_self_loops_as_gcnconv_does(add_self_loops):
         full = model(batch.x, batch.edge_index)[: batch.batch_size]
         trimmed = ModelStep(model)(batch.x, batch.edge_index, batch.num_sampled_nodes, batch.num_sampled_edges)
     torch.testing.assert_close(trimmed, full, rtol=1e-5, atol=1e-6)
+
+
+def test_input_dropout_drops_the_same_features_trimmed_or_not_and_only_in_training():
+    batch = _batch([5, 3])
+    model = build_model(ModelConfig(name="gcn", hidden=32, dropout=0.0), 16, 8, seed=0)
+    step = ModelStep(model, input_dropout=0.5)
+    outs = []
+    for hops in ((), (batch.num_sampled_nodes, batch.num_sampled_edges)):
+        torch.manual_seed(7)
+        outs.append(step(batch.x, batch.edge_index, *hops)[: batch.batch_size])
+    torch.testing.assert_close(outs[1], outs[0], rtol=1e-5, atol=1e-6)
+    with torch.no_grad():
+        plain = model(batch.x, batch.edge_index)[: batch.batch_size]
+        assert not torch.allclose(outs[0], plain)  # features were dropped in training
+        torch.testing.assert_close(step.eval()(batch.x, batch.edge_index)[: batch.batch_size], plain)

@@ -41,6 +41,10 @@ def test_model_kwargs_reach_the_model_and_its_layers():
     gin = build_model(ModelConfig(name="gin", kwargs={"train_eps": True, "norm": "batch_norm"}), 12, 5, seed=0)
     assert isinstance(gin.convs[0].eps, torch.nn.Parameter) and type(gin.norms[0]).__name__ == "BatchNorm"
     assert build_model(ModelConfig(name="mlp"), 12, 5, seed=0).norms[0].__class__ is torch.nn.Identity
+    # GAT's paper on Cora: 8 heads, then 1 output head (PyG's GAT alone repeats `heads`)
+    paper = build_model(ModelConfig(name="gat", hidden=16, kwargs={"heads": 8, "out_heads": 1}), 12, 5, seed=0)
+    assert isinstance(paper, pyg_models.GAT) and [c.heads for c in paper.convs] == [8, 1]
+    assert paper.convs[1].out_channels == 5 and not paper.convs[1].concat
 
 
 @pytest.mark.parametrize("name,bad,valid", [("gat", "head", "heads"), ("gin", "eps_train", "train_eps"),
@@ -198,7 +202,8 @@ def test_a_feature_only_forward_gets_the_features_alone(user_code):
 
 # ---- the exact evaluation's per-layer API ------------------------------------------------------------------
 
-@pytest.mark.parametrize("name,kwargs", [("sage", {}), ("gcn", {}), ("gat", {"heads": 2}), ("gin", {"jk": "last"}),
+@pytest.mark.parametrize("name,kwargs", [("sage", {}), ("gcn", {}), ("gat", {"heads": 2, "out_heads": 1}),
+                                         ("gin", {"jk": "last"}),
                                          ("gcn", {"norm": "batch_norm", "add_self_loops": False})])
 def test_layer_by_layer_over_one_hop_batches_is_the_model_on_the_whole_graph(name, kwargs):
     data = synthetic_graph(load_config("tiny", ["data.num_nodes=400"]).data)

@@ -32,6 +32,7 @@ class DataConfig:
     share_dir: str = ""  # "" -> /dev/shm, else node-local disk ($SLURM_TMPDIR, $TMPDIR, /tmp) when it is too small
     share_keep: bool = False  # keep the shared files until exit, to inspect them; else unlink once all ranks map them
     load_timeout_seconds: float = 3600.0  # how long a node's ranks wait for its local rank 0 to load the graph
+    normalize_features: bool = False  # scale each node's features to sum 1 (PyG's NormalizeFeatures; Planetoid's)
     # synthetic graph (a stochastic block model with noisy class-dependent features)
     num_nodes: int = 20000
     num_classes: int = 8
@@ -66,6 +67,9 @@ class ModelConfig:
     hidden: int = 256
     num_layers: int = 2
     dropout: float = 0.5
+    # Dropout on the input features, before the first layer, as the Planetoid papers train GCN and GAT (PyG's
+    # BasicGNN drops only between layers); applied by the workflow to any model's input. 0: off.
+    input_dropout: float = 0.0
     # More constructor arguments of the model, by name (GAT's heads, jk, norm, ...): a mapping in YAML, or
     # model.kwargs.heads=8 on the command line; each is checked against the model's own before the rendezvous.
     kwargs: dict[str, Any] = field(default_factory=dict)
@@ -325,8 +329,10 @@ def _check_fanouts(config: Config) -> None:
 
 def _check_model_and_data(config: Config) -> None:
     """The remaining ranges: dropout, a path for data.name=files, room for a test split."""
-    if not 0 <= config.model.dropout < 1:
-        raise UserError(f"model.dropout={config.model.dropout!r} must be in [0, 1).")
+    for key in ("dropout", "input_dropout"):
+        value = getattr(config.model, key)
+        if not 0 <= value < 1:
+            raise UserError(f"model.{key}={value!r} must be in [0, 1).")
     if config.data.name == "files" and not config.data.path:
         raise UserError("data.name=files needs data.path: a folder of arrays (edge_index, x, y and the split) "
                         "or a .pt file holding a saved PyG Data.")

@@ -45,8 +45,8 @@ TMP_PREFIX = ".tmp-"
 # batches). Everything else (epochs, logging, checkpointing, timeouts, lr...) may change.
 INCOMPATIBLE_SECTIONS = ("model",)
 INCOMPATIBLE_KEYS = (
-    "data.name", "data.num_nodes", "data.num_classes", "data.num_features", "data.avg_degree",
-    "data.homophily", "data.feature_signal", "data.train_fraction", "data.val_fraction", "data.seed",
+    "data.name", "data.normalize_features", "data.num_nodes", "data.num_classes", "data.num_features",
+    "data.avg_degree", "data.homophily", "data.feature_signal", "data.train_fraction", "data.val_fraction", "data.seed",
     "sampler.num_neighbors", "sampler.batch_size", "trainer.seed",
 )
 

@@ -128,7 +128,7 @@ class Trainer:
         spec = resolve(config.model)  # checked before the rendezvous too (train/cli/preflight.py)
         self.model = spec.build(data.num_features, num_classes(data), config.trainer.seed).to(device)
         self.model_description = spec.describe(data.num_features, num_classes(data))  # what checkpoints record
-        self.step = ModelStep(self.model)  # how a batch reaches the model (train/loop/models/step.py)
+        self.step = ModelStep(self.model, config.model.input_dropout)  # how a batch reaches the model (models/step.py)
         self.ddp = DistributedDataParallel(self.step, device_ids=[device.index] if device.type == "cuda" else None)
         self.eval_note = layerwise(self.step)[1] if config.eval.mode == "full" else ""
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.optim.lr,

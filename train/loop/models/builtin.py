@@ -9,6 +9,7 @@ layer. The valid names are read from PyG's signatures, so a PyG upgrade that add
 
 from __future__ import annotations
 
+import functools
 import inspect
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,13 +51,33 @@ BUILTINS: dict[str, Builtin] = {
     "sage": Builtin("GraphSAGE", ("SAGEConv",)),
     "gcn": Builtin("GCN", ("GCNConv",), refused={"cached": (True, f"it keeps the first graph's normalisation; "
                                                                   f"{SAMPLED_GRAPHS}")}),
-    "gat": Builtin("GAT", ("GATConv", "GATv2Conv"), own=("v2", "heads", "concat")),
+    "gat": Builtin("GAT", ("GATConv", "GATv2Conv"), own=("v2", "heads", "concat", "out_heads")),
     "gin": Builtin("GIN", ("GINConv",)),
     # PyG's MLP normalises with batch_norm unless told otherwise; the baseline is the plain
     # Linear-ReLU-dropout stack of PyG's examples (model.kwargs.norm=batch_norm brings it back).
     "mlp": Builtin("MLP", defaults={"norm": None}),
 }
 assert tuple(BUILTINS) == BUILTIN_MODELS, "train/config.py's BUILTIN_MODELS and BUILTINS name the same models"
+
+
+@functools.cache  # one class, however often it is asked for
+def out_heads_gat() -> type[nn.Module]:
+    """PyG's GAT with `out_heads`: the output layer's number of heads, averaged (Velickovic et al. use 8 heads,
+    then 1 output head on Cora; PyG's GAT repeats `heads` in every layer). Only init_conv differs."""
+    from torch_geometric.nn.models import GAT
+
+    class OutHeadsGAT(GAT):
+        def __init__(self, *args, out_heads: int, **kwargs):
+            self.out_heads = out_heads  # read by init_conv, which GAT's constructor calls
+            super().__init__(*args, **kwargs)
+
+        def init_conv(self, in_channels, out_channels, **kwargs):
+            if getattr(self, "_is_conv_to_out", False):  # the layer that gives out_channels (no jk)
+                kwargs["heads"] = self.out_heads
+            return super().init_conv(in_channels, out_channels, **kwargs)
+
+    OutHeadsGAT.__qualname__ = OutHeadsGAT.__name__ = "OutHeadsGAT"
+    return OutHeadsGAT
 
 
 def parameter_names(function) -> tuple[set[str], bool]:

@@ -19,7 +19,7 @@ from torch import nn
 
 from train.config import ModelConfig
 from train.errors import UserError
-from train.loop.models.builtin import BUILTINS, builtin_arguments
+from train.loop.models.builtin import BUILTINS, builtin_arguments, out_heads_gat
 from train.loop.models.user import import_model_class, user_arguments
 
 
@@ -67,7 +67,8 @@ def resolve(config: ModelConfig) -> ModelSpec:
     if config.name in BUILTINS:
         builtin = BUILTINS[config.name]
         kwargs = {**builtin.defaults, **builtin_arguments(config.name, config.kwargs)}
-        return ModelSpec(config.name, builtin.model_class(), config, kwargs)
+        cls = out_heads_gat() if "out_heads" in kwargs else builtin.model_class()  # else PyG's class itself
+        return ModelSpec(config.name, cls, config, kwargs)
     cls = import_model_class(config.name)
     return ModelSpec(config.name, cls, config, user_arguments(config.name, cls, config.kwargs))
 

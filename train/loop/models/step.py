@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import inspect
 
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from train.loop.models import trim
@@ -30,9 +31,10 @@ def forward_parameters(model: nn.Module) -> tuple[set[str], bool]:
 class ModelStep(nn.Module):
     """Calls `model` on a batch: features only, every row, or trimmed by the batch's hop counts."""
 
-    def __init__(self, model: nn.Module):
+    def __init__(self, model: nn.Module, input_dropout: float = 0.0):
         super().__init__()
         self.model = model
+        self.input_dropout = input_dropout  # model.input_dropout: on the features, before the model
         named, open_ended = forward_parameters(model)
         self.uses_graph = "edge_index" in named or open_ended  # False: a feature-only model (PyG's MLP)
         self.not_target_trimmed = trim.unsupported(model)  # None: target trimming applies
@@ -52,6 +54,8 @@ class ModelStep(nn.Module):
 
     def forward(self, x: Tensor, edge_index: Tensor | None = None, num_sampled_nodes: list[int] | None = None,
                 num_sampled_edges: list[int] | None = None) -> Tensor:
+        if self.input_dropout:
+            x = F.dropout(x, self.input_dropout, self.training)
         if not self.uses_graph:
             return self.model(x)
         if num_sampled_nodes is None or num_sampled_edges is None:
