@@ -43,6 +43,8 @@ source "$root/jobs/lib/knobs.sh"
 knob_defaults "$root/jobs/knobs.mk"
 # shellcheck source=jobs/lib/pyxis.sh
 source "$root/jobs/lib/pyxis.sh" # host_python, launch_line, pyxis_flags
+# shellcheck source=jobs/lib/code_dir.sh
+source "$root/jobs/lib/code_dir.sh" # code_dir_check, code_dir_launch: CODE_DIR on every task's PYTHONPATH
 
 # ---- checks -----------------------------------------------------------------------------------
 # Every check runs; each problem is one line naming the value and what is valid.
@@ -169,6 +171,13 @@ except UserError as exc:
     fi
 fi
 
+# The user's code folder (CODE_DIR): it exists, and the model the config names imports from it and passes
+# its contract where the job will run it (jobs/lib/code_dir.sh).
+if [[ -n $CODE_DIR ]]; then
+    [[ ! -d $CODE_DIR ]] || CODE_DIR=$(cd "$CODE_DIR" && pwd) # pyxis mounts an absolute path
+    [[ -z $config_arg ]] || code_dir_check "$root" "$image_kind" "$IMAGE" "$CODE_DIR" "$check_py" "$config_arg" "${args[@]}"
+fi
+
 # The data folder: a container mounts it, so it must exist (the default one is created).
 if [[ -n $DATA_DIR && ! -d $DATA_DIR && $image_kind != none ]]; then
     problem "DATA_DIR='$DATA_DIR' is not a directory: it is mounted into the container at /data, so it must exist."
@@ -250,7 +259,7 @@ sys.exit(not all(u.find_spec(m) for m in ("torch", "torch_geometric", "yaml")))'
         note "note: $check_py cannot import torch and torch_geometric: the memory plan was not made ('make setup' builds .venv)."
         return 0
     fi
-    { err=$(cd "$root" && PYTHONPATH=$root "$check_py" -m train plan "${plan_args[@]}" -- "${args[@]}" 2>&1 >&3 3>&-) ||
+    { err=$(cd "$root" && PYTHONPATH=${CODE_DIR:+$CODE_DIR:}$root "$check_py" -m train plan "${plan_args[@]}" -- "${args[@]}" 2>&1 >&3 3>&-) ||
         status=$?; } 3>&1
     if ((status == 2)); then
         problem "memory plan for CONFIG='$CONFIG' ARGS='$ARGS' NODES=$NODES GPUS=$GPUS: ${err#error: }"
@@ -315,6 +324,7 @@ if [[ $mode == srun ]]; then
         envs+=(DATA_DIR="$DATA_DIR")
         line+=(--chdir="$root")
         launch_line none "$root" "$DATA_DIR" "" "" "" "$BARE_PYTHON"
+        code_dir_launch "$CODE_DIR"
     else
         envs+=(DATA_DIR=/data)
         name=
@@ -327,6 +337,7 @@ if [[ $mode == srun ]]; then
                 sh /workspace/container/install-project.sh /workspace
         fi
         launch_line "$IMAGE" "$root" "$DATA_DIR" "$CONTAINER_MOUNTS" "$name" DATA_DIR,OMP_NUM_THREADS
+        code_dir_launch "$CODE_DIR"
     fi
     line+=("${LAUNCH[@]}")
     line+=(-m train fit --config "$config_arg" "${args[@]}")
@@ -345,7 +356,7 @@ sbatch_cmd=(sbatch --parsable --export=ALL --chdir="$root" --job-name="$JOB_NAME
 # The knobs of jobs/train.sbatch travel in the environment: --export=ALL (as the seed), also where
 # a site sets SBATCH_EXPORT=NONE.
 job_env=(CONFIG="$config_arg" ARGS="$ARGS" IMAGE="$IMAGE" PROJECT_DIR="$root" DATA_DIR="$DATA_DIR"
-    GPUS_PER_TASK="$GPUS_PER_TASK" SRUN_ARGS="$SRUN_ARGS" CONTAINER_MOUNTS="$CONTAINER_MOUNTS"
+    GPUS_PER_TASK="$GPUS_PER_TASK" SRUN_ARGS="$SRUN_ARGS" CONTAINER_MOUNTS="$CONTAINER_MOUNTS" CODE_DIR="$CODE_DIR"
     INSTALL_PROJECT="$INSTALL_PROJECT" BARE_PYTHON="$BARE_PYTHON" DOCTOR="$DOCTOR" DOCTOR_TIMEOUT="$DOCTOR_TIMEOUT"
     PYG_SUBMISSION_ID="$submission")
 
