@@ -1,4 +1,4 @@
-"""`python -m bench [memory] [sampler] [training] [gpu] [--option value ...]`: run benchmarks in turn.
+"""`python -m bench [memory] [sampler] [training] [accuracy] [gpu] [--option value ...]`: run benchmarks in turn.
 
 Options after the names go to every benchmark that knows them (e.g. `--nodes 200000`).
 Each prints its table and ratios and writes bench/results/<name>-<time>.json.
@@ -10,7 +10,7 @@ import importlib
 import sys
 import time
 
-BENCHES = ("memory", "evalmem", "plan", "sampler", "training", "gpu")
+BENCHES = ("memory", "evalmem", "plan", "sampler", "training", "accuracy", "gpu")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,7 +3,8 @@
 The project's `eval.mode=full` (train/loop/evaluate.py) keeps each rank's rows of a hidden layer and
 fetches the rows a batch needs from their owners. The anchor is what PyG's layer-wise
 `inference` does (its multi-GPU examples): every rank holds every row of each hidden layer (here
-computed in shards and all-gathered, the fastest way to get there with several ranks). Both run
+computed in shards with PyG's own `BasicGNN.inference_per_layer` and all-gathered, the fastest way to
+get there with several ranks). Both run
 in the same processes on the same shared graph and weights, and must give the same accuracy.
 
 Per rank and mode: the peak resident set growth (VmHWM after clearing it, minus the resident set
@@ -52,13 +53,14 @@ def anchor_evaluate(model, data, config, env, device) -> dict[str, float]:
         outs = []
         for batch in make_node_loader(structure, nodes, [-1], config.sampler.eval_batch_size, csc=graph_csc(data)):
             h = hidden[batch.n_id].to(device)
-            outs.append(model.layer(index, (h, h[: batch.batch_size]), batch.edge_index.to(device)).cpu())
-        return torch.cat(outs) if outs else torch.empty(0, model.sizes[index + 1])
+            outs.append(model.inference_per_layer(index, h, batch.edge_index.to(device), batch.batch_size).cpu())
+        width = model.out_channels if index == model.num_layers - 1 else model.hidden_channels
+        return torch.cat(outs) if outs else torch.empty(0, width)
 
     world, rank = env.world_size, env.rank
     hidden = data.x
     with torch.no_grad():
-        for index in range(len(model.layers) - 1):
+        for index in range(model.num_layers - 1):
             part = layer_on(index, hidden, rank_shard(torch.arange(data.num_nodes), rank, world))
             sizes = shard_sizes(data.num_nodes, world)
             padded = torch.zeros(max(sizes), part.size(1))
@@ -70,7 +72,7 @@ def anchor_evaluate(model, data, config, env, device) -> dict[str, float]:
         result = {}
         for split in ("val", "test"):
             nodes = rank_shard(data[f"{split}_idx"], rank, world)
-            logits = layer_on(len(model.layers) - 1, hidden, nodes)
+            logits = layer_on(model.num_layers - 1, hidden, nodes)
             counts = torch.tensor([float((logits.argmax(-1) == data.y[nodes]).sum()), float(nodes.numel())],
                                   dtype=torch.float64)
             dist.all_reduce(counts)
@@ -97,7 +99,8 @@ def worker(args) -> None:
     with process_group(env, config.dist) as (_backend, device), shared_graphs(), tempfile.TemporaryDirectory() as out:
         data = obtain_graph(config, env)
         trainer = Trainer(config, env, device, data, out_dir=Path(out))
-        model = trainer.model.eval()
+        step = trainer.step.eval()  # the project evaluates through the training step's module
+        model = step.model
         touch([data.x, data.y, data.edge_index, *[t for t in graph_csc(data) or () if t is not None]])
         measured = {}
         for mode in MODES:
@@ -106,7 +109,7 @@ def worker(args) -> None:
             before = _status_bytes("VmRSS")
             started = time.perf_counter()
             if mode == "project":
-                acc = evaluate(model, data, config, env, device, trainer.sampling)
+                acc = evaluate(step, data, config, env, device, trainer.sampling)
             else:
                 acc = anchor_evaluate(model, data, config, env, device)
             measured[mode] = {"peak_growth_bytes": _status_bytes("VmHWM") - before, "accuracy": acc,

@@ -11,6 +11,9 @@ one after the other, in rounds (A B C A B C) so that warm-up and drift hit all a
   over this rank's `train_idx.split(ceil(N / world))` part with drop_last, and the plain
   `zero_grad / forward / cross_entropy / backward / step` loop.
 
+Then the model step against the strongest anchor a PyG user would pick, PyG's own GraphSAGE, GAT and GIN
+with `trim_to_layer`, on the same batches from the same weights (bench/pyg_anchor.py, `--anchor-models`).
+
 The seed uses PyG's `NeighborLoader` on pyg-lib (NVIDIA's container ships it). `make bench`
 builds pyg-lib into .venv-anchor (bench/anchor.sh) and this benchmark re-runs itself there, so
 the baseline is exactly that (with `persistent_workers` when it has workers), and the project
@@ -160,6 +163,7 @@ def to_target(args) -> None:
     from train.graph.shared_graph import shared_graphs
     from train.loop.evaluate import evaluate
     from train.loop.fit import EpochStats, Trainer
+    from train.loop.model import ModelStep
     from train.loop.run import obtain_graph
 
     config = load_config("synthetic", [*target_overrides(args)])
@@ -182,7 +186,7 @@ def to_target(args) -> None:
                 else:
                     seed_loop(ddp, optimizer, seed_loader(data, config, env, epoch), device, None)
                     seconds = time.perf_counter() - started  # the loader's construction counts, as the project's
-                    accuracy = evaluate(model, data, config, env, device, trainer.sampling)
+                    accuracy = evaluate(ModelStep(model), data, config, env, device, trainer.sampling)
                 elapsed += _slowest(seconds, device)
                 curves[name].append({"epoch": epoch, "train_seconds": elapsed, **accuracy})
                 if accuracy["val_acc"] >= args.target_acc:
@@ -197,6 +201,10 @@ def first_at_target(curve: list[dict], target: float) -> dict | None:
 
 
 def worker(args) -> None:
+    if args.anchor_run:
+        from bench.pyg_anchor import worker as anchor_worker
+
+        return anchor_worker(args)
     if args.target_run:
         return to_target(args)
     import torch.distributed as dist
@@ -280,10 +288,15 @@ def run(args) -> dict:
     print("baseline's step time (mean rank): " + ", ".join(f"{k} {v / split_total:.0%}" for k, v in split.items())
           + "  (loader: waiting for the next batch, sampled and gathered; step: copy, forward, backward, all-reduce)")
     target = time_to_target(args) if args.target_acc > 0 else None
+    from bench.pyg_anchor import run as run_anchor
+
+    anchor = run_anchor(args)
     path = write_result("training", {"params": {**vars(args)}, "loops": per_loop, "baseline_loader": baseline_loader,
                                       "project_phase_seconds": phases, "baseline_split_seconds": split,
-                                      "time_to_target": target,
+                                      "time_to_target": target, "pyg_trim_to_layer_anchor": anchor,
                                       "ratios": {"project_over_baseline": ratio,
+                                                 **{f"project_over_pyg_trim_to_layer_{m}": a[
+                                                     "project_over_trim_to_layer"] for m, a in anchor.items()},
                                                  "project_untrimmed_over_baseline": untrimmed_ratio,
                                                  **({"baseline_over_project_time_to_target": target["ratio"]}
                                                     if target and target["ratio"] else {})},
@@ -336,7 +349,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target-features", type=int, default=32)
     parser.add_argument("--target-batch-size", type=int, default=512)
     parser.add_argument("--max-epochs", type=int, default=10, help="time-to-target: give up after this many")
+    parser.add_argument("--anchor-models", default="sage,gat,gin",
+                        help="models measured against PyG's own with trim_to_layer ('' to skip)")
+    parser.add_argument("--gat-heads", type=int, default=4, help="GAT's heads in that comparison")
     parser.add_argument("--target-run", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--anchor-run", action="store_true", help=argparse.SUPPRESS)
 
 
 def main(argv=None) -> int:

@@ -42,6 +42,8 @@ LOG_DIR ?= logs
 JOB_NAME ?= pyg-train
 # extra pyxis mounts SRC:DST[,SRC:DST...], after the project (/workspace) and DATA_DIR (/data)
 CONTAINER_MOUNTS ?=
+# your own code (model.name=package.module:ClassName): a folder mounted at /code and put on PYTHONPATH on every task
+CODE_DIR ?=
 # install the project into the image at job start: auto (a registry image yes, a .sqsh no), 1 or 0
 INSTALL_PROJECT ?= auto
 # IMAGE=none only: the interpreter; empty: the project's .venv/bin/python, else python3

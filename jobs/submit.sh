@@ -39,7 +39,7 @@ source "$root/jobs/lib/steps.sh" # image_path, installs_at_start, gpu_options, j
 
 # ---- checks: shapes first (lib/checks.sh), then what each value names ---------------------------------
 check_shapes NODES GPUS CONFIG ARGS IMAGE GPUS_PER_TASK CPUS_PER_TASK MEM TIME PARTITION ACCOUNT QOS SBATCH_ARGS \
-    SRUN_ARGS DATA_DIR LOG_DIR JOB_NAME CONTAINER_MOUNTS INSTALL_PROJECT BARE_PYTHON DOCTOR DOCTOR_TIMEOUT DRY_RUN
+    SRUN_ARGS DATA_DIR LOG_DIR JOB_NAME CONTAINER_MOUNTS CODE_DIR INSTALL_PROJECT BARE_PYTHON DOCTOR DOCTOR_TIMEOUT DRY_RUN
 
 per_node=1
 nodes_ok=0
@@ -105,6 +105,14 @@ if [[ $image_kind == none ]] && shape_ok BARE_PYTHON && ! command -v -- "$check_
     problem "BARE_PYTHON='$check_py' is not a program here: with IMAGE=none the job runs it on every node (give a path every node sees)."
 elif [[ -n $config_arg ]] && shape_ok ARGS; then
     check_config "CONFIG='$CONFIG' ARGS='$ARGS'" "$check_py" "$config_arg" "${args[@]}"
+fi
+
+# The user's code folder (CODE_DIR): it exists, and the model the config names imports from it and passes
+# its contract where the job will run it (jobs/lib/code_dir.sh).
+if shape_ok CODE_DIR && [[ -n $CODE_DIR ]]; then
+    [[ ! -d $CODE_DIR ]] || CODE_DIR=$(cd "$CODE_DIR" && pwd) # pyxis mounts an absolute path
+    [[ -z $config_arg ]] || ! shape_ok ARGS ||
+        code_dir_check "$root" "$image_kind" "$IMAGE" "$CODE_DIR" "$check_py" "$config_arg" "${args[@]}"
 fi
 
 # Folders: the data folder is mounted (a container), so it must exist; the log folder must be creatable.
@@ -212,7 +220,7 @@ memory_plan() {
         say "note: $check_py cannot import torch and torch_geometric: the memory plan was not made ('make setup' builds .venv)."
         return 0
     fi
-    { err=$(PYTHONPATH=$root "$check_py" -m train plan "${plan_args[@]}" -- "${args[@]}" 2>&1 >&3 3>&-) ||
+    { err=$(PYTHONPATH=${CODE_DIR:+$CODE_DIR:}$root "$check_py" -m train plan "${plan_args[@]}" -- "${args[@]}" 2>&1 >&3 3>&-) ||
         status=$?; } 3>&1
     if ((status == 2)); then
         problem "memory plan for CONFIG='$CONFIG' ARGS='$ARGS' NODES=$NODES GPUS=$GPUS: ${err#error: }"
@@ -309,7 +317,7 @@ sbatch_cmd=(sbatch --parsable --export=ALL --chdir="$root" --job-name="$JOB_NAME
 # The knobs of jobs/train.sbatch travel in the environment: --export=ALL (as the seed), also where
 # a site sets SBATCH_EXPORT=NONE.
 job_env=(CONFIG="$config_arg" ARGS="$ARGS" IMAGE="$IMAGE" PROJECT_DIR="$root" DATA_DIR="$DATA_DIR"
-    GPUS_PER_TASK="$GPUS_PER_TASK" SRUN_ARGS="$SRUN_ARGS" CONTAINER_MOUNTS="$CONTAINER_MOUNTS"
+    GPUS_PER_TASK="$GPUS_PER_TASK" SRUN_ARGS="$SRUN_ARGS" CONTAINER_MOUNTS="$CONTAINER_MOUNTS" CODE_DIR="$CODE_DIR"
     INSTALL_PROJECT="$INSTALL_PROJECT" BARE_PYTHON="$BARE_PYTHON" DOCTOR="$DOCTOR" DOCTOR_TIMEOUT="$DOCTOR_TIMEOUT"
     PYG_SUBMISSION_ID="$submission")
 

@@ -39,6 +39,7 @@ declare -A SHAPE=(
     [LOG_DIR]="path"
     [JOB_NAME]="name 200"
     [CONTAINER_MOUNTS]="optional mounts"
+    [CODE_DIR]="optional path"
     [INSTALL_PROJECT]="choice auto 0 1"
     [BARE_PYTHON]="optional command"
     [DOCTOR]="choice 0 1 only"
@@ -336,8 +337,8 @@ shape_mounts() {
             bad+=("'$entry' has an empty destination")
         elif [[ -n $dst && $dst != [/.]* ]]; then
             bad+=("'$entry': the destination must be an absolute path (or start with '.')")
-        elif [[ ${dst%/} == /workspace || ${dst%/} == /data || (-z $dst && (${src%/} == /workspace || ${src%/} == /data)) ]]; then
-            bad+=("'$entry' mounts over ${dst:-$src}, where the job mounts the project (/workspace) or DATA_DIR (/data)")
+        elif [[ ${dst%/} =~ ^/(workspace|data|code)$ || (-z $dst && ${src%/} =~ ^/(workspace|data|code)$) ]]; then
+            bad+=("'$entry' mounts over ${dst:-$src}, where the job mounts the project (/workspace), DATA_DIR (/data) or CODE_DIR (/code)")
         elif [[ -n $rest || (-n $flags && ! $flags =~ ^[A-Za-z0-9_=.+-]+$) ]]; then
             bad+=("'$entry' has flags '$flags${rest:+:$rest}': expected mount flags joined by '+', e.g. ro+rprivate")
         fi

@@ -1,5 +1,6 @@
 """The training benchmark end to end at a tiny size, without the pyg-lib anchor (the baseline then
-samples with the stand-in, and says so); the project's step time is split into its phases."""
+samples with the stand-in, and says so); the project's step time is split into its phases; the model
+step is measured against PyG's own model with trim_to_layer (bench/pyg_anchor.py)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ def test_quick_training_bench_names_its_baseline_splits_the_time_and_times_to_ta
     proc = subprocess.run([sys.executable, "-m", "bench", "training", "--nodes", "4000", "--features", "16",
                            "--steps", "2", "--rounds", "1", "--batch-size", "256",
                            "--target-nodes", "3000", "--target-features", "16", "--target-acc", "0.3",
-                           "--max-epochs", "3"], cwd=ROOT, env=env,
+                           "--max-epochs", "3", "--anchor-models", "gat", "--gat-heads", "2"], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (path,) = tmp_path.glob("training-*.json")
@@ -56,3 +57,20 @@ def test_quick_training_bench_names_its_baseline_splits_the_time_and_times_to_ta
         assert "baseline/project training time to val_acc >= 0.3" in proc.stdout
     else:
         assert target["ratio"] is None and "not reached by" in proc.stdout
+
+    # the model step against PyG's own GAT with trim_to_layer: same batches, same weights, both loops measured
+    anchor = result["pyg_trim_to_layer_anchor"]
+    assert list(anchor) == ["gat"]
+    rates = anchor["gat"]["seeds_per_s_per_rank"]
+    assert rates["project"] > 0 and rates["PyG trim_to_layer"] > 0
+    assert anchor["gat"]["project_over_trim_to_layer"] == rates["project"] / rates["PyG trim_to_layer"]
+    assert result["ratios"]["project_over_pyg_trim_to_layer_gat"] == anchor["gat"]["project_over_trim_to_layer"]
+    profile = anchor["gat"]["profile_ms_rank0"]
+    for loop in ("project", "PyG trim_to_layer"):  # where GAT's time goes, per layer and part
+        parts = profile[loop]
+        assert {"layer 0", "layer 0 lin", "layer 0 attention", "layer 0 message passing", "layer 1", "forward",
+                "backward"} <= set(parts) and all(v > 0 for v in parts.values())
+    assert set(anchor["gat"]["project_phase_seconds_rank0"]) == set(PHASES)
+    curves = anchor["gat"]["time_to_target"]["curves"]
+    assert set(curves) == {"project", "PyG trim_to_layer"} and all(1 <= len(c) <= 3 for c in curves.values())
+    assert "project / PyG" in proc.stdout and "layer 0 message passing" in proc.stdout

@@ -116,6 +116,24 @@ def test_check_resumable_names_every_differing_field(tmp_path):
     assert "graph num_nodes: 10 in the checkpoint, 11 now" in text and str(tmp_path / "x.pt") in text
 
 
+def test_check_resumable_names_the_model_kwargs_and_arguments_that_differ(tmp_path):
+    from train.loop.model import resolve
+
+    before = load_config("tiny", ["model.name=gat", "model.kwargs.heads=8"])
+    after = load_config("tiny", ["model.name=gat", "model.kwargs.heads=4", "model.kwargs.v2=true"])
+    saved = {**payload(1), "config": before.to_dict(), "model_spec": resolve(before.model).describe(16, 4)}
+    with pytest.raises(UserError) as info:
+        ck.check_resumable(saved, tmp_path / "x.pt", after.to_dict(), {"num_nodes": 10}, 1,
+                           resolve(after.model).describe(16, 4))
+    text = str(info.value)
+    assert "model.kwargs.heads: 8 in the checkpoint, 4 now" in text
+    assert "model.kwargs.v2: None in the checkpoint" in text
+    assert "model argument heads: 8 in the checkpoint, 4 now" in text
+    same = ck.check_resumable(saved, tmp_path / "x.pt", before.to_dict(), {"num_nodes": 10}, 1,
+                              resolve(before.model).describe(16, 4))
+    assert same == []
+
+
 def test_world_size_change_only_at_an_epoch_boundary(tmp_path):
     config = load_config("tiny").to_dict()
     notes = ck.check_resumable(payload(2, 0, world_size=4), tmp_path / "a.pt", config, {"num_nodes": 10}, 2)

@@ -38,7 +38,11 @@ def test_overrides_are_typed():
     ("trainr.epochs=3", "trainr", "trainer"),
     ("trainer.epochs=abc", "trainer.epochs", "int"),
     ("trainer.epochs=0", "trainer.epochs", "> 0"),
-    ("model.name=gcn", "model.name", "sage, mlp"),
+    ("model.name=gnn", "model.name", "sage, gcn, gat, gin, mlp, or package.module:ClassName"),
+    ("model.name=mymodels.gnn:My-GNN", "model.name", "package.module:ClassName"),
+    ("model.kwargs=8", "model.kwargs", "mapping"),
+    ("model.hidden.size=8", "model.hidden.size", "model.kwargs"),
+    ("model.kwargs={1: 2}", "model.kwargs", "argument names"),
     ("dist.backend=mpi", "dist.backend", "gloo"),
     ("sampler.num_neighbors=5", "sampler.num_neighbors", "list"),
     ("sampler.num_neighbors=[5]", "sampler.num_neighbors", "model.num_layers"),
@@ -51,6 +55,17 @@ def test_mistakes_are_named(override, must_name, must_list):
     with pytest.raises(UserError) as info:
         load_config("synthetic", [override])
     assert must_name in str(info.value) and must_list in str(info.value)
+
+
+def test_model_kwargs_from_yaml_and_the_command_line(tmp_path):
+    path = tmp_path / "gat.yaml"
+    path.write_text("model:\n  name: gat\n  kwargs:\n    heads: 8\n    jk: cat\n")
+    config = load_config(str(path), ["model.kwargs.heads=4", "model.kwargs.act_kwargs={negative_slope: 0.2}"])
+    assert config.model.kwargs == {"heads": 4, "jk": "cat", "act_kwargs": {"negative_slope": 0.2}}
+    assert load_config(str(path), ["model.kwargs={norm: null}"]).model.kwargs == {"norm": None}
+    assert load_config("synthetic", ["model.name=mymodels.gnn:MyGNN"]).model.name == "mymodels.gnn:MyGNN"
+    dump_config(config, tmp_path / "again.yaml")
+    assert load_config(str(tmp_path / "again.yaml")) == config
 
 
 def test_config_by_path_and_missing(tmp_path):

@@ -119,14 +119,18 @@ def built_image(standin, build_env, tmp_path_factory, request) -> dict:
     return {"path": image, "seconds": seconds, "output": p.stdout + p.stderr, "dir": out}
 
 
-def submit(env: dict[str, str], tmp_path: Path, name: str, *args: str) -> tuple[str, Path, float]:
+def submit(env: dict[str, str], tmp_path: Path, name: str, *args: str,
+           said: dict | None = None) -> tuple[str, Path, float]:
     """`make submit` with TASKS and `args`; tmp_path (where output.dir points) is mounted into
-    the container at the same path, as a user mounts shared storage with CONTAINER_MOUNTS."""
+    the container at the same path, as a user mounts shared storage with CONTAINER_MOUNTS.
+    `said`, if given, gets make's stderr (its notes)."""
     logs = tmp_path / f"logs-{name}"
     started = time.monotonic()
     p = make(env, "submit", *TASKS, f"LOG_DIR={logs}", f"CONTAINER_MOUNTS={tmp_path}:{tmp_path}", *args,
              timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr
+    if said is not None:
+        said["stderr"] = p.stderr
     job = re.search(r"^Submitted job (\d+) ", p.stdout, re.M).group(1)
     return job, logs / f"pyg-train-{job}.log", started
 
@@ -319,16 +323,32 @@ def test_install_without_the_site_ca_names_the_setting(standin, login_env, tmp_p
 
 # ----------------------------------------------------------------------------- jobs in the image
 
+# A user's model in a folder of its own, outside the project and outside the image (CODE_DIR).
+USER_MODEL = "from torch_geometric.nn.models import GraphSAGE\n\n\nclass MySAGE(GraphSAGE):\n    pass\n"
+MODEL_ARGS = "model.name=mymodels.gnn:MySAGE"
+
+
+def user_code(folder: Path) -> Path:
+    (folder / "mymodels").mkdir(parents=True, exist_ok=True)
+    (folder / "mymodels" / "__init__.py").write_text("")
+    (folder / "mymodels" / "gnn.py").write_text(USER_MODEL)
+    return folder
+
+
 @pytest.fixture(scope="module")
 def baseline(pyxis_cluster, built_image, login_env, tmp_path_factory, request) -> dict:
-    """`make submit NODES=2 GPUS=4 IMAGE=<built .sqsh>`, uninterrupted, with the doctor first."""
+    """`make submit NODES=2 GPUS=4 IMAGE=<built .sqsh> CODE_DIR=<a folder outside the project>`, training the
+    model defined there, uninterrupted, with the doctor first."""
     tmp = tmp_path_factory.mktemp("container-baseline")
     run = tmp / "run"
+    code = user_code(tmp_path_factory.mktemp("user-code"))
+    said: dict = {}
     job, log, started = submit(login_env, tmp, "baseline", f"IMAGE={built_image['path']}", "DOCTOR=1",
-                               f"ARGS={TRAIN} output.dir={run}")
+                               f"CODE_DIR={code}", f"ARGS={TRAIN} {MODEL_ARGS} output.dir={run}", said=said)
     state, seen = wait(pyxis_cluster, job, log, {"batch": r"^job \d+ on ",
                                                  "ranks": PLACEMENT.pattern, "step": r"^0: epoch 0 step 1/"})
-    return {"job": job, "log": log, "state": state, "run": run, "seen": seen, "started": started}
+    return {"job": job, "log": log, "state": state, "run": run, "seen": seen, "started": started, "code": code,
+            "submit_stderr": said["stderr"]}
 
 
 def test_submit_two_nodes_four_ranks_in_the_image_completes(baseline, capsys):
@@ -336,6 +356,12 @@ def test_submit_two_nodes_four_ranks_in_the_image_completes(baseline, capsys):
     assert baseline["state"] == "COMPLETED", text
     assert_ran_in_image(text)
     assert "doctor step passed" in text, text  # `make doctor`'s checks, in the image, first
+    # the user's model from CODE_DIR, imported on every rank of both nodes (make submit checked it in the image)
+    assert re.search(r"^0: model mymodels\.gnn\.MySAGE \([\d,]+ parameters\); model\.trim: target trimming", text,
+                     re.M), text
+    assert json.loads((baseline["run"] / "summary.json").read_text())["model_class"] == "mymodels.gnn.MySAGE"
+    assert "checking with" not in baseline["submit_stderr"] and "not in IMAGE" not in baseline["submit_stderr"], \
+        baseline["submit_stderr"]
     seen = baseline["seen"]
     say(capsys, f"make submit NODES=2 GPUS=4 IMAGE=<built .sqsh>: job {baseline['job']} COMPLETED; "
                 f"batch script -> ranks placed {seen['ranks'] - seen['batch']:.1f} s, -> first step "
@@ -442,8 +468,8 @@ def test_registry_style_image_installs_at_job_start_offline_into_a_named_contain
 def test_warning_signal_requeues_and_resumes_in_containers(pyxis_cluster, built_image, baseline, login_env,
                                                            tmp_path, capsys):
     run = tmp_path / "run"
-    job, log, _ = submit(login_env, tmp_path, "requeue", f"IMAGE={built_image['path']}",
-                         f"ARGS={TRAIN} {SLOW} output.dir={run}")
+    job, log, _ = submit(login_env, tmp_path, "requeue", f"IMAGE={built_image['path']}", f"CODE_DIR={baseline['code']}",
+                         f"ARGS={TRAIN} {SLOW} {MODEL_ARGS} output.dir={run}")
     deadline = time.monotonic() + JOB_TIMEOUT
     while not re.search(r"^0: epoch 1 step 2/", read(log), re.M):
         assert time.monotonic() < deadline and pyxis_cluster.job_state(job) in ("PENDING", "RUNNING",

@@ -70,3 +70,14 @@ def test_missing_dataset_offline_says_to_prepare_on_a_login_node(tmp_path, monke
 def test_unknown_dataset_lists_the_known_ones():
     with pytest.raises(UserError, match="synthetic, Reddit"):
         load_graph(DataConfig(name="Redit"))
+
+
+def test_normalize_features_scales_each_row_to_sum_one_as_pygs_transform():
+    from torch_geometric.transforms import NormalizeFeatures
+
+    config = DataConfig(num_nodes=300, num_features=16, num_classes=4)
+    raw = load_graph(config)
+    normalized = load_graph(DataConfig(num_nodes=300, num_features=16, num_classes=4, normalize_features=True))
+    torch.testing.assert_close(normalized.x, NormalizeFeatures()(raw.clone()).x)
+    torch.testing.assert_close(normalized.x.sum(-1), torch.ones(300))
+    assert torch.equal(normalized.edge_index, raw.edge_index) and torch.equal(normalized.y, raw.y)

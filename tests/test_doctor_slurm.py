@@ -61,9 +61,10 @@ def test_submit_with_doctor_checks_both_nodes_then_trains(slurm_cluster, tmp_pat
 def test_make_doctor_job_fails_on_a_missing_dataset_without_training(slurm_cluster, tmp_path):
     empty = tmp_path / "data"
     empty.mkdir()
-    state, text = run_job(slurm_cluster, tmp_path, "doctor", f"ARGS=data.name=Reddit data.root={empty}")
+    # Cora: its memory plan fits the test nodes (2000 MiB), so the job is submitted and the doctor finds the gap
+    state, text = run_job(slurm_cluster, tmp_path, "doctor", f"ARGS=data.name=Cora data.root={empty}")
     assert state == "FAILED", text
-    assert f"FAIL  data      dataset 'Reddit' is missing under {empty / 'Reddit'} for ranks 0-3 (n1, n2)" in text
+    assert f"FAIL  data      dataset 'Cora' is missing under {empty / 'Planetoid' / 'Cora'} for ranks 0-3 (n1, n2)" in text
     # srun reports rank 0's status 1, or 143 for the ranks --kill-on-bad-exit ended first
     assert re.search(r"^doctor step exited with status [1-9]\d*: not training", text, re.M), text
     assert "training step" not in text

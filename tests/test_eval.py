@@ -17,7 +17,7 @@ from train.errors import UserError
 from train.graph.data import synthetic_graph
 from train.graph.sampler import build_csc
 from train.graph.shared_graph import attach_csc
-from train.loop.model import build_model
+from train.loop.model import ModelStep, build_model
 
 
 class _Env:
@@ -33,7 +33,12 @@ def _graph():
 SAGE = ["model.num_layers=3", "sampler.num_neighbors=[5,5,5]"]
 CASES = {  # name -> config overrides, all evaluated in the same processes
     "sage": SAGE,
+    "gcn": [*SAGE, "model.name=gcn"],  # its sources' degrees come from the whole graph
+    "gat": [*SAGE, "model.name=gat", "model.kwargs.heads=4"],
+    "gin": [*SAGE, "model.name=gin", "model.kwargs.jk=last"],
     "mlp": ["model.name=mlp", "model.num_layers=3"],
+    # no per-layer API (jk=cat combines every layer): evaluated on sampled neighbourhoods, here full ones
+    "sage-jk-cat": [*SAGE, "model.kwargs.jk=cat", "eval.fanouts=[-1,-1,-1]"],
     "sampled-full-fanouts": [*SAGE, "eval.mode=sampled", "eval.fanouts=[-1,-1,-1]"],
     "sampled": [*SAGE, "eval.mode=sampled", "eval.fanouts=[2,2,2]"],
 }
@@ -49,7 +54,7 @@ def _worker(rank, world, port, out_dir):
         result = {}
         for name, overrides in CASES.items():
             config = load_config("tiny", ["sampler.eval_batch_size=64", *overrides])
-            model = build_model(config.model, data.num_features, 5, seed=3)
+            model = ModelStep(build_model(config.model, data.num_features, 5, seed=3))
             sampling = plan_sampling(data, config.sampler, torch.device("cpu"))
             result[name] = evaluate(model, data, config, _Env(rank, world), torch.device("cpu"), sampling)
             if name == "sampled":
@@ -82,15 +87,15 @@ def single_process_accuracy(overrides):
     """The reference: the whole graph through the model at once (full neighbourhoods), one process."""
     config = load_config("tiny", list(overrides))
     data = _graph()
-    model = build_model(config.model, data.num_features, 5, seed=3).eval()
+    model = ModelStep(build_model(config.model, data.num_features, 5, seed=3)).eval()
     with torch.no_grad():
-        pred = model(data.x, data.edge_index).argmax(-1)
+        pred = model(data.x, data.edge_index).argmax(-1)  # PyG's own forward on the whole graph
     return {f"{s}_acc": int((pred[data[f"{s}_idx"]] == data.y[data[f"{s}_idx"]]).sum()) / data[f"{s}_idx"].numel()
             for s in ("val", "test")}
 
 
 @pytest.mark.parametrize("world", [1, 2, 3])
-@pytest.mark.parametrize("model", ["sage", "mlp"])
+@pytest.mark.parametrize("model", ["sage", "gcn", "gat", "gin", "mlp", "sage-jk-cat"])
 def test_full_evaluation_equals_a_single_process_pass(tmp_path_factory, world, model):
     expected = single_process_accuracy(CASES[model])
     assert [r[model] for r in ranks(tmp_path_factory, world)] == [expected] * world
@@ -159,7 +164,7 @@ def test_evaluation_on_cuda_repeats_exactly_and_matches_the_cpu_up_to_near_ties(
         reference, ties = single_process_accuracy(CASES["sage"]), near_ties(CASES["sage"])
         for overrides in (CASES["sage"], CASES["sampled-full-fanouts"]):
             config = load_config("tiny", ["sampler.eval_batch_size=64", *overrides])
-            model = build_model(config.model, data.num_features, 5, seed=3).to(device)
+            model = ModelStep(build_model(config.model, data.num_features, 5, seed=3)).to(device)
             sampling = plan_sampling(data, config.sampler, device)
             first = evaluate(model, data, config, _Env(0, 1), device, sampling)
             assert evaluate(model, data, config, _Env(0, 1), device, sampling) == first  # bit for bit

@@ -20,7 +20,8 @@ MAX_LINES = 500
 
 # The rooms of train/, lowest first: a module may import its own room and the rooms below it, never one
 # above. errors and config are what every room stands on; dist resolves the job (ranks, rendezvous,
-# process group); graph holds the data (datasets, the node-shared copy, sampling); loop trains on them;
+# process group); graph holds the data (datasets, the node-shared copy, sampling); loop.models builds and
+# checks the model and says how a batch reaches it; loop trains on them;
 # the entry (cli, doctor, `python -m train`) sits on top. `train.distenv` is the public alias of
 # train.dist.distenv, kept for other projects, so it lives in dist's layer.
 LAYERS: tuple[tuple[str, ...], ...] = (
@@ -28,6 +29,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("train.config",),
     ("train.dist", "train.distenv"),
     ("train.graph",),
+    ("train.loop.models",),
     ("train.loop",),
     ("train.cli", "train.doctor", "train.__main__"),
 )

@@ -267,3 +267,16 @@ def test_the_run_says_why_it_samples_on_the_cpu_in_the_plans_words():
     assert sampling.note == gpu_placement(run_structure, data.x.nbytes + data.y.nbytes, run_structure).describe(
         str(device))
     assert "falls back to sampling on the CPU" in sampling.note
+
+
+@pytest.mark.parametrize("overrides", [[], ["model.name=gat", "model.kwargs.heads=8", "model.kwargs.jk=cat"],
+                                       ["model.name=gin", "model.num_layers=3", "sampler.num_neighbors=[5,5,5]"]])
+def test_the_model_row_counts_the_real_models_parameters_and_adam_state(overrides):
+    from train.loop.model import build_model
+
+    config = load_config("ogbn-products", overrides)
+    size = graph_size(config)
+    model = build_model(config.model, size.features, size.classes, seed=0)
+    params = sum(p.numel() for p in model.parameters())
+    gpu = make_plan(config, size, 1, 1, gpus=True).rows["GPU"]
+    assert gpu["model, gradients, Adam state"] == 4 * 4 * params  # weight, gradient, two moments; float32

@@ -23,7 +23,7 @@ TINY = ["fit", "--config", "tiny", "data.num_nodes=600", "trainer.epochs=1"]
 def fit(*args: str, cwd: Path, environ: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "MASTER_", "TORCHELASTIC_", "DATA_DIR"))
            and k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK")}
-    env.update(PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", **(environ or {}))
+    env.update(PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1", **(environ or {}))
     return subprocess.run([sys.executable, "-m", "train", *TINY, *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=180)
 
@@ -67,9 +67,8 @@ def make_case(name: str, work: Path, finished: Path) -> tuple[list[str], list[st
         return [f"output.dir={run}", f"trainer.resume={work}/empty.pt"], [f"{work}/empty.pt"]
     if name == "resume-a-directory":
         return [f"output.dir={run}", f"trainer.resume={work}"], [f"trainer.resume='{work}'"]
-    if name == "resume-incompatible-checkpoint":
-        return ([f"output.dir={run}", "model.name=mlp", f"trainer.resume={checkpoint_of(finished)}"],
-                ["model.name", "'sage' in the checkpoint", "'mlp' now"])
+    if name.startswith("model-") or name in ("resume-incompatible-checkpoint", "resume-other-model-kwargs"):
+        return model_case(name, work, finished)
     if name == "output-dir-is-a-file":
         (work / "file").write_text("x")
         return [f"output.dir={work}/file"], [f"output.dir='{work}/file'", "is a file"]
@@ -85,8 +84,33 @@ def make_case(name: str, work: Path, finished: Path) -> tuple[list[str], list[st
     raise AssertionError(name)
 
 
+def model_case(name: str, work: Path, finished: Path) -> tuple[list[str], list[str]]:
+    """The cases of a bad model (train/loop/models/contract.py) and of resuming another model's checkpoint."""
+    run = str(work / "run")
+    if name == "resume-incompatible-checkpoint":
+        return ([f"output.dir={run}", "model.name=mlp", f"trainer.resume={checkpoint_of(finished)}"],
+                ["model.name", "'sage' in the checkpoint", "'mlp' now"])
+    if name == "resume-other-model-kwargs":
+        return ([f"output.dir={run}", "model.kwargs.aggr=max", f"trainer.resume={checkpoint_of(finished)}"],
+                ["model.kwargs.aggr: None in the checkpoint, 'max' now", "model argument aggr"])
+    if name == "model-unknown-kwarg":
+        return [f"output.dir={run}", "model.name=gat", "model.kwargs.head=8"], ["model.kwargs.head", "heads"]
+    if name == "model-import-fails":  # the user's module is in the working directory (on sys.path with -m)
+        (work / "badmodels.py").write_text("import torch\nraise RuntimeError('needs a GPU')\n")
+        return [f"output.dir={run}", "model.name=badmodels:Net"], ["model.name=badmodels:Net", "needs a GPU"]
+    if name == "model-wrong-output":
+        (work / "shapemodels.py").write_text(
+            "import torch\nclass Net(torch.nn.Module):\n"
+            "    def __init__(self, in_channels, hidden_channels, num_layers, out_channels, dropout):\n"
+            "        super().__init__()\n        self.lin = torch.nn.Linear(in_channels, out_channels + 1)\n"
+            "    def forward(self, x, edge_index):\n        return self.lin(x)\n")
+        return [f"output.dir={run}", "model.name=shapemodels:Net"], ["model.name=shapemodels:Net", "out_channels=3"]
+    raise AssertionError(name)
+
+
 CASES = ["unknown-dataset", "resume-missing-file", "resume-garbage-file", "resume-truncated-file",
-         "resume-empty-file", "resume-a-directory", "resume-incompatible-checkpoint", "output-dir-is-a-file",
+         "resume-empty-file", "resume-a-directory", "resume-incompatible-checkpoint", "resume-other-model-kwargs",
+         "model-unknown-kwarg", "model-import-fails", "model-wrong-output", "output-dir-is-a-file",
          "output-dir-under-a-file", "data-root-is-a-file", "lr-0", "lr-minus1", "lr-nan", "lr-.nan", "lr-inf",
          "lr-minus.inf", "lr-abc"]
 

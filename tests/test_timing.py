@@ -152,10 +152,10 @@ def _slowed(part: str):
 
     from train.graph.sampler import TorchNeighborSampler
     from train.loop.fit import Trainer
-    from train.loop.model import GNN
+    from train.loop.model import ModelStep
 
     targets = {"sample": (TorchNeighborSampler, "sample_from_nodes"), "gather": (NodeLoader, "filter_fn"),
-               "copy": (Data, "to"), "compute": (GNN, "forward"), "eval": (Trainer, "evaluate")}
+               "copy": (Data, "to"), "compute": (ModelStep, "forward"), "eval": (Trainer, "evaluate")}
     evaluating = []
     saved = {(Trainer, "evaluate"): Trainer.evaluate}
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ class DataConfig:
     load_timeout_seconds: float = 3600.0  # how long ranks wait for the others to load the graph (all nodes)
     load_delay_seconds: float = 0.0  # testing aid: node `load_delay_node` loads the graph this much later
     load_delay_node: int = 0
+    normalize_features: bool = False  # scale each node's features to sum 1 (PyG's NormalizeFeatures; Planetoid's)
     # synthetic graph (a stochastic block model with noisy class-dependent features)
     num_nodes: int = 20000
     num_classes: int = 8
@@ -57,12 +59,24 @@ class SamplerConfig:
     pin_memory: bool = True  # only used when training on CUDA with features on the host
 
 
+# The models `model.name` names: PyG's GraphSAGE, GCN, GAT, GIN and MLP (train/loop/models/builtin.py builds them);
+# any other name must be `package.module:ClassName`, the user's own torch.nn.Module (README: "Your own model").
+BUILTIN_MODELS: tuple[str, ...] = ("sage", "gcn", "gat", "gin", "mlp")
+USER_MODEL_RE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+
+
 @dataclass(frozen=True)
 class ModelConfig:
-    name: str = "sage"  # sage | mlp (feature-only baseline)
+    name: str = "sage"  # sage | gcn | gat | gin | mlp (feature-only baseline) | package.module:ClassName
     hidden: int = 256
     num_layers: int = 2
     dropout: float = 0.5
+    # Dropout on the input features, before the first layer, as the Planetoid papers train GCN and GAT (PyG's
+    # BasicGNN drops only between layers); applied by the workflow to any model's input. 0: off.
+    input_dropout: float = 0.0
+    # More constructor arguments of the model, by name (GAT's heads, jk, norm, ...): a mapping in YAML, or
+    # model.kwargs.heads=8 on the command line; each is checked against the model's own before the rendezvous.
+    kwargs: dict[str, Any] = field(default_factory=dict)
     # Each layer computes only the rows later layers read (the batch's hop counts): the seeds' outputs are
     # the same as computing every sampled node, at a fraction of the work. false: every row, as the seed does.
     trim: bool = True
@@ -129,7 +143,6 @@ class Config:
 CHOICES: dict[str, tuple[str, ...]] = {
     "data.share": ("node", "process"),
     "sampler.device": ("cpu", "cuda"),
-    "model.name": ("sage", "mlp"),
     "eval.mode": ("full", "sampled"),
     "dist.backend": ("auto", "nccl", "gloo"),
     "output.progress": ("auto", "bar", "lines"),
@@ -203,9 +216,28 @@ def _to_str(value: Any) -> Any:
 _SCALARS = {bool: _to_bool, int: _to_int, float: _to_float, str: _to_str}
 
 
+def _plain_data(key: str, value: Any) -> Any:
+    """A YAML value of model.kwargs: scalars, None, lists and mappings with string keys, nothing else."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, list):
+        return [_plain_data(f"{key}[{i}]", item) for i, item in enumerate(value)]
+    if isinstance(value, dict):
+        for name in value:
+            if not isinstance(name, str) or not name.isidentifier():
+                raise UserError(f"{key} has the key {name!r}; keys must be argument names (identifiers).")
+        return {name: _plain_data(f"{key}.{name}", item) for name, item in value.items()}
+    raise UserError(f"{key}={value!r} must be plain YAML data (numbers, strings, booleans, null, lists, mappings).")
+
+
 def _coerce(key: str, value: Any, tp) -> Any:
     """Check `value` against the field type `tp`, converting only where it is lossless."""
     origin = typing.get_origin(tp)
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise UserError(f"{key}={value!r} must be a mapping of names to values, e.g. {key}.heads=8 "
+                            f"or {key}={{heads: 8}}.")
+        return _plain_data(key, value)
     if origin is list:
         (item_tp,) = typing.get_args(tp)
         if not isinstance(value, list):
@@ -250,6 +282,7 @@ def _validate(config: Config) -> None:
     """Refuse the first value out of range: single values first, then what fields say together."""
     flat = {f"{s}.{k}": v for s, section in config.to_dict().items() for k, v in section.items()}
     _check_values(flat)
+    _check_model_name(config.model.name)
     _check_fanouts(config)
     _check_model_and_data(config)
 
@@ -270,14 +303,22 @@ def _check_values(flat: dict[str, Any]) -> None:
             raise UserError(f"{key}={flat[key]!r} must be >= 0.")
 
 
+def _check_model_name(name: str) -> None:
+    """A built-in model's name or `package.module:ClassName` (whether that imports is checked before training)."""
+    if name not in BUILTIN_MODELS and not USER_MODEL_RE.fullmatch(name):
+        raise UserError(f"model.name={name!r} is not valid; expected one of: {', '.join(BUILTIN_MODELS)}, or "
+                        "package.module:ClassName for your own torch.nn.Module (e.g. mymodels.gnn:MyGNN).")
+
+
 def _check_fanouts(config: Config) -> None:
-    """The sampling fanouts for training and evaluation: valid, and one per layer of a GraphSAGE model."""
+    """The sampling fanouts for training and evaluation: valid, and one per layer of a graph model (all but mlp)."""
     fanouts = config.sampler.num_neighbors
     if not fanouts or any(n == 0 or n < -1 for n in fanouts):
         raise UserError(
             f"sampler.num_neighbors={fanouts!r} must be a non-empty list of positive fanouts (or -1 for all)."
         )
-    if config.model.name == "sage" and len(fanouts) != config.model.num_layers:
+    graph_model = config.model.name != "mlp"
+    if graph_model and len(fanouts) != config.model.num_layers:
         raise UserError(
             f"sampler.num_neighbors={fanouts!r} has {len(fanouts)} hops but model.num_layers="
             f"{config.model.num_layers}; give one fanout per layer."
@@ -286,15 +327,17 @@ def _check_fanouts(config: Config) -> None:
     if any(n == 0 or n < -1 for n in eval_fanouts):
         raise UserError(f"eval.fanouts={eval_fanouts!r} must be positive fanouts (or -1 for all), or [] for "
                         "sampler.num_neighbors.")
-    if eval_fanouts and config.model.name == "sage" and len(eval_fanouts) != config.model.num_layers:
+    if eval_fanouts and graph_model and len(eval_fanouts) != config.model.num_layers:
         raise UserError(f"eval.fanouts={eval_fanouts!r} has {len(eval_fanouts)} hops but model.num_layers="
                         f"{config.model.num_layers}; give one fanout per layer (or [] for sampler.num_neighbors).")
 
 
 def _check_model_and_data(config: Config) -> None:
     """The remaining ranges: dropout, a path for data.name=files, room for a test split."""
-    if not 0 <= config.model.dropout < 1:
-        raise UserError(f"model.dropout={config.model.dropout!r} must be in [0, 1).")
+    for key in ("dropout", "input_dropout"):
+        value = getattr(config.model, key)
+        if not 0 <= value < 1:
+            raise UserError(f"model.{key}={value!r} must be in [0, 1).")
     if config.data.name == "files" and not config.data.path:
         raise UserError("data.name=files needs data.path: a folder of arrays (edge_index, x, y and the split) "
                         "or a .pt file holding a saved PyG Data.")
@@ -357,7 +400,7 @@ def load_config(name_or_path: str = "synthetic", overrides: list[str] | tuple[st
         raw.setdefault(section, {})
         if not isinstance(raw[section], dict):
             raise UserError(f"config section {section!r} in {str(path)!r} must be a mapping.")
-        raw[section][key] = value
+        _set_override(raw[section], section, key, value)
     return _build(raw)
 
 
@@ -379,6 +422,28 @@ def read_config_file(path: Path) -> dict:
         raise UserError(f"{what} must be a mapping of sections (e.g. `trainer:` then `  epochs: 3`), "
                         f"not a {type(raw).__name__}.")
     return raw
+
+
+def _set_override(values: dict, section: str, key: str, value: Any) -> None:
+    """`key=value` into a section; `field.name=value` sets one entry of a mapping field (model.kwargs.heads=8)."""
+    field_name, dot, entry = key.partition(".")
+    if not dot:
+        values[key] = value
+        return
+    hints = typing.get_type_hints(Config)
+    section_cls = hints.get(section)
+    field_tp = typing.get_type_hints(section_cls).get(field_name) if section_cls is not None else None
+    if typing.get_origin(field_tp) is not dict:
+        mappings = [f"{section}.{name}" for name, tp in typing.get_type_hints(section_cls).items()
+                    if typing.get_origin(tp) is dict] if section_cls is not None else []
+        raise UserError(f"unknown config key {section + '.' + key!r}; only a mapping field takes a dotted key "
+                        f"({', '.join(mappings) or 'none in this section'}), e.g. model.kwargs.heads=8.")
+    current = values.get(field_name)
+    if current is None:
+        current = values[field_name] = {}
+    if not isinstance(current, dict):
+        raise UserError(f"{section}.{field_name} in the config file must be a mapping to take {section}.{key}.")
+    current[entry] = value
 
 
 def config_from_dict(raw: dict[str, Any]) -> Config:

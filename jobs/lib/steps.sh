@@ -10,7 +10,7 @@
 #   job_steps NODES CPUS_PER_TASK JOB_ID   fills INSTALL_STEP, DOCTOR_STEP and TRAIN_STEP
 #
 # job_steps reads the knobs IMAGE (resolved by image_path), CONFIG, ARGS, DATA_DIR (absolute, on the host),
-# GPUS_PER_TASK, SRUN_ARGS, CONTAINER_MOUNTS, INSTALL_PROJECT, BARE_PYTHON, DOCTOR, DOCTOR_TIMEOUT and
+# GPUS_PER_TASK, SRUN_ARGS, CONTAINER_MOUNTS, CODE_DIR (absolute), INSTALL_PROJECT, BARE_PYTHON, DOCTOR, DOCTOR_TIMEOUT and
 # PROJECT_DIR, and STEP_ALLOCATION (srun options that ask for the allocation, for `make srun`; empty in a
 # job). Each step is a whole command line, `env NAME=VALUE... srun ...`, empty when the step does not run:
 #   INSTALL_STEP  one task per node installs the project into a named container (container/install-project.sh,
@@ -20,6 +20,8 @@
 
 # shellcheck source=jobs/lib/pyxis.sh
 source "$(dirname "${BASH_SOURCE[0]}")/pyxis.sh"
+# shellcheck source=jobs/lib/code_dir.sh
+source "$(dirname "${BASH_SOURCE[0]}")/code_dir.sh"
 
 # shellcheck disable=SC2034 # read by the scripts that source this file
 INSTALL_STEP=() DOCTOR_STEP=() TRAIN_STEP=() GPU_OPTIONS=() STEP_ALLOCATION=()
@@ -70,6 +72,7 @@ job_steps() {
         [[ :${PYTHONPATH:-}: != *:"$PROJECT_DIR":* ]] || pythonpath=$PYTHONPATH
         run_env=(DATA_DIR="$DATA_DIR" OMP_NUM_THREADS="${OMP_NUM_THREADS:-${cpus:-1}}" PYTHONPATH="$pythonpath")
         launch_line none "$PROJECT_DIR" "$DATA_DIR" "" "" "" "$BARE_PYTHON"
+        code_dir_launch "$CODE_DIR"
     else
         if [[ $install == 1 ]]; then # into a named container, which the later steps reuse
             container_name=pyg-train${job_id:+-$job_id}
@@ -84,6 +87,7 @@ job_steps() {
             MPLCONFIGDIR="${MPLCONFIGDIR:-/tmp/matplotlib}")
         env_names=$(printf '%s,' "${run_env[@]%%=*}")
         launch_line "$IMAGE" "$PROJECT_DIR" "$DATA_DIR" "$CONTAINER_MOUNTS" "$container_name" "${env_names%,}"
+        code_dir_launch "$CODE_DIR"
     fi
 
     # --kill-on-bad-exit: one failed rank ends the step (and the job) instead of leaving the others blocked

@@ -12,7 +12,7 @@ from tests.harness.localjob import ROOT
 # Knobs a developer's shell may have set; the tests start from none of them.
 KNOBS = ("NODES", "GPUS", "CONFIG", "ARGS", "IMAGE", "GPUS_PER_TASK", "CPUS_PER_TASK", "MEM", "TIME",
          "PARTITION", "ACCOUNT", "QOS", "SBATCH_ARGS", "SRUN_ARGS", "DATA_DIR", "LOG_DIR", "JOB_NAME",
-         "CONTAINER_MOUNTS", "INSTALL_PROJECT", "BARE_PYTHON", "DRY_RUN", "DOCTOR", "DOCTOR_TIMEOUT",
+         "CONTAINER_MOUNTS", "CODE_DIR", "INSTALL_PROJECT", "BARE_PYTHON", "DRY_RUN", "DOCTOR", "DOCTOR_TIMEOUT",
          "MAKEFLAGS", "MAKELEVEL")
 
 

@@ -123,16 +123,32 @@ def full_neighbourhood(seeds: int, size: GraphSize) -> Hops:
 
 
 def layer_widths(config: Config, size: GraphSize) -> list[tuple[int, int]]:
-    """(input, output) width of each layer (train/loop/model.py GNN.sizes)."""
+    """(input, output) width of each layer, as the built-in models stack them (hidden between the ends).
+    GAT's concatenated heads widen a layer's output: `_message_width` counts them where the messages are."""
     hidden, layers = config.model.hidden, config.model.num_layers
     sizes = [size.features] + [hidden] * (layers - 1) + [size.classes]
     return list(zip(sizes[:-1], sizes[1:]))
 
 
 def parameter_count(config: Config, size: GraphSize) -> int:
-    """Weights and biases: SAGEConv has a neighbour weight with bias and a root weight; the MLP one Linear."""
-    sage = config.model.name == "sage"
-    return sum(i * o * (2 if sage else 1) + o for i, o in layer_widths(config, size))
+    """The model's real parameter count: model.name (a built-in or the user's) built on the meta device for the
+    graph's features and classes (train/loop/models/spec.py), so GAT's heads or GIN's MLPs count as they are."""
+    from train.loop.model import parameter_count as built_count  # torch and PyG: only once a plan is made
+
+    return built_count(config.model, size.features, size.classes)
+
+
+def _uses_graph(config: Config) -> bool:
+    return config.model.name != "mlp"
+
+
+def _message_width(config: Config, width_in: int, width_out: int) -> int:
+    """Floats per edge a layer's message passing holds: SAGE/GCN/GIN gather the source row (the input width);
+    GAT gathers each head's transformed source row (heads x output width) and its attention."""
+    if config.model.name == "gat":
+        heads = int(config.model.kwargs.get("heads", 1))
+        return heads * (width_out + 1)
+    return width_in
 
 
 def model_bytes(config: Config, size: GraphSize) -> int:
@@ -142,7 +158,7 @@ def model_bytes(config: Config, size: GraphSize) -> int:
 
 def forward_bytes(config: Config, size: GraphSize, hops: Hops, backward: bool) -> int:
     """The model's working set for one batch: the features it reads, the edge ids, each layer's rows
-    (GNN.forward computes, with model.trim, only the targets later layers read) and the largest layer's
+    (with model.trim each layer computes only the targets later layers read) and the largest layer's
     messages (SAGEConv gathers one row per edge; their gradient too where the input needs one)."""
     widths = layer_widths(config, size)
     last = len(widths) - 1
@@ -151,12 +167,13 @@ def forward_bytes(config: Config, size: GraphSize, hops: Hops, backward: bool) -
     rows_factor = LAYER_ROWS if backward else NO_GRAD_ROWS
     for index, (width_in, width_out) in enumerate(widths):
         reach = last - index + 1  # the hops whose nodes are this layer's targets
-        trimmed = config.model.trim and config.model.name == "sage"
+        trimmed = config.model.trim and _uses_graph(config)
         targets = sum(hops.nodes[:reach]) if trimmed else hops.total_nodes
         edges = sum(hops.edges[:reach]) if trimmed else hops.total_edges
         total += targets * (width_in + rows_factor * width_out) * FLOAT
-        if config.model.name == "sage":
-            messages = max(messages, edges * width_in * FLOAT * (2 if backward and index else 1))
+        if _uses_graph(config):
+            width = _message_width(config, width_in, width_out)
+            messages = max(messages, edges * width * FLOAT * (2 if backward and index else 1))
     return total + messages + (STEP_FIXED_BYTES if backward else 0)
 
 

@@ -52,3 +52,6 @@ def check_fit(config: Config, env: DistEnv) -> None:
     if resume not in ("auto", "never"):  # a missing, empty or unreadable file, a directory, a FIFO: named
         check_file(resume, f"trainer.resume={resume!r}", "expected auto, never, or the path of a checkpoint file "
                    "(e.g. runs/<id>/checkpoints/ckpt-e000002-s00000000.pt)")
+    from train.loop.models.contract import check_model
+
+    check_model(config.model)  # imports the model, checks model.kwargs, runs it on a tiny sampled batch

@@ -214,7 +214,18 @@ def prepare_dataset(config: DataConfig, data_dir: str | None = None) -> Path:
 
 
 def load_graph(config: DataConfig, data_dir: str | None = None) -> Data:
-    """The graph for `config`; a real dataset must already be prepared (see `prepare_dataset`)."""
+    """The graph for `config`; a real dataset must already be prepared (see `prepare_dataset`).
+    data.normalize_features: each node's features scaled to sum to 1 (PyG's NormalizeFeatures, the
+    Planetoid papers' preprocessing), once, before the graph is shared."""
+    data = _load(config, data_dir)
+    if config.normalize_features:
+        from torch_geometric.transforms import NormalizeFeatures
+
+        data = NormalizeFeatures()(data)
+    return data
+
+
+def _load(config: DataConfig, data_dir: str | None) -> Data:
     check_dataset_name(config.name)
     if config.name == SYNTHETIC:
         return synthetic_graph(config)

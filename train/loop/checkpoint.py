@@ -14,8 +14,8 @@ test and is skipped with a warning that names it; the one before it is used.
 `load_checkpoint(path)` reads one back (weights_only: no code runs while loading).
 The payload: what the run's parts hand over (`Checkpointer`: model and optimizer state, epoch,
 the metrics history, the seeds of the per-epoch shuffle and of the sampler, and every rank's
-step, epoch statistics and RNG states), then the config, the world size and a fingerprint of
-the graph, which `check_resumable` compares before anything is loaded.
+step, epoch statistics and RNG states), then the config, the model (class and constructor arguments),
+the world size and a fingerprint of the graph, which `check_resumable` compares before anything is loaded.
 """
 
 from __future__ import annotations
@@ -46,8 +46,8 @@ TMP_PREFIX = ".tmp-"
 # batches). Everything else (epochs, logging, checkpointing, timeouts, lr...) may change.
 INCOMPATIBLE_SECTIONS = ("model",)
 INCOMPATIBLE_KEYS = (
-    "data.name", "data.num_nodes", "data.num_classes", "data.num_features", "data.avg_degree",
-    "data.homophily", "data.feature_signal", "data.train_fraction", "data.val_fraction", "data.seed",
+    "data.name", "data.normalize_features", "data.num_nodes", "data.num_classes", "data.num_features",
+    "data.avg_degree", "data.homophily", "data.feature_signal", "data.train_fraction", "data.val_fraction", "data.seed",
     "sampler.num_neighbors", "sampler.batch_size", "trainer.seed",
 )
 
@@ -203,8 +203,27 @@ def find_latest_valid(directory: Path, on_invalid: Callable[[str], None] = warn,
 
 
 # ---- compatibility ------------------------------------------------------------------------------
-def _flatten(config: dict) -> dict[str, Any]:
-    return {f"{section}.{key}": value for section, values in config.items() for key, value in values.items()}
+def _flatten(config: dict, prefix: str = "") -> dict[str, Any]:
+    """{"model": {"kwargs": {"heads": 8}}} -> {"model.kwargs.heads": 8}: each difference named by its full key."""
+    flat: dict[str, Any] = {}
+    for key, value in config.items():
+        if isinstance(value, dict) and value:
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def model_differences(saved: dict | None, current: dict | None) -> list[tuple]:
+    """(field, saved, now) for the model's class and each constructor argument that differs (what
+    `ModelSpec.describe` records); none when either side did not record it."""
+    if not saved or not current:
+        return []
+    found = [("model class", saved.get("class"), current.get("class"))] if saved.get("class") != current.get(
+        "class") else []
+    old, new = _flatten(saved.get("arguments", {})), _flatten(current.get("arguments", {}))
+    return found + [(f"model argument {key}", old.get(key), new.get(key)) for key in sorted(set(old) | set(new))
+                    if old.get(key) != new.get(key)]
 
 
 def is_incompatible_key(key: str) -> bool:
@@ -225,7 +244,8 @@ def _listing(differences: list[tuple]) -> str:
     return "; ".join(f"{key}: {before!r} in the checkpoint, {after!r} now" for key, before, after in differences)
 
 
-def check_resumable(payload: dict, path: Path, config: dict, fingerprint: dict, world_size: int) -> list[str]:
+def check_resumable(payload: dict, path: Path, config: dict, fingerprint: dict, world_size: int,
+                    model: dict | None = None) -> list[str]:
     """Raise `UserError` if the checkpoint cannot continue this run; else return notes to print.
 
     Refused: other model or data or sampling (the config keys above, or the graph itself),
@@ -234,6 +254,7 @@ def check_resumable(payload: dict, path: Path, config: dict, fingerprint: dict, 
     model and optimizer are the same on every rank, the next epoch is split anew.
     """
     incompatible, allowed = config_differences(payload["config"], config)
+    incompatible += model_differences(payload.get("model_spec"), model)
     graph = [(f"graph {key}", payload["data"].get(key), value) for key, value in fingerprint.items()
              if payload["data"].get(key) != value]
     if incompatible or graph:
@@ -299,10 +320,11 @@ class Checkpointer:
     """
 
     def __init__(self, out_dir: Path, env: DistEnv, shared: Stateful, own: Stateful, *, config: dict,
-                 fingerprint: dict, keep: int, resume: str):
+                 fingerprint: dict, keep: int, resume: str, model: dict | None = None):
         self.directory = Path(out_dir) / CHECKPOINT_DIR
         self.env, self.shared, self.own = env, shared, own
         self.config, self.fingerprint, self.keep, self.mode = config, fingerprint, keep, resume
+        self.model = model  # the model's class and constructor arguments (ModelSpec.describe)
         self.last_save_time = time.monotonic()
         self.last_position: tuple | None = None
         self.last_path: Path | None = None
@@ -330,7 +352,8 @@ class Checkpointer:
         if env.is_main:
             payload = {
                 "format": FORMAT_VERSION, **shared, "position_step": max(position[1]), "ranks": ranks,
-                "config": self.config, "world_size": env.world_size, "data": self.fingerprint, "reason": reason,
+                "config": self.config, "model_spec": self.model, "world_size": env.world_size, "data": self.fingerprint,
+                "reason": reason,
                 "saved_at": time.time(), "job_id": env.job_id, "restart_count": env.restart_count,
             }
             try:
@@ -377,7 +400,7 @@ class Checkpointer:
                 payload = load_checkpoint(path)
             except CorruptCheckpoint as exc:
                 raise UserError(f"trainer.resume={mode!r}: the checkpoint is not usable ({exc}).") from None
-        notes = check_resumable(payload, path, self.config, self.fingerprint, self.env.world_size)
+        notes = check_resumable(payload, path, self.config, self.fingerprint, self.env.world_size, self.model)
         return {"payload": payload, "path": str(path), "notes": notes}
 
     def resume(self) -> bool:

@@ -8,9 +8,13 @@ fetched from their owners per batch with one all_to_all, never the whole layer. 
 memory is two shards of a layer plus one batch's neighbourhood, where an all-gather held all N
 rows on every rank (114 GB per rank for ogbn-papers100M with 256 hidden).
 
+The full mode needs the model's per-layer API (train/loop/models/layerwise.py: PyG's BasicGNN
+models have one); a model without it is evaluated as in sampled mode, and the run says so.
+
 `eval.mode: sampled` runs the model on NeighborLoader mini-batches over each rank's share of the
 split's nodes with `eval.fanouts` (default: sampler.num_neighbors), seeded, for graphs where the
 full-neighbourhood pass costs too much: an estimate, no longer independent of the fanouts.
+A feature-only model (PyG's MLP) is evaluated on each node's own features in either mode.
 """
 
 from __future__ import annotations
@@ -25,22 +29,25 @@ from train.dist.distenv import DistEnv
 from train.graph.epoch_split import derive_seed, rank_shard, shard_sizes
 from train.graph.sampling_plan import SamplingPlan
 from train.graph.shared_graph import graph_csc
-from train.loop.model import GNN, hop_counts
+from train.loop.model import LayerWise, ModelStep, hop_counts, layerwise
 
 SPLITS = ("val", "test")
 
 
 @torch.no_grad()
-def evaluate(model: GNN, data: Data, config: Config, env: DistEnv, device: torch.device,
+def evaluate(model: ModelStep, data: Data, config: Config, env: DistEnv, device: torch.device,
              sampling: SamplingPlan) -> dict[str, float]:
     """{"val_acc": ..., "test_acc": ...}, the same on every rank; collective over all ranks."""
     was_training = model.training
     model.eval()
+    api, _why_not = layerwise(model)
     try:
-        if config.eval.mode == "sampled":
-            counts = _sampled_counts(model, data, config, env, device, sampling)
+        if not model.uses_graph:
+            counts = _feature_counts(model, data, config, env, device)
+        elif config.eval.mode == "full" and api is not None:
+            counts = _full_counts(api, data, config, env, device, sampling)
         else:
-            counts = _full_counts(model, data, config, env, device, sampling)
+            counts = _sampled_counts(model, data, config, env, device, sampling)
     finally:
         model.train(was_training)
     totals = torch.tensor([c for split in SPLITS for c in counts[split]], dtype=torch.float64, device=device)
@@ -58,23 +65,31 @@ def eval_fanouts(config: Config) -> list[int]:
 
 # ---- sampled ---------------------------------------------------------------------------------------
 
+def _feature_counts(model, data, config, env, device) -> dict[str, tuple[int, int]]:
+    """A feature-only model: each node's logits from its own features, exact in either mode."""
+    counts = {}
+    for split in SPLITS:
+        nodes = rank_shard(data[f"{split}_idx"], env.rank, env.world_size)
+        correct = 0
+        for chunk in nodes.split(config.sampler.eval_batch_size):
+            logits = model(data.x[chunk].to(device))
+            correct += int((logits.argmax(-1).cpu() == data.y[chunk]).sum())
+        counts[split] = (correct, nodes.numel())
+    return counts
+
+
 def _sampled_counts(model, data, config, env, device, sampling) -> dict[str, tuple[int, int]]:
     counts = {}
     batch_size = config.sampler.eval_batch_size
     for number, split in enumerate(SPLITS):
         nodes = rank_shard(data[f"{split}_idx"], env.rank, env.world_size)
         correct = 0
-        if not model.uses_graph:
-            for chunk in nodes.split(batch_size):
-                logits = model(data.x[chunk].to(device), None)
-                correct += int((logits.argmax(-1).cpu() == data.y[chunk]).sum())
-        else:
-            loader = sampling.loader(nodes, eval_fanouts(config), batch_size,
-                                     seed=derive_seed(config.trainer.seed, 2, number))  # the training sampler
-            for batch in loader:
-                batch = sampling.complete(batch, device).to(device, non_blocking=True)
-                logits = model(batch.x, batch.edge_index, *hop_counts(batch, config.model))[: batch.batch_size]
-                correct += int((logits.argmax(-1) == batch.y[: batch.batch_size]).sum())
+        loader = sampling.loader(nodes, eval_fanouts(config), batch_size,
+                                 seed=derive_seed(config.trainer.seed, 2, number))  # the training sampler
+        for batch in loader:
+            batch = sampling.complete(batch, device).to(device, non_blocking=True)
+            logits = model(batch.x, batch.edge_index, *hop_counts(batch, config.model))[: batch.batch_size]
+            correct += int((logits.argmax(-1) == batch.y[: batch.batch_size]).sum())
         counts[split] = (correct, nodes.numel())
     return counts
 
@@ -120,25 +135,42 @@ def fetch_rows(ids: Tensor, mine: Tensor, my_start: int, owners: RowOwners, devi
     return out
 
 
-def _batches(model: GNN, data: Data, nodes: Tensor, batch_size: int, sampling: SamplingPlan):
-    """(n_id, edge_index or None, number of seeds) per batch: the seeds' full neighbourhoods."""
-    if not model.uses_graph:
-        for chunk in nodes.split(batch_size):
-            yield chunk, None, chunk.numel()
-        return
+def in_degree(data: Data, self_loops: bool = False, chunk: int = 1 << 24) -> Tensor:
+    """Each node's in-edges in the whole graph, self-loops counted or not (GCNConv replaces them with its own
+    unless add_self_loops=False): the degree a GCN layer normalises a source by. From the CSC when there is
+    one; in chunks, so a billion-edge graph needs no temporary of its size."""
+    csc = graph_csc(data)
+    edge_index = data.edge_index
+    if csc is not None:
+        degree = csc[0].diff().cpu()
+    else:
+        degree = torch.zeros(data.num_nodes, dtype=torch.long)
+        for start in range(0, edge_index.size(1), chunk):
+            degree += torch.bincount(edge_index[1, start : start + chunk], minlength=data.num_nodes)
+    for start in range(0, 0 if self_loops else edge_index.size(1), chunk):
+        part = edge_index[:, start : start + chunk]
+        loops = part[1][part[0] == part[1]]
+        if loops.numel():
+            degree -= torch.bincount(loops, minlength=data.num_nodes)
+    return degree
+
+
+def _batches(data: Data, nodes: Tensor, batch_size: int, sampling: SamplingPlan):
+    """(n_id, edge_index, number of seeds) per batch: the seeds' full neighbourhoods."""
     structure = Data(edge_index=data.edge_index, num_nodes=data.num_nodes)  # no features to gather
     for batch in sampling.host_loader(structure, graph_csc(data), nodes, batch_size):  # one sampler for the run
         yield batch.n_id, batch.edge_index, batch.batch_size
 
 
-def _layer_rows(model: GNN, index: int, data: Data, nodes: Tensor, batch_size: int, device: torch.device,
-                inputs, sampling: SamplingPlan) -> Tensor:
+def _layer_rows(api: LayerWise, index: int, data: Data, nodes: Tensor, batch_size: int, device: torch.device,
+                inputs, degree: Tensor | None, sampling: SamplingPlan) -> Tensor:
     """Layer `index` for `nodes`; `inputs(n_id)` gives the previous layer's rows. Collective when
-    `inputs` fetches: the number of batches is agreed so that every rank serves every round."""
-    batches = _batches(model, data, nodes, batch_size, sampling)
+    `inputs` fetches: the number of batches is agreed so that every rank serves every round.
+    `degree`: every node's in-degree in the whole graph, for a layer that reads its sources' degrees."""
+    batches = _batches(data, nodes, batch_size, sampling)
     rounds = torch.tensor([-(-nodes.numel() // batch_size)], device=device)
     dist.all_reduce(rounds, op=dist.ReduceOp.MAX)
-    out = torch.empty(nodes.numel(), model.sizes[index + 1])  # filled in place: no list to concatenate
+    out = torch.empty(nodes.numel(), api.widths[index])  # filled in place: no list to concatenate
     done = 0
     for _ in range(int(rounds)):
         batch = next(batches, None)
@@ -147,30 +179,39 @@ def _layer_rows(model: GNN, index: int, data: Data, nodes: Tensor, batch_size: i
             continue
         n_id, edge_index, seeds = batch
         h = inputs(n_id).to(device)
-        if edge_index is not None:
-            # One hop: every edge points at a seed (the first `seeds` of n_id), so the layer is
-            # computed for the seeds alone, not for the whole neighbourhood.
-            rows = model.layer(index, (h, h[:seeds]), edge_index.to(device))
-        else:
-            rows = model.layer(index, h, None)
+        # One hop: every edge points at a seed (the first `seeds` of n_id), so the layer is
+        # computed for the seeds alone, not for the whole neighbourhood. The other nodes' in-edges
+        # are not in the batch: a layer that reads them gets their count in the whole graph.
+        sources = None
+        if degree is not None:
+            sources = (torch.arange(seeds, n_id.numel(), device=device), degree[n_id[seeds:]].to(device))
+        rows = api.rows(index, h, edge_index.to(device), seeds, sources)
         out[done : done + seeds] = rows.cpu()
         done += seeds
     return out
 
 
-def _full_counts(model, data, config, env, device, sampling) -> dict[str, tuple[int, int]]:
+def _full_counts(api: LayerWise, data, config, env, device, sampling) -> dict[str, tuple[int, int]]:
     world, rank = env.world_size, env.rank
     batch_size = config.sampler.eval_batch_size
     owners = RowOwners(data.num_nodes, world)
     my_start = int(owners.starts[rank])
-    num_layers = len(model.layers)
+    num_layers = api.num_layers
+    degrees: dict[str, Tensor] = {}  # by which in-edges count, computed once per evaluation
+
+    def degree_for(index: int) -> Tensor | None:
+        kind = api.source_degree_kind(index)
+        if kind is not None and kind not in degrees:
+            degrees[kind] = in_degree(data, self_loops=kind == "with self-loops")
+        return degrees.get(kind)
 
     def from_features(n_id: Tensor) -> Tensor:
         return data.x[n_id]  # every rank maps the whole feature matrix (shared per node)
 
     inputs, mine = from_features, None
     for index in range(num_layers - 1):
-        mine = _layer_rows(model, index, data, owners.rows(rank), batch_size, device, inputs, sampling)
+        mine = _layer_rows(api, index, data, owners.rows(rank), batch_size, device, inputs, degree_for(index),
+                           sampling)
 
         def inputs(n_id: Tensor, shard=mine) -> Tensor:
             return fetch_rows(n_id, shard, my_start, owners, device)
@@ -178,6 +219,7 @@ def _full_counts(model, data, config, env, device, sampling) -> dict[str, tuple[
     counts = {}
     for split in SPLITS:
         nodes = rank_shard(data[f"{split}_idx"], rank, world)
-        logits = _layer_rows(model, num_layers - 1, data, nodes, batch_size, device, inputs, sampling)
+        logits = _layer_rows(api, num_layers - 1, data, nodes, batch_size, device, inputs,
+                             degree_for(num_layers - 1), sampling)
         counts[split] = (int((logits.argmax(-1) == data.y[nodes]).sum()), nodes.numel())
     return counts

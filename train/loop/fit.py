@@ -29,7 +29,7 @@ from train.graph.data import num_classes
 from train.graph.epoch_split import derive_seed, epoch_order, rank_shard
 from train.graph.sampling_plan import plan_sampling
 from train.loop.evaluate import evaluate
-from train.loop.model import GNN, build_model, hop_counts
+from train.loop.model import ModelStep, hop_counts, layerwise, resolve
 from train.loop.rng import ProcessRng
 from train.loop.timing import AllReduceProbe, PhaseTimer, reduce_mean
 
@@ -124,9 +124,12 @@ class Trainer:
 
     def __init__(self, config: Config, env: DistEnv, device: torch.device, data: Data, out_dir: Path):
         self.config, self.env, self.device, self.data, self.out_dir = config, env, device, data, out_dir
-        self.model: GNN = build_model(config.model, data.num_features, num_classes(data),
-                                      config.trainer.seed).to(device)
-        self.ddp = DistributedDataParallel(self.model, device_ids=[device.index] if device.type == "cuda" else None)
+        spec = resolve(config.model)  # checked before the rendezvous too (train/cli/preflight.py)
+        self.model = spec.build(data.num_features, num_classes(data), config.trainer.seed).to(device)
+        self.model_description = spec.describe(data.num_features, num_classes(data))  # what checkpoints record
+        self.step = ModelStep(self.model, config.model.input_dropout)  # how a batch reaches the model (models/step.py)
+        self.ddp = DistributedDataParallel(self.step, device_ids=[device.index] if device.type == "cuda" else None)
+        self.eval_note = layerwise(self.step)[1] if config.eval.mode == "full" else ""
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.optim.lr,
                                           weight_decay=config.optim.weight_decay)
         self.state = RunState()
@@ -138,8 +141,14 @@ class Trainer:
         self.allreduce_probe = AllReduceProbe(self.model, device)
         if self.sampling.fell_back:  # each rank decides on its own GPU's free memory: each one that falls back says so
             print(f"rank {env.rank}: {self.sampling.note}", flush=True)
-        elif self.sampling.note and env.is_main:
-            print(self.sampling.note, flush=True)
+        if env.is_main:
+            params = sum(p.numel() for p in self.model.parameters())
+            print(f"model {spec.class_path} ({params:,} parameters); model.trim: "
+                  f"{self.step.trim_mode if config.model.trim else 'off (every sampled row in every layer)'}",
+                  flush=True)
+            for note in (None if self.sampling.fell_back else self.sampling.note, self.eval_note):
+                if note:
+                    print(note, flush=True)
 
     # ---- state (train/loop/checkpoint.py saves and restores it) -------------------------------------
     def state_dict(self) -> dict:
@@ -165,7 +174,7 @@ class Trainer:
     def batches(self, seeds: torch.Tensor, epoch: int):
         cfg = self.config.sampler
         timer = self.timer
-        if not self.model.uses_graph:  # the MLP needs no neighbours
+        if not self.step.uses_graph:  # a feature-only model (the MLP) needs no neighbours
             for chunk in seeds.split(cfg.batch_size):
                 with timer.phase("gather"):
                     batch = Data(x=self.data.x[chunk], y=self.data.y[chunk], n_id=chunk,
@@ -233,7 +242,7 @@ class Trainer:
     # ---- evaluation ----------------------------------------------------------------------------
     def evaluate(self) -> dict[str, float]:
         """Val and test accuracy on all ranks (train/loop/evaluate.py: full and exact, or sampled)."""
-        return evaluate(self.model, self.data, self.config, self.env, self.device, self.sampling)
+        return evaluate(self.step, self.data, self.config, self.env, self.device, self.sampling)
 
     # ---- the run -------------------------------------------------------------------------------
     def fit(self, on_step_end=None, on_epoch_end=None) -> FitResult:
@@ -297,6 +306,10 @@ class Trainer:
             "mean_epoch_seconds": sum(r["epoch_seconds"] for r in history) / len(history) if history else None,
             "world_size": self.env.world_size,
             "model": self.config.model.name,
+            "model_class": self.model_description["class"],
+            "model_trim": self.step.trim_mode if self.config.model.trim else "off",
+            "eval_mode": "sampled" if self.eval_note else self.config.eval.mode,  # what the evaluation ran
+            **({"eval_note": self.eval_note} if self.eval_note else {}),
             "dataset": self.config.data.name,
         }
 

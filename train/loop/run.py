@@ -193,7 +193,8 @@ def prepare(config: Config, env: DistEnv, backend: str, device: torch.device) ->
     trainer = Trainer(config, env, device, data, out_dir)
     cfg = config.trainer
     checkpointer = Checkpointer(out_dir, env, trainer, trainer.rank_state, config=config.to_dict(),
-                                fingerprint=graph_fingerprint(data), keep=cfg.keep_checkpoints, resume=cfg.resume)
+                                fingerprint=graph_fingerprint(data), keep=cfg.keep_checkpoints, resume=cfg.resume,
+                                model=trainer.model_description)
     return Run(config, env, out_dir, trainer, checkpointer)
 
 

@@ -1,0 +1,9 @@
+"""The model plug-in: which model `model.name` names, how it is built and checked, and how the loop calls it.
+
+builtin: PyG's own GraphSAGE, GCN, GAT, GIN and MLP by name, with their keyword arguments checked.
+user: `package.module:ClassName`, the user's own torch.nn.Module, imported and checked.
+spec: one resolved model (class and arguments) for building, checkpoints and the memory plan.
+trim: each layer of a PyG BasicGNN computed only for the rows later layers read.
+step: the module DDP wraps, the one place that says how a batch reaches the model's forward.
+contract: the checks on a tiny batch that run on every rank before the rendezvous.
+"""

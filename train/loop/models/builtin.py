@@ -1,0 +1,122 @@
+"""The models `model.name` names: PyG's own classes from `torch_geometric.nn.models`, not re-written here.
+
+Each takes the common knobs (model.hidden, model.num_layers, model.dropout) as PyG's BasicGNN does
+(`in_channels, hidden_channels, num_layers, out_channels, dropout`), and `model.kwargs` for the rest:
+the model's own arguments (jk, norm, act, ...; GAT's heads, concat, v2) and those of its layers
+(GATConv's negative_slope, GINConv's train_eps, SAGEConv's aggr, ...), which BasicGNN passes on to every
+layer. The valid names are read from PyG's signatures, so a PyG upgrade that adds an argument is taken.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from dataclasses import dataclass, field
+from typing import Any
+
+from torch import nn
+
+from train.config import BUILTIN_MODELS
+from train.errors import UserError
+
+# The constructor arguments the workflow passes itself (train/loop/models/spec.py), never through model.kwargs.
+COMMON = {"in_channels": "the graph's features", "hidden_channels": "model.hidden", "num_layers": "model.num_layers",
+          "out_channels": "the graph's classes", "dropout": "model.dropout"}
+_NOT_ARGUMENTS = {"self", "args", "kwargs", "channel_list", "nn"}  # channel_list: MLP's other form; nn: GINConv's MLP
+
+
+@dataclass(frozen=True)
+class Builtin:
+    """A built-in model: PyG's class, the layer class BasicGNN builds, and arguments it reads itself."""
+
+    class_name: str  # in torch_geometric.nn.models
+    convs: tuple[str, ...] = ()  # in torch_geometric.nn.conv: the layers whose arguments it passes on
+    own: tuple[str, ...] = ()  # arguments its init_conv takes out of **kwargs (not in any signature)
+    defaults: dict[str, Any] = field(default_factory=dict)  # the workflow's defaults, overridden by model.kwargs
+    refused: dict[str, tuple[Any, str]] = field(default_factory=dict)  # argument -> (value, why it cannot train)
+
+    def model_class(self) -> type[nn.Module]:
+        import torch_geometric.nn.models as models
+
+        return getattr(models, self.class_name)
+
+    def conv_classes(self) -> list[type]:
+        import torch_geometric.nn.conv as convs
+
+        return [getattr(convs, name) for name in self.convs]
+
+
+SAMPLED_GRAPHS = "every batch is another sampled graph"
+BUILTINS: dict[str, Builtin] = {
+    "sage": Builtin("GraphSAGE", ("SAGEConv",)),
+    "gcn": Builtin("GCN", ("GCNConv",), refused={"cached": (True, f"it keeps the first graph's normalisation; "
+                                                                  f"{SAMPLED_GRAPHS}")}),
+    "gat": Builtin("GAT", ("GATConv", "GATv2Conv"), own=("v2", "heads", "concat", "out_heads")),
+    "gin": Builtin("GIN", ("GINConv",)),
+    # PyG's MLP normalises with batch_norm unless told otherwise; the baseline is the plain
+    # Linear-ReLU-dropout stack of PyG's examples (model.kwargs.norm=batch_norm brings it back).
+    "mlp": Builtin("MLP", defaults={"norm": None}),
+}
+assert tuple(BUILTINS) == BUILTIN_MODELS, "train/config.py's BUILTIN_MODELS and BUILTINS name the same models"
+
+
+@functools.cache  # one class, however often it is asked for
+def out_heads_gat() -> type[nn.Module]:
+    """PyG's GAT with `out_heads`: the output layer's number of heads, averaged (Velickovic et al. use 8 heads,
+    then 1 output head on Cora; PyG's GAT repeats `heads` in every layer). Only init_conv differs."""
+    from torch_geometric.nn.models import GAT
+
+    class OutHeadsGAT(GAT):
+        def __init__(self, *args, out_heads: int, **kwargs):
+            self.out_heads = out_heads  # read by init_conv, which GAT's constructor calls
+            super().__init__(*args, **kwargs)
+
+        def init_conv(self, in_channels, out_channels, **kwargs):
+            if getattr(self, "_is_conv_to_out", False):  # the layer that gives out_channels (no jk)
+                kwargs["heads"] = self.out_heads
+            return super().init_conv(in_channels, out_channels, **kwargs)
+
+    OutHeadsGAT.__qualname__ = OutHeadsGAT.__name__ = "OutHeadsGAT"
+    return OutHeadsGAT
+
+
+def parameter_names(function) -> tuple[set[str], bool]:
+    """The named parameters of `function` and whether it takes **kwargs."""
+    params = inspect.signature(function).parameters.values()
+    named = {p.name for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+    return named, any(p.kind == p.VAR_KEYWORD for p in params)
+
+
+def valid_keywords(builtin: Builtin) -> list[str]:
+    """Every model.kwargs name the built-in model takes: its own, its layers' and their MessagePassing base's."""
+    names, _ = parameter_names(builtin.model_class().__init__)
+    names |= set(builtin.own)
+    for conv in builtin.conv_classes():
+        conv_names, passes_on = parameter_names(conv.__init__)
+        names |= conv_names
+        if passes_on:
+            from torch_geometric.nn.conv import MessagePassing
+
+            names |= parameter_names(MessagePassing.__init__)[0]
+    return sorted(names - set(COMMON) - _NOT_ARGUMENTS)
+
+
+def builtin_arguments(name: str, kwargs: dict[str, Any], shown: str = "") -> dict[str, Any]:
+    """The built-in model's keyword arguments beyond the common ones; `UserError` naming a bad one.
+    `shown`: how the model is named in messages (a user's subclass that keeps PyG's constructor)."""
+    builtin = BUILTINS[name]
+    shown = shown or f"{name} ({builtin.class_name})"
+    common = [key for key in kwargs if key in COMMON]
+    if common:
+        raise UserError(f"model.kwargs.{common[0]} is passed by the workflow itself (from {COMMON[common[0]]}); "
+                        "remove it from model.kwargs.")
+    valid = valid_keywords(builtin)
+    unknown = [key for key in kwargs if key not in valid]
+    if unknown:
+        raise UserError(f"model.kwargs.{unknown[0]} is not an argument of model.name={shown}; "
+                        f"valid model.kwargs: {', '.join(valid)}.")
+    for key, (value, why) in builtin.refused.items():
+        if kwargs.get(key) == value:
+            raise UserError(f"model.kwargs.{key}={value!r} cannot train model.name={shown} with sampled batches: "
+                            f"{why}.")
+    return dict(kwargs)

@@ -1,0 +1,52 @@
+"""The per-layer API of the exact evaluation (train/loop/evaluate.py, eval.mode=full).
+
+Layer-wise inference computes every node's output one layer at a time from its full one-hop
+neighbourhood, as PyG's `BasicGNN.inference` does; here each layer is computed for a batch's seeds
+alone (train/loop/models/trim.py's `layer_rows`), and a GCN's sources keep their degree in the whole
+graph, so the result is the model on the whole graph. It exists for PyG's BasicGNN models whose
+forward is BasicGNN's own, with every layer one of trim.py's kinds and a jumping-knowledge mode of
+None or "last" (the others combine every layer's outputs, which a layer-at-a-time pass does not keep).
+Any other model is evaluated on sampled neighbourhoods (eval.mode=sampled), and the run says so.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from train.loop.models import trim
+from train.loop.models.step import ModelStep
+
+
+class LayerWise:
+    """Layer `index` of a BasicGNN for a batch's seeds; the last layer includes the output head."""
+
+    def __init__(self, model: nn.Module):
+        self.model = model
+        self.num_layers = model.num_layers
+        # each layer's output width: hidden_channels, then out_channels (after the head, if any)
+        self.widths = [model.hidden_channels] * (model.num_layers - 1) + [model.out_channels]
+
+    def source_degree_kind(self, index: int) -> str | None:
+        """Whether layer `index` reads each source's in-degree in the whole graph (GCNConv), and which
+        in-edges count: None, "without self-loops" or "with self-loops"."""
+        return trim.source_degree_kind(self.model, index)
+
+    def rows(self, index: int, x: Tensor, edge_index: Tensor, seeds: int,
+             source_degree: tuple[Tensor, Tensor] | None = None) -> Tensor:
+        out = trim.layer_rows(self.model, index, x, edge_index, seeds, source_degree)
+        return trim.head(self.model, [], out) if index == self.num_layers - 1 else out
+
+
+def layerwise(step: ModelStep) -> tuple[LayerWise | None, str]:
+    """The model's per-layer API, or None and why the evaluation falls back to sampled neighbourhoods."""
+    model = step.model
+    if not step.uses_graph:
+        return None, ""  # a feature-only model: evaluated row by row, exactly, without layers
+    reason = step.not_target_trimmed
+    if reason is None and model.jk_mode not in (None, "last"):
+        reason = f"its jumping-knowledge mode {model.jk_mode!r} combines every layer's outputs"
+    if reason is not None:
+        return None, (f"eval.mode=full needs the per-layer API of PyG's BasicGNN models and {type(model).__name__} "
+                      f"does not provide it ({reason}): evaluating on sampled neighbourhoods (eval.mode=sampled) "
+                      "instead")
+    return LayerWise(model), ""

@@ -1,0 +1,68 @@
+"""`ModelStep`: the module DDP wraps, and the one place that says how a batch reaches the model.
+
+The contract a model meets (README, "Your own model"):
+* `forward(x, edge_index, ...)` returns one row of `out_channels` logits per node, at least for the
+  seeds (the first `batch_size` rows of a sampled batch);
+* if its forward takes `num_sampled_nodes_per_hop` and `num_sampled_edges_per_hop` (as PyG's
+  BasicGNN.forward does), a sampled batch's per-hop counts are passed by those names (model.trim);
+* a forward without an `edge_index` parameter (PyG's MLP) is fed the features alone, and its
+  batches carry no neighbours.
+PyG's BasicGNN models (the built-ins, and a user's subclass that keeps BasicGNN's forward) are run
+with target trimming instead (train/loop/models/trim.py): the same outputs for the seeds, less work.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from train.loop.models import trim
+
+HOP_ARGUMENTS = ("num_sampled_nodes_per_hop", "num_sampled_edges_per_hop")
+
+
+def forward_parameters(model: nn.Module) -> tuple[set[str], bool]:
+    params = inspect.signature(model.forward).parameters.values()
+    return {p.name for p in params}, any(p.kind == p.VAR_KEYWORD for p in params)
+
+
+class ModelStep(nn.Module):
+    """Calls `model` on a batch: features only, every row, or trimmed by the batch's hop counts."""
+
+    def __init__(self, model: nn.Module, input_dropout: float = 0.0):
+        super().__init__()
+        self.model = model
+        self.input_dropout = input_dropout  # model.input_dropout: on the features, before the model
+        named, open_ended = forward_parameters(model)
+        self.uses_graph = "edge_index" in named or open_ended  # False: a feature-only model (PyG's MLP)
+        self.not_target_trimmed = trim.unsupported(model)  # None: target trimming applies
+        self.takes_hop_counts = all(name in named for name in HOP_ARGUMENTS)
+
+    @property
+    def trim_mode(self) -> str:
+        """Which trimming model.trim gives this model, in words for the log and summary.json."""
+        if not self.uses_graph:
+            return "none (a feature-only model)"
+        if self.not_target_trimmed is None:
+            return "target trimming (each layer computes only the rows later layers read)"
+        if self.takes_hop_counts:
+            return (f"the model's own forward with num_sampled_nodes_per_hop (PyG's trim_to_layer for a BasicGNN): "
+                    f"{self.not_target_trimmed}")
+        return "none (its forward takes no num_sampled_nodes_per_hop: every sampled row in every layer)"
+
+    def forward(self, x: Tensor, edge_index: Tensor | None = None, num_sampled_nodes: list[int] | None = None,
+                num_sampled_edges: list[int] | None = None) -> Tensor:
+        if self.input_dropout:
+            x = F.dropout(x, self.input_dropout, self.training)
+        if not self.uses_graph:
+            return self.model(x)
+        if num_sampled_nodes is None or num_sampled_edges is None:
+            return self.model(x, edge_index)
+        if self.not_target_trimmed is None:
+            return trim.trimmed_forward(self.model, x, edge_index, list(num_sampled_nodes), list(num_sampled_edges))
+        if self.takes_hop_counts:
+            return self.model(x, edge_index, num_sampled_nodes_per_hop=list(num_sampled_nodes),
+                              num_sampled_edges_per_hop=list(num_sampled_edges))
+        return self.model(x, edge_index)
