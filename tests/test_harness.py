@@ -132,6 +132,24 @@ def test_reaper_exits_with_its_commands_status_after_every_descendant():
     assert reap("--", "sh", "-c", "kill -TERM $$").returncode == 128 + signal.SIGTERM
 
 
+def test_reaper_names_who_signalled_it_and_starts_its_command_with_no_signal_ignored():
+    """A daemon stopped by a signal says who sent it (log/NAME.stdout); and the daemons (so the jobs' tasks)
+    ignore nothing, though Python ignores SIGPIPE and a suite started from a script's `&` ignores SIGINT."""
+    script = "grep SigIgn /proc/self/status; sleep 30"
+    proc = subprocess.Popen(["sh", "-c", 'trap "" INT; exec "$@"', "sh", sys.executable, "-I",
+                             str(WORKERS / "reaper.py"), "--", "sh", "-c", script],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().split() == ["SigIgn:", "0000000000000000"]
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM
+    me = Path("/proc/self/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+    assert out.startswith(f"reaper: SIGTERM from pid {os.getpid()} ({me}), forwarded to sh (pid "), out
+
+
 def test_reaper_without_a_command_says_how_to_call_it():
     done = reap("sh")
     assert done.returncode == 1 and "usage: reaper.py -- CMD" in done.stderr
