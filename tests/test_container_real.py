@@ -1,4 +1,4 @@
-"""The container path for real: NVIDIA's enroot and pyxis on the two-node SLURM test cluster.
+"""The container path for real: NVIDIA's enroot and pyxis on the SLURM test cluster (jobs of two nodes).
 
 Everything here runs the real programs: enroot 4.1.2 and pyxis 0.24.0 built from ../shared/pyxis
 (tests/harness/pyxis_setup.py), loaded into the test cluster's slurmd through plugstack.conf, with
@@ -29,6 +29,7 @@ import pytest
 
 from tests.harness import ngc_standin
 from tests.harness.machine import comm, descendants
+from tests.harness.placement import RANK_LINE, placement, sources
 from tests.harness.reddit_files import write_reddit_raw
 from train.dist.distenv import port_for_job
 
@@ -40,8 +41,6 @@ TASKS = ["NODES=2", "GPUS=4", "GPUS_PER_TASK=0", "CPUS_PER_TASK=1", "CONFIG=tiny
 TRAIN = "sampler.batch_size=64 trainer.epochs=3 trainer.log_every=1"
 SLOW = "trainer.step_delay_seconds=0.5"  # so that a signal lands in the middle of an epoch
 JOB_TIMEOUT = 420  # 2 busy cores; a container job takes ~20-60 s, a job-start install ~2 min
-PLACEMENT = re.compile(r"^(\d+): rank (\d+)/4 on (\S+) \(node \d+, local rank \d+, "
-                       r"master (\S+):(\d+) from ([^)]*)\)$", re.M)
 RUNS = re.compile(r"^(\d+): rank (\d+) runs (\S+) \(torch (\S+)\)$", re.M)
 FINAL = re.compile(r"^(\d+): rank (\d+) final (\{.*\})$", re.M)
 # Fast squashfs for the image the tests build (enroot's own default is "-comp lzo -noD").
@@ -160,11 +159,6 @@ def wait(cluster, job: str, log: Path, marks: dict[str, str] | None = None) -> t
         time.sleep(0.05)
 
 
-def placement(text: str) -> dict[int, tuple[str, str]]:
-    """rank -> (host, master addr:port) from the line every rank prints after rendezvous."""
-    return {int(rank): (host, f"{addr}:{port}") for _label, rank, host, addr, port, _src in PLACEMENT.findall(text)}
-
-
 def interpreters(text: str) -> dict[int, str]:
     return {int(rank): exe for _label, rank, exe, _torch in RUNS.findall(text)}
 
@@ -180,12 +174,15 @@ def host_has_no_torch_at(exe: str) -> bool:
     return subprocess.run([exe, "-c", "import torch"], capture_output=True).returncode != 0
 
 
-def assert_ran_in_image(text: str, exe: str = "/usr/bin/python") -> None:
-    """Four ranks, two per node, each on the image's Python, which this host does not have."""
-    where = placement(text)
+def assert_ran_in_image(text: str, nodes: list[str] | None, exe: str = "/usr/bin/python") -> None:
+    """Four ranks, two on each of the job's `nodes` (None: whichever two the output names) in block order, all
+    meeting at the first node, each on the image's Python, which this host does not have."""
+    where = placement(text, 4)
     assert sorted(where) == [0, 1, 2, 3], text
-    assert [where[r][0] for r in range(4)] == ["n1", "n1", "n2", "n2"], where
+    nodes = nodes or list(dict.fromkeys(where[r][0] for r in range(4)))
+    assert len(nodes) == 2 and [where[r][0] for r in range(4)] == [nodes[0], nodes[0], nodes[1], nodes[1]], where
     assert len({m for _h, m in where.values()}) == 1, f"ranks disagree on the master: {where}"
+    assert where[0][1].split(":")[0] == nodes[0], f"the master is not the first node: {where}"
     exes = interpreters(text)
     assert exes == {r: exe for r in range(4)}, exes
     assert host_has_no_torch_at(exe), f"the host's {exe} has torch: no proof"
@@ -335,70 +332,68 @@ def test_install_without_the_site_ca_names_the_setting(standin, login_env, tmp_p
 
 @pytest.fixture(scope="module")
 def baseline(pyxis_cluster, built_image, login_env, tmp_path_factory, request) -> dict:
-    """`make submit NODES=2 GPUS=4 IMAGE=<built .sqsh>`, uninterrupted, with the doctor first."""
+    """`make submit NODES=2 GPUS=4 IMAGE=<built .sqsh>`, uninterrupted, with the doctor first; enroot's PyTorch
+    hook off, as the cluster's admin left it."""
     tmp = tmp_path_factory.mktemp("container-baseline")
     run = tmp / "run"
     job, log, started = submit(login_env, tmp, "baseline", f"IMAGE={built_image['path']}", "DOCTOR=1",
                                f"ARGS={TRAIN} output.dir={run}")
-    state, seen = wait(pyxis_cluster, job, log, {"batch": r"^job \d+ on ",
-                                                 "ranks": PLACEMENT.pattern, "step": r"^0: epoch 0 step 1/"})
+    state, seen = wait(pyxis_cluster, job, log, {"batch": r"^job \d+ on ", "doctor": r"^doctor step passed",
+                                                 "ranks": RANK_LINE.pattern, "step": r"^0: epoch 0 step 1/"})
     return {"job": job, "log": log, "state": state, "run": run, "seen": seen, "started": started}
 
 
-def test_submit_two_nodes_four_ranks_in_the_image_completes(baseline, capsys):
+def test_submit_two_nodes_four_ranks_in_the_image_completes(pyxis_cluster, baseline, capsys):
+    """Without the hook, every rank derives the master from its step and the package's port for the job."""
     text = read(baseline["log"])
+    job = baseline["job"]
     assert baseline["state"] == "COMPLETED", text
-    assert_ran_in_image(text)
+    nodes = pyxis_cluster.job_nodes(job)
+    assert_ran_in_image(text, nodes)
+    assert {m for _h, m in placement(text).values()} == {f"{nodes[0]}:{port_for_job(job)}"}, text
+    given_by = sources(text)
+    assert len(given_by) == 1 and "MASTER_ADDR" not in next(iter(given_by)), text
     assert "doctor step passed" in text, text  # `make doctor`'s checks, in the image, first
     seen = baseline["seen"]
-    say(capsys, f"make submit NODES=2 GPUS=4 IMAGE=<built .sqsh>: job {baseline['job']} COMPLETED; "
+    say(capsys, f"make submit NODES=2 GPUS=4 IMAGE=<built .sqsh>: job {job} COMPLETED; "
                 f"batch script -> ranks placed {seen['ranks'] - seen['batch']:.1f} s, -> first step "
-                f"{seen['step'] - seen['batch']:.1f} s (doctor step included)")
+                f"{seen['step'] - seen['batch']:.1f} s (doctor step included); master from {given_by.pop()}")
 
 
-def test_container_start_cost_against_bare_mode(pyxis_cluster, built_image, login_env, tmp_path, capsys):
-    """The same job with and without the container: the time from the batch script to the first
-    training step, side by side (no doctor step in either)."""
-    marks = {"batch": r"^job \d+ on ", "step": r"^0: epoch 0 step 1/"}
-    took = {}
-    for mode, image in (("container", str(built_image["path"])), ("bare", "none")):
-        job, log, _ = submit(login_env, tmp_path, mode, f"IMAGE={image}",
-                             f"ARGS={TRAIN} trainer.epochs=1 output.dir={tmp_path / mode}")
-        state, seen = wait(pyxis_cluster, job, log, marks)
-        assert state == "COMPLETED", read(log)
-        took[mode] = seen["step"] - seen["batch"]
-    say(capsys, f"batch script -> first training step: container {took['container']:.1f} s, bare "
-                f"{took['bare']:.1f} s (ratio {took['container'] / took['bare']:.2f}), "
-                f"image build {built_image['seconds']:.0f} s, image "
+def test_container_start_cost_against_bare_mode(pyxis_cluster, built_image, baseline, login_env, tmp_path, capsys):
+    """The training step with and without the container: from its start to the first training step, side by
+    side (in the image: the baseline's, which starts once its doctor step has passed; bare: a job of its own,
+    from its batch script, which starts the step at once)."""
+    job, log, _ = submit(login_env, tmp_path, "bare", "IMAGE=none",
+                         f"ARGS={TRAIN} trainer.epochs=1 output.dir={tmp_path / 'bare'}")
+    state, seen = wait(pyxis_cluster, job, log, {"batch": r"^job \d+ on ", "step": r"^0: epoch 0 step 1/"})
+    assert state == "COMPLETED", read(log)
+    bare = seen["step"] - seen["batch"]
+    container = baseline["seen"]["step"] - baseline["seen"]["doctor"]
+    say(capsys, f"start of the training step -> first training step: container {container:.1f} s, bare "
+                f"{bare:.1f} s (ratio {container / bare:.2f}), image build {built_image['seconds']:.0f} s, image "
                 f"{built_image['path'].stat().st_size / 2**20:.0f} MiB")
 
 
 def test_pytorch_hook_enabled_ranks_agree_and_the_log_names_the_source(pyxis_cluster, built_image,
                                                                       login_env, tmp_path, capsys):
-    """With enroot's PyTorch hook the ranks use its MASTER_ADDR/MASTER_PORT (61000 + job id % 4536);
-    without it they derive the same address from the step and the package's port: either way
-    every rank agrees, and each says which variables gave it."""
-    seen = {}
-    for hook in (True, False):
-        pyxis_cluster.set_pytorch_hook(hook)
-        try:
-            job, log, _ = submit(login_env, tmp_path, f"hook-{hook}", f"IMAGE={built_image['path']}",
-                                 f"ARGS={TRAIN} trainer.epochs=1 output.dir={tmp_path / f'run-{hook}'}")
-            state, _ = wait(pyxis_cluster, job, log)
-        finally:
-            pyxis_cluster.set_pytorch_hook(False)
-        text = read(log)
-        assert state == "COMPLETED", text
-        assert_ran_in_image(text)
-        masters = {m for _h, m in placement(text).values()}
-        sources = {src for *_x, src in PLACEMENT.findall(text)}
-        if hook:
-            assert masters == {f"n1:{61000 + int(job) % 4536}"} and sources == {"MASTER_ADDR/MASTER_PORT"}, text
-        else:
-            assert masters == {f"n1:{port_for_job(job)}"}, text
-            assert len(sources) == 1 and "MASTER_ADDR" not in sources.pop(), text
-        seen[hook] = f"{masters.pop()} from {', '.join(sorted({src for *_x, src in PLACEMENT.findall(text)}))}"
-    say(capsys, f"enroot PyTorch hook on: ranks used {seen[True]}; off: {seen[False]}")
+    """With enroot's PyTorch hook the ranks use its MASTER_ADDR/MASTER_PORT (61000 + job id % 4536), every
+    rank agrees, and each says which variables gave it (without the hook: the baseline's job)."""
+    pyxis_cluster.set_pytorch_hook(True)
+    try:
+        job, log, _ = submit(login_env, tmp_path, "hook", f"IMAGE={built_image['path']}",
+                             f"ARGS={TRAIN} trainer.epochs=1 output.dir={tmp_path / 'run'}")
+        state, _ = wait(pyxis_cluster, job, log)
+    finally:
+        pyxis_cluster.set_pytorch_hook(False)
+    text = read(log)
+    assert state == "COMPLETED", text
+    nodes = pyxis_cluster.job_nodes(job)
+    assert_ran_in_image(text, nodes)
+    hook = f"{nodes[0]}:{61000 + int(job) % 4536}"
+    assert {m for _h, m in placement(text).values()} == {hook}, text
+    assert sources(text) == {"MASTER_ADDR/MASTER_PORT"}, text
+    say(capsys, f"enroot PyTorch hook on: ranks used {hook} from MASTER_ADDR/MASTER_PORT")
 
 
 def test_make_srun_line_runs_in_salloc_with_the_hook(pyxis_cluster, built_image, login_env, tmp_path, capsys):
@@ -417,10 +412,11 @@ def test_make_srun_line_runs_in_salloc_with_the_hook(pyxis_cluster, built_image,
     text = r.stdout + r.stderr
     assert r.returncode == 0, text
     job = int(re.search(r"Granted job allocation (\d+)", r.stderr).group(1))
-    assert_ran_in_image(text)
-    hook = f"n1:{61000 + job % 4536}"
+    nodes = pyxis_cluster.job_nodes(job)
+    assert_ran_in_image(text, nodes)
+    hook = f"{nodes[0]}:{61000 + job % 4536}"
     assert {m for _h, m in placement(text).values()} == {hook}, text
-    assert {src for *_x, src in PLACEMENT.findall(text)} == {"MASTER_ADDR/MASTER_PORT"}
+    assert sources(text) == {"MASTER_ADDR/MASTER_PORT"}
     say(capsys, f"make srun line in salloc -N2 -n4 with the hook: rc 0, ranks used the hook's {hook}")
 
 
@@ -433,7 +429,7 @@ def test_seed_form_with_a_named_container_and_relative_mount(pyxis_cluster, buil
     r = pyxis_cluster.run(cmd, cwd=ROOT, timeout=JOB_TIMEOUT)
     text = r.stdout + r.stderr
     assert r.returncode == 0, text
-    assert_ran_in_image(text, exe="/usr/bin/python3")
+    assert_ran_in_image(text, None, exe="/usr/bin/python3")  # srun prints no job id: the nodes its ranks name
 
 
 def test_registry_style_image_installs_at_job_start_offline_into_a_named_container(
@@ -448,7 +444,7 @@ def test_registry_style_image_installs_at_job_start_offline_into_a_named_contain
     assert state == "COMPLETED", text
     assert text.count("install-project.sh: done; torch") == 2, text  # once per node
     assert f"installing the project into {standin.path} on every node" in text, text
-    assert_ran_in_image(text)
+    assert_ran_in_image(text, pyxis_cluster.job_nodes(job))
     say(capsys, f"INSTALL_PROJECT=1 on the base image: job {job} COMPLETED, first step "
                 f"{seen['step'] - started:.0f} s after submit (offline install on both nodes included)")
 

@@ -8,7 +8,7 @@ or by importing the fixture::
 
     from tests.harness.conftest_slurm import slurm_cluster  # noqa: F401
 
-``slurm_cluster`` is session-scoped: one two-node cluster (n1, n2, 2 CPUs each)
+``slurm_cluster`` is session-scoped: one four-node cluster (n1..n4, 2 CPUs each)
 for the whole session, torn down at the end, with NVIDIA's pyxis and enroot loaded
 (tests/harness/pyxis_setup.py builds them from ../shared/pyxis when missing). Where pyxis
 cannot be had, the cluster starts without it and ``pyxis_cluster`` (the container
@@ -33,7 +33,13 @@ from tests.harness.slurm_cluster import (
     unavailable_reason,
 )
 
-__all__ = ["slurm_cluster", "pyxis_cluster", "slurm_capable", "skip_or_fail_unavailable"]
+__all__ = ["SESSION_NODES", "slurm_cluster", "pyxis_cluster", "slurm_capable", "skip_or_fail_unavailable"]
+
+# One cluster serves the whole suite (a start costs seconds; a node, a few processes and a
+# namespace). Four nodes, so that a job spans more than two (host lists with ranges, the master
+# on the first of a longer list), and the two-node jobs run on whichever two SLURM picks, as on
+# a real cluster.
+SESSION_NODES = 4
 
 
 @contextlib.contextmanager
@@ -55,7 +61,7 @@ def _sigterm_as_interrupt():
 
 @pytest.fixture(scope="session")
 def slurm_cluster(tmp_path_factory):
-    """A started two-node SlurmCluster shared by the session (see tests/harness/slurm_cluster.py)."""
+    """A started SlurmCluster of SESSION_NODES nodes shared by the session (tests/harness/slurm_cluster.py)."""
     reason = unavailable_reason(install=True)
     if reason:
         skip_or_fail_unavailable(reason)
@@ -65,7 +71,7 @@ def slurm_cluster(tmp_path_factory):
             pyxis_setup.ensure_installed()
     except pyxis_setup.PyxisUnavailable as e:
         pyxis_reason = str(e)
-    cluster = SlurmCluster(nodes=2, cpus_per_node=2, pyxis=pyxis_reason is None,
+    cluster = SlurmCluster(nodes=SESSION_NODES, cpus_per_node=2, pyxis=pyxis_reason is None,
                            workdir=tmp_path_factory.mktemp("slurm-cluster"))
     cluster.pyxis_unavailable = pyxis_reason
     with _sigterm_as_interrupt():
