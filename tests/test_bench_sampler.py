@@ -15,7 +15,7 @@ import torch
 
 from bench import sampler as bench_sampler
 from bench.anchor import anchor_python
-from tests.harness.anchor_cache import AnchorUnavailable, ensure_anchor
+from tests.harness.anchor_cache import AnchorUnavailable
 from tests.harness.localjob import ROOT
 
 QUICK = ["--sizes", "small", "--scale", "0.1", "--threads", "1,2", "--batches", "2", "--loader-batches", "2",
@@ -121,14 +121,17 @@ def test_quick_run_without_the_anchor_says_so_and_measures_the_project(tmp_path)
 
 
 @pytest.fixture(scope="module")
-def anchor_venv(request):
-    """The per-machine anchor; skipped, with the reason, only where it cannot be built (no sources, no compiler)."""
+def anchor_venv(machine_parts, request):
+    """The per-machine anchor, built in the background from the start of the session (tests/harness/prepare.py);
+    skipped, with the reason, only where it cannot be built (no sources, no compiler)."""
     capman = request.config.pluginmanager.getplugin("capturemanager")
     with capman.global_and_fixture_disabled():
-        try:
-            venv, seconds = ensure_anchor(log=lambda m: print(f"\n[bench] {m}", flush=True))
-        except AnchorUnavailable as e:
-            pytest.skip(f"the pyg-lib anchor cannot be built here: {e}")
+        outcome = machine_parts.outcome("pyg-lib anchor")
+        for message in outcome.messages:
+            print(f"\n[bench] {message}", flush=True)
+        if isinstance(outcome.error, AnchorUnavailable):
+            pytest.skip(f"the pyg-lib anchor cannot be built here: {outcome.error}")
+        venv, seconds = machine_parts.result("pyg-lib anchor")
         print(f"\n[bench] pyg-lib anchor {venv}: " + (f"built in {seconds:.0f} s" if seconds else "reused"), flush=True)
     return venv
 

@@ -55,15 +55,18 @@ def say(capsys, text: str) -> None:
 # ----------------------------------------------------------------------------- fixtures
 
 @pytest.fixture(scope="module")
-def standin(pyxis_cluster, request) -> ngc_standin.Standin:
-    """The NGC-like base image, built once per machine (keyed by requirements.lock)."""
+def standin(pyxis_cluster, machine_parts, request) -> ngc_standin.Standin:
+    """The NGC-like base image, built once per machine (keyed by requirements.lock), in the background
+    from the start of the session (tests/harness/prepare.py)."""
     capman = request.config.pluginmanager.getplugin("capturemanager")
     with capman.global_and_fixture_disabled():
-        try:
-            image = ngc_standin.build_standin(log=lambda m: print(f"[container] {m}", flush=True))
-        except ngc_standin.StandinUnavailable as e:
+        outcome = machine_parts.outcome("NGC stand-in")
+        for message in outcome.messages:
+            print(f"[container] {message}", flush=True)
+        if isinstance(outcome.error, ngc_standin.StandinUnavailable):
             from tests.harness.slurm_cluster import skip_or_fail_unavailable
-            skip_or_fail_unavailable(f"the NGC stand-in image cannot be built: {e}")
+            skip_or_fail_unavailable(f"the NGC stand-in image cannot be built: {outcome.error}")
+        image = machine_parts.result("NGC stand-in")
         cost = ("reused from " + str(image.path.parent) if image.reused else
                 ", ".join(f"{k} {v:.0f} s" for k, v in image.timings.items()))
         print(f"[container] NGC stand-in {image.path.name}: {image.size_mib:.0f} MiB, torch "

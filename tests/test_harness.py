@@ -14,6 +14,7 @@ import pytest
 
 from tests.harness import ngc_standin, pyxis_setup, slurm_conf, standin_bin
 from tests.harness.localjob import ROOT, WORKERS, srun_env
+from tests.harness.prepare import Preparation
 from tests.harness.slurm_cluster import SlurmCluster
 
 STANDINS = ROOT / "tests" / "harness" / "standins"
@@ -117,6 +118,35 @@ def test_srun_env_spreads_ranks_evenly_over_nodes():
     assert (env["SLURM_PROCID"], env["SLURM_LOCALID"], env["SLURM_NODEID"], env["SLURM_NTASKS_PER_NODE"]) == \
         ("5", "1", "1", "4")
     assert env["SLURM_JOB_NODELIST"] == "node[1-2]" and srun_env(0, 1, 1, "1", 1)["SLURM_JOB_NODELIST"] == "node1"
+
+
+# ---- the once-per-machine parts, built in the background ---------------------------------------------
+def test_preparation_builds_in_order_in_the_background_at_nice_19_and_hands_over_results_and_errors():
+    calls = []
+
+    def nice_of_a_child(log):
+        calls.append("first")
+        log("building the first")
+        return subprocess.run(["nice"], capture_output=True, text=True).stdout.strip()  # the niceness it inherits
+
+    def failing(log):
+        calls.append("second")
+        raise ValueError("cannot build the second here")
+
+    def third(log):
+        calls.append("third")
+        return 3
+
+    parts = Preparation([("first", nice_of_a_child), ("second", failing), ("third", third)])
+    mine = os.getpriority(os.PRIO_PROCESS, 0)  # this thread's
+    parts.start(["second", "first"])  # the steps' own order, whatever the order asked in
+    assert parts.result("first") == "19"  # the build's processes yield to the tests'
+    assert parts.outcome("first").messages == ["building the first"]
+    with pytest.raises(ValueError, match="cannot build the second here"):
+        parts.result("second")
+    assert parts.result("third") == 3  # not started in the background: built when asked, here
+    assert parts.result("first") == "19" and calls == ["first", "second", "third"]  # each step runs once
+    assert os.getpriority(os.PRIO_PROCESS, 0) == mine  # the tests' own priority is untouched
 
 
 # ---- the reaper every daemon runs under (a real file, run as the cluster runs it) -------------------
