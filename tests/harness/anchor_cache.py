@@ -9,6 +9,8 @@ about 3 minutes on 2 cores: too slow for every clone, cheap once per machine. Th
 from __future__ import annotations
 
 import fcntl
+import os
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -24,7 +26,7 @@ class AnchorUnavailable(RuntimeError):
     """This machine cannot build the anchor (why, in the message)."""
 
 
-def ensure_anchor(log=print, timeout: float = 1800) -> tuple[Path, float]:
+def ensure_anchor(log=print, timeout: float = 3600) -> tuple[Path, float]:
     """(the anchor venv, seconds spent building it: 0 when reused) for bench/anchor.py's BENCH_ANCHOR_VENV."""
     CACHE_DIR.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
@@ -35,10 +37,18 @@ def ensure_anchor(log=print, timeout: float = 1800) -> tuple[Path, float]:
         if check.returncode == 0:
             return ANCHOR_DIR, 0.0
         log(f"building the pyg-lib anchor into {ANCHOR_DIR} (once per machine, ~3 min on 2 cores)")
-        build = subprocess.run(["bash", str(SCRIPT), str(ANCHOR_DIR)], capture_output=True, text=True,
-                               timeout=timeout, stdin=subprocess.DEVNULL)
+        # its own process group: on a timeout the compilers go too, not only bash (an orphaned compiler
+        # would write into the folder the next build starts afresh)
+        build = subprocess.Popen(["bash", str(SCRIPT), str(ANCHOR_DIR)], stdin=subprocess.DEVNULL,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        try:
+            _out, err = build.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(build.pid, signal.SIGKILL)
+            build.communicate()
+            raise RuntimeError(f"bench/anchor.sh {ANCHOR_DIR} did not finish within {timeout:.0f} s") from None
     if build.returncode == CANNOT_BUILD:
-        raise AnchorUnavailable(build.stderr.strip().splitlines()[-1])
+        raise AnchorUnavailable(err.strip().splitlines()[-1])
     if build.returncode != 0:
-        raise RuntimeError(f"bench/anchor.sh {ANCHOR_DIR} failed (exit {build.returncode}):\n{build.stderr[-3000:]}")
+        raise RuntimeError(f"bench/anchor.sh {ANCHOR_DIR} failed (exit {build.returncode}):\n{err[-3000:]}")
     return ANCHOR_DIR, time.monotonic() - started
