@@ -170,7 +170,9 @@ def test_reaper_names_who_signalled_it_and_starts_its_command_with_no_signal_ign
                              str(WORKERS / "reaper.py"), "--", "sh", "-c", script],
                             stdout=subprocess.PIPE, text=True)
     try:
-        assert proc.stdout.readline().split() == ["SigIgn:", "0000000000000000"]
+        field, mask = proc.stdout.readline().split()
+        # the standard signals 1-31 (bits 0-30); 32 and 33 are glibc's own, out of Python's reach (and not ours)
+        assert field == "SigIgn:" and int(mask, 16) & (2**31 - 1) == 0, mask
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=30)
     finally:

@@ -7,7 +7,7 @@ it imports nothing of the project.
 
 Every forwarded signal is logged with its sender (pid and command line) on stdout, the daemon's
 log/NAME.stdout: a daemon stopped by a signal the harness did not send says who sent it.
-CMD starts with every signal at its default disposition, as a daemon started by init does: what
+CMD starts with every signal Python can name at its default disposition, as a daemon started by init does: what
 is ignored stays ignored across exec, down to the jobs' tasks, and Python ignores SIGPIPE and
 SIGXFSZ (a suite started in the background of a script also ignores SIGINT and SIGQUIT).
 """
