@@ -1,4 +1,4 @@
-"""The pyg-lib anchor: PyG's own C++ sampler, built by bench/anchor.sh into .venv-anchor.
+"""The pyg-lib anchor: PyG's own C++ sampler, built by bench/anchor.sh into .venv-anchor (or BENCH_ANCHOR_VENV).
 
 The project's venv has no pyg-lib (no PyPI wheel for this machine). A benchmark that compares
 against it runs its measurement, project and pyg-lib side by side in one process, in the anchor's
@@ -13,7 +13,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-ANCHOR_VENV = ROOT / ".venv-anchor"
+# `make anchor` builds .venv-anchor; BENCH_ANCHOR_VENV names another build of bench/anchor.sh (the tests' one)
+ANCHOR_VENV = Path(os.environ.get("BENCH_ANCHOR_VENV") or ROOT / ".venv-anchor")
 SCRIPT = ROOT / "bench" / "anchor.sh"
 IN_ANCHOR = "BENCH_IN_ANCHOR"  # set in the re-executed process, so it never re-executes again
 

@@ -1,4 +1,4 @@
-"""Shared pytest wiring: the real two-node SLURM cluster fixture, and a leak check for /dev/shm."""
+"""Shared pytest wiring: the real SLURM test cluster fixture, and a leak check for /dev/shm."""
 
 import re
 from pathlib import Path

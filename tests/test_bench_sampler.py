@@ -1,6 +1,6 @@
 """The sampler benchmark's pure parts (ratios, A B A B order, the uniformity check and its power),
-a quick run of the whole benchmark without pyg-lib, and, where the pyg-lib anchor is already built
-(`make anchor`, ~3 min: too slow to build inside a test), the same run against it."""
+a quick run of the whole benchmark without pyg-lib, and the same run against the pyg-lib anchor, built
+once per machine for the tests (tests/harness/anchor_cache.py; ~3 min the first time)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import torch
 
 from bench import sampler as bench_sampler
 from bench.anchor import anchor_python
+from tests.harness.anchor_cache import AnchorUnavailable
 from tests.harness.localjob import ROOT
 
 QUICK = ["--sizes", "small", "--scale", "0.1", "--threads", "1,2", "--batches", "2", "--loader-batches", "2",
@@ -119,9 +120,25 @@ def test_quick_run_without_the_anchor_says_so_and_measures_the_project(tmp_path)
     assert "pyg-lib anchor not available (BENCH_ANCHOR=none" in out
 
 
-@pytest.mark.skipif(anchor_python()[0] is None, reason="the pyg-lib anchor is not built here (`make anchor`, ~3 min)")
-def test_quick_run_against_the_pyg_lib_anchor(tmp_path):
-    out, result = _quick_run(sys.executable, tmp_path)  # re-runs itself in the anchor's Python
+@pytest.fixture(scope="module")
+def anchor_venv(machine_parts, request):
+    """The per-machine anchor, built in the background from the start of the session (tests/harness/prepare.py);
+    skipped, with the reason, only where it cannot be built (no sources, no compiler)."""
+    capman = request.config.pluginmanager.getplugin("capturemanager")
+    with capman.global_and_fixture_disabled():
+        outcome = machine_parts.outcome("pyg-lib anchor")
+        for message in outcome.messages:
+            print(f"\n[bench] {message}", flush=True)
+        if isinstance(outcome.error, AnchorUnavailable):
+            pytest.skip(f"the pyg-lib anchor cannot be built here: {outcome.error}")
+        venv, seconds = machine_parts.result("pyg-lib anchor")
+        print(f"\n[bench] pyg-lib anchor {venv}: " + (f"built in {seconds:.0f} s" if seconds else "reused"), flush=True)
+    return venv
+
+
+def test_quick_run_against_the_pyg_lib_anchor(tmp_path, anchor_venv):
+    out, result = _quick_run(sys.executable, tmp_path, {"BENCH_ANCHOR_VENV": str(anchor_venv)})  # re-runs itself there
+    assert f"running in the pyg-lib anchor's Python: {anchor_venv / 'bin' / 'python'}" in out
     assert "running in the pyg-lib anchor's Python" in out
     assert result["anchor"]["pyg_lib"] is True and result["machine"]["pyg_lib"] is True
     _check_measured(result, with_pyg_lib=True)

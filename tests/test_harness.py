@@ -14,6 +14,7 @@ import pytest
 
 from tests.harness import ngc_standin, pyxis_setup, slurm_conf, standin_bin
 from tests.harness.localjob import ROOT, WORKERS, srun_env
+from tests.harness.prepare import Preparation
 from tests.harness.slurm_cluster import SlurmCluster
 
 STANDINS = ROOT / "tests" / "harness" / "standins"
@@ -129,6 +130,35 @@ def test_srun_env_spreads_ranks_evenly_over_nodes():
     assert env["SLURM_JOB_NODELIST"] == "node[1-2]" and srun_env(0, 1, 1, "1", 1)["SLURM_JOB_NODELIST"] == "node1"
 
 
+# ---- the once-per-machine parts, built in the background ---------------------------------------------
+def test_preparation_builds_in_order_in_the_background_at_nice_19_and_hands_over_results_and_errors():
+    calls = []
+
+    def nice_of_a_child(log):
+        calls.append("first")
+        log("building the first")
+        return subprocess.run(["nice"], capture_output=True, text=True).stdout.strip()  # the niceness it inherits
+
+    def failing(log):
+        calls.append("second")
+        raise ValueError("cannot build the second here")
+
+    def third(log):
+        calls.append("third")
+        return 3
+
+    parts = Preparation([("first", nice_of_a_child), ("second", failing), ("third", third)])
+    mine = os.getpriority(os.PRIO_PROCESS, 0)  # this thread's
+    parts.start(["second", "first"])  # the steps' own order, whatever the order asked in
+    assert parts.result("first") == "19"  # the build's processes yield to the tests'
+    assert parts.outcome("first").messages == ["building the first"]
+    with pytest.raises(ValueError, match="cannot build the second here"):
+        parts.result("second")
+    assert parts.result("third") == 3  # not started in the background: built when asked, here
+    assert parts.result("first") == "19" and calls == ["first", "second", "third"]  # each step runs once
+    assert os.getpriority(os.PRIO_PROCESS, 0) == mine  # the tests' own priority is untouched
+
+
 # ---- the reaper every daemon runs under (a real file, run as the cluster runs it) -------------------
 def reap(*cmd: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-I", str(WORKERS / "reaper.py"), *cmd], capture_output=True, text=True,
@@ -140,6 +170,26 @@ def test_reaper_exits_with_its_commands_status_after_every_descendant():
     done = reap("--", "sh", "-c", "(sleep 0.3; echo late) & echo early")  # the orphan is reparented and waited for
     assert done.returncode == 0 and done.stdout.split() == ["early", "late"]
     assert reap("--", "sh", "-c", "kill -TERM $$").returncode == 128 + signal.SIGTERM
+
+
+def test_reaper_names_who_signalled_it_and_starts_its_command_with_no_signal_ignored():
+    """A daemon stopped by a signal says who sent it (log/NAME.stdout); and the daemons (so the jobs' tasks)
+    ignore nothing, though Python ignores SIGPIPE and a suite started from a script's `&` ignores SIGINT."""
+    script = "grep SigIgn /proc/self/status; sleep 30"
+    proc = subprocess.Popen(["sh", "-c", 'trap "" INT; exec "$@"', "sh", sys.executable, "-I",
+                             str(WORKERS / "reaper.py"), "--", "sh", "-c", script],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        field, mask = proc.stdout.readline().split()
+        # the standard signals 1-31 (bits 0-30); 32 and 33 are glibc's own, out of Python's reach (and not ours)
+        assert field == "SigIgn:" and int(mask, 16) & (2**31 - 1) == 0, mask
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM
+    me = Path("/proc/self/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+    assert out.startswith(f"reaper: SIGTERM from pid {os.getpid()} ({me}), forwarded to sh (pid "), out
 
 
 def test_reaper_without_a_command_says_how_to_call_it():

@@ -1,4 +1,4 @@
-"""Preemption, requeue, resume and failing ranks on the real two-node SLURM test cluster.
+"""Preemption, requeue, resume and failing ranks on the real SLURM test cluster.
 
 Jobs go in through `make submit` (jobs/train.sbatch, bare mode, 4 CPU ranks on 2 nodes, gloo).
 The warning SLURM sends before a time limit (`--signal=B:USR1@120` in the template) is sent
@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.harness.machine import cmdline
 from train.errors import EXIT_REQUEUE, EXIT_STOPPED
 from train.loop import checkpoint as ck
 
@@ -75,19 +76,12 @@ def metrics(run_dir: Path) -> dict:
     return {k: v for k, v in summary.items() if not k.endswith("_seconds")}
 
 
-def rank_pid(job: str, rank: int) -> int:
-    """The host pid of `rank`'s training process (the test nodes share this PID namespace)."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            environ = dict(v.split("=", 1) for v in (entry / "environ").read_text().split("\0") if "=" in v)
-            cmdline = (entry / "cmdline").read_text()
-        except OSError:
-            continue
-        if (environ.get("SLURM_JOB_ID") == job and environ.get("SLURM_PROCID") == str(rank)
-                and "train\0fit" in cmdline):
-            return int(entry.name)
+def rank_pid(cluster, job: str, rank: int) -> int:
+    """The host pid of `rank`'s training process, among this cluster's processes (other clusters on
+    this machine have a job with this number too)."""
+    for pid, environ in cluster.job_processes(job).items():
+        if environ.get("SLURM_PROCID") == str(rank) and "-m train fit" in cmdline(pid):
+            return pid
     raise LookupError(f"no training process of rank {rank} in job {job}")
 
 
@@ -158,7 +152,7 @@ def test_kill_9_of_one_rank_fails_the_job_in_time_and_a_resubmission_completes(s
     args = f"{TRAIN} {SLOW} dist.collective_timeout_seconds={timeout} output.dir={run_dir}"
     job, log = submit(slurm_cluster, tmp_path, "kill", args)
     wait_for_line(slurm_cluster, job, log, r"^0: epoch 1 step 2/5")
-    os.kill(rank_pid(job, 2), signal.SIGKILL)
+    os.kill(rank_pid(slurm_cluster, job, 2), signal.SIGKILL)
     killed = time.monotonic()
     state = wait(slurm_cluster, job, log)
     elapsed = time.monotonic() - killed

@@ -35,39 +35,44 @@ def _log(msg: str) -> None:
 def test_nodes_idle(slurm_cluster):
     c = slurm_cluster
     _log(f"{c!r} started in {c.timings['start_s']:.2f}s (network {c.timings['network_s']:.2f}s)")
-    assert c.node_names == ["n1", "n2"]
-    assert c.node_states() == {"n1": "idle", "n2": "idle"}
-    p = c.run(["scontrol", "show", "node", "n2", "-o"], check=True)
+    assert c.node_names == [f"n{i}" for i in range(1, c.nodes + 1)] and c.nodes >= 4  # jobs of more than 2 nodes
+    c.wait_nodes_idle(30)  # a job of an earlier test may still be completing
+    assert c.node_states() == dict.fromkeys(c.node_names, "idle")
+    p = c.run(["scontrol", "show", "node", c.node_names[-1], "-o"], check=True)
     assert "CPUTot=2" in p.stdout and "State=IDLE" in p.stdout
     assert c.env["SLURM_CONF"] == str(c.conf_path)
     assert c.conf_path.is_file() and str(c.conf_path).startswith(str(c.workdir))
 
 
-def test_srun_spreads_tasks_over_both_nodes(slurm_cluster):
+def test_srun_spreads_tasks_over_the_nodes(slurm_cluster):
+    c = slurm_cluster
     t0 = time.monotonic()
-    p = slurm_cluster.run(["srun", "-N2", "-n4", "--ntasks-per-node=2", "--cpus-per-task=1",
-                           "hostname"], timeout=60)
+    p = c.run(["srun", "-N2", "-n4", "--ntasks-per-node=2", "--cpus-per-task=1", "hostname"], timeout=60)
     _log(f"srun -N2 -n4 hostname: {time.monotonic() - t0:.2f}s")
     assert p.returncode == 0, p.stderr
-    assert sorted(p.stdout.split()) == ["n1", "n1", "n2", "n2"]
+    first, second = sorted(set(p.stdout.split()))  # whichever two nodes SLURM gave, two tasks on each
+    assert sorted(p.stdout.split()) == [first, first, second, second] and {first, second} <= set(c.node_names)
+    p = c.run(["srun", f"-N{c.nodes}", f"-n{c.nodes}", "hostname"], timeout=60)
+    assert p.returncode == 0 and sorted(p.stdout.split()) == c.node_names, p.stdout + p.stderr
 
 
 def test_node_names_resolve_and_tcp_between_nodes(slurm_cluster):
     c = slurm_cluster
-    p = c.run(["srun", "-N1", "-w", "n2", "getent", "hosts", "n1"], timeout=60)
+    first, last = c.node_names[0], c.node_names[-1]
+    p = c.run(["srun", "-N1", "-w", last, "getent", "hosts", first], timeout=60)
     assert p.returncode == 0, p.stderr
-    assert p.stdout.split()[:2] == [c.addresses["n1"], "n1"]
+    assert p.stdout.split()[:2] == [c.addresses[first], first]
 
-    # rank 0 (first node, n1) listens; rank 1 (n2) connects to "n1" by name.
+    # rank 0 (the first node) listens; rank 1 (the last node) connects to the first by name.
     port = random.randint(40000, 45000)
     t0 = time.monotonic()
-    p = c.run(["srun", "-N2", "-n2", "--ntasks-per-node=1", sys.executable, str(WORKERS / "tcp_pair.py"), str(port)],
-              timeout=60)
-    _log(f"TCP n2 -> n1 over srun: {time.monotonic() - t0:.2f}s")
+    p = c.run(["srun", "-N2", "-n2", "--ntasks-per-node=1", "-w", f"{first},{last}", sys.executable,
+               str(WORKERS / "tcp_pair.py"), str(port)], timeout=60)
+    _log(f"TCP {last} -> {first} over srun: {time.monotonic() - t0:.2f}s")
     assert p.returncode == 0, p.stdout + p.stderr
     lines = sorted(p.stdout.splitlines())
-    assert lines[0] == f"rank0 n1 got hello-from-n2 from {c.addresses['n2']}"
-    assert lines[1] == "rank1 n2 sent"
+    assert lines[0] == f"rank0 {first} got hello-from-{last} from {c.addresses[last]}"
+    assert lines[1] == f"rank1 {last} sent"
 
 
 def test_batch_jobs_complete_and_fail(slurm_cluster):
@@ -90,17 +95,18 @@ def test_batch_jobs_complete_and_fail(slurm_cluster):
     assert c.job_state(ok) == "COMPLETED"  # still visible (MinJobAge)
 
 
-def test_first_hostname_in_two_node_batch_job(slurm_cluster):
+def test_first_hostname_in_a_batch_job_on_every_node(slurm_cluster):
     c = slurm_cluster
     out = c.workdir / "jobs" / "first-host-%j.out"
     t0 = time.monotonic()
-    job = c.sbatch(["-N2", "--ntasks-per-node=1", "-o", str(out), "--wrap",
-                    'scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1; hostname'])
+    job = c.sbatch([f"-N{c.nodes}", "--ntasks-per-node=1", "-o", str(out), "--wrap",
+                    'echo "$SLURM_JOB_NODELIST"; scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1; hostname'])
     assert c.wait_job(job, timeout=30) == "COMPLETED"
-    _log(f"2-node batch job turnaround {time.monotonic() - t0:.2f}s")
+    _log(f"{c.nodes}-node batch job turnaround {time.monotonic() - t0:.2f}s")
     text = Path(str(out).replace("%j", job)).read_text().split()
-    assert text == ["n1", "n1"]  # first host of the allocation, and the batch host
-    assert c.job_info(job)["NodeList"] == "n[1-2]"
+    # a host list with a range; its first host, and the batch host, is n1
+    assert text == [f"n[1-{c.nodes}]", "n1", "n1"] and c.job_info(job)["NodeList"] == f"n[1-{c.nodes}]"
+    assert c.job_nodes(job) == c.node_names
 
 
 def test_wait_job_rides_through_requeue(slurm_cluster):
@@ -178,7 +184,7 @@ def test_second_instance_and_clean_teardown(slurm_cluster, capable, tmp_path):
     assert not rundir.exists()
     assert c.leftovers() == []
     # the session cluster did not notice
-    assert first.node_states() == {"n1": "idle", "n2": "idle"}
+    assert first.node_states() == dict.fromkeys(first.node_names, "idle")
 
 
 def test_failed_start_cleans_up(capable, tmp_path):

@@ -1,4 +1,4 @@
-"""`make submit` asks the real test cluster (2 nodes of 2 CPUs, no GPUs, partition debug) before submitting:
+"""`make submit` asks the real test cluster (4 nodes of 2 CPUs, no GPUs, partition debug) before submitting:
 a request that could never start is refused with what the partition offers; one that fits is submitted."""
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def jobs(cluster) -> list[str]:
     (["NODES=2", "GPUS=4", "GPUS_PER_TASK=0", "CPUS_PER_TASK=8"],
      ["CPUS_PER_TASK=8 x 2 tasks per node = 16 CPUs per node", "'debug' have at most 2 CPUs", "CPUS_PER_TASK=1"]),
     (["NODES=1", "GPUS=2", "GPUS_PER_TASK=0", "CPUS_PER_TASK=2"], ["4 CPUs per node", "at most 2 CPUs"]),
-    (["NODES=3", "GPUS=3", "GPUS_PER_TASK=0"], ["NODES=3", "partition 'debug' has only 2 node(s)"]),
+    (["NODES=5", "GPUS=5", "GPUS_PER_TASK=0"], ["NODES=5", "partition 'debug' has only 4 node(s)"]),
     (["PARTITION=nosuch", "GPUS_PER_TASK=0"], ["PARTITION='nosuch'", "debug"]),
     (["NODES=1", "GPUS=1"], ["1 GPUs per node", "at most 0 GPU(s)", "GPUS_PER_TASK=0"]),
     (["GPUS_PER_TASK=0", "TIME=12:00:00:00"], ["TIME='12:00:00:00' is not a SLURM time"]),

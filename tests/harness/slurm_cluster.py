@@ -137,7 +137,13 @@ class SlurmCluster:
         self._procs: list[tuple[str, subprocess.Popen]] = []
         self._logs_open: list = []
         self._ns_created: list[str] = []
+        # Each node namespace's inode, with an open file that keeps the namespace (so the number)
+        # ours until this object goes: a freed namespace number is handed to the next namespace
+        # made on the machine, maybe another cluster's node, and whatever this cluster kills by
+        # namespace must never be that cluster's.
         self._ns_inodes: set[int] = set()
+        self._ns_pins: list = []
+        self._owner_pid: int | None = None  # the process that started it; a forked copy never stops it
         self._links_created: list[str] = []
         self._tmp_rundir: Path | None = None
         self._started = False
@@ -213,6 +219,7 @@ class SlurmCluster:
             except _pyxis_setup().PyxisUnavailable as e:
                 raise SlurmClusterUnavailable(f"pyxis/enroot: {e}") from None
         self._started = True
+        self._owner_pid = os.getpid()
         import atexit  # cleanup is registered before anything is created
         atexit.register(self.stop)
         t0 = time.monotonic()
@@ -304,7 +311,9 @@ class SlurmCluster:
                     raise SlurmClusterUnavailable(f"cannot create network namespaces: {err}")
                 raise SlurmClusterError(f"`ip netns add {ns}` failed: {err}")
             self._ns_created.append(ns)
-            self._ns_inodes.add(os.stat(f"/run/netns/{ns}").st_ino)
+            pin = open(f"/run/netns/{ns}", "rb", buffering=0)  # held for the object's life
+            self._ns_pins.append(pin)
+            self._ns_inodes.add(os.fstat(pin.fileno()).st_ino)
             veth = self.veths[n]
             self._ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
             self._links_created.append(veth)
@@ -466,6 +475,14 @@ class SlurmCluster:
             raise LookupError(f"job {job_id}: {(p.stderr or p.stdout).strip()}")
         return parse_scontrol_oneliner(line)
 
+    def job_nodes(self, job_id) -> list[str]:
+        """The job's nodes in SLURM's order: its NodeList expanded by ``scontrol show hostnames``."""
+        nodelist = self.job_info(job_id)["NodeList"]
+        p = self.run(["scontrol", "show", "hostnames", nodelist], timeout=30)
+        if p.returncode != 0 or not p.stdout.split():
+            raise SlurmClusterError(f"job {job_id}: cannot expand NodeList={nodelist!r}: {p.stderr.strip()}")
+        return p.stdout.split()
+
     def job_state(self, job_id) -> str:
         return self.job_info(job_id)["JobState"]
 
@@ -512,21 +529,32 @@ class SlurmCluster:
         before a time limit ("signal only the batch shell, none of the other processes"),
         and return its PID. ``scancel --batch`` is not the same: it signals the shell's child
         processes too, srun among them, which forwards the signal to every process of its
-        step. The test nodes share this machine's PID namespace, so the shell is found in /proc."""
+        step. The test nodes share this machine's PID namespace, so the shell is found in /proc,
+        among this cluster's processes (job_processes)."""
         deadline = time.monotonic() + timeout
         while True:
-            for pid in all_pids():
-                try:
-                    environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-                except OSError:
-                    continue
-                if (f"SLURM_JOB_ID={job_id}".encode() in environ and "slurm_script" in cmdline(pid)
-                        and comm(ppid(pid) or 0) == "slurmstepd" and alive(pid)):  # not a subshell
+            for pid in self.job_processes(job_id):
+                if "slurm_script" in cmdline(pid) and comm(ppid(pid) or 0) == "slurmstepd":  # not a subshell
                     kill(pid, sig)
                     return pid
             if time.monotonic() > deadline:
                 raise SlurmClusterError(f"no batch shell of job {job_id} found")
             time.sleep(0.1)
+
+    def job_processes(self, job_id) -> dict[int, dict[str, str]]:
+        """pid -> environment of every live process of job ``job_id`` on this cluster's nodes. The test
+        nodes share this machine's PID namespace, and every test cluster numbers its jobs from 1: a
+        process is this cluster's only where it runs in one of its node namespaces."""
+        out = {}
+        for pid in pids_in_netns(self._ns_inodes):
+            try:
+                raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            environ = dict(item.decode(errors="replace").split("=", 1) for item in raw if b"=" in item)
+            if environ.get("SLURM_JOB_ID") == str(job_id) and alive(pid):
+                out[pid] = environ
+        return out
 
     def logs_tail(self, n: int = 20) -> str:
         return "\n".join(f"--- {name} ({path}):\n{tail(path, n)}"
@@ -536,7 +564,7 @@ class SlurmCluster:
     def stop(self) -> None:
         """Stop all daemons (SIGTERM, SIGKILL after a grace period), kill whatever
         still runs in the node namespaces, remove namespaces/links. Idempotent."""
-        if self._stopped or not self._started or self._stopping:
+        if self._stopped or not self._started or self._stopping or os.getpid() != self._owner_pid:
             return
         self._stopping = True  # interrupted halfway, atexit runs it again
         try:
@@ -626,6 +654,8 @@ class SlurmCluster:
             except subprocess.TimeoutExpired:
                 pass
         for _ in range(3):
+            if p.poll() is not None:  # reaped: its number may be another process's now, and so its "descendants"
+                break
             for pid in descendants(p.pid):
                 kill(pid, signal.SIGKILL)
             try:
