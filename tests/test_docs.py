@@ -1,0 +1,176 @@
+"""The docs cannot drift from the code: every make target, make variable, config key, subcommand and exit
+status they name exists, and every link between the pages resolves (to a file, and to a heading there).
+
+Read from the Markdown sources and the code's own homes: the Makefile and mk/*.mk (targets with `##`),
+jobs/knobs.mk and the `?=` lines (variables), train/config.py's dataclasses (config keys),
+train/__main__.py's SUBCOMMANDS, train/errors.py (exit statuses).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+import pytest
+
+import train.errors
+from train.__main__ import SUBCOMMANDS
+from train.config import Config
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = sorted([ROOT / "README.md", ROOT / "CONTRIBUTING.md", ROOT / "bench" / "README.md",
+                *(ROOT / "docs").glob("*.md")])
+README_MAX_LINES = 160  # the user's five minutes (issue 19: "aim: under ~150 lines")
+
+MAKEFILES = [ROOT / "Makefile", *sorted((ROOT / "mk").glob("*.mk")), ROOT / "jobs" / "knobs.mk"]
+LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)|!\[[^\]]*\]\(([^)\s]+)\)")
+CODE_SPAN = re.compile(r"`([^`\n]+)`")
+MAKE_CALL = re.compile(r"(?:^|[\s;(|&])make((?:\s+(?:[A-Za-z_][A-Za-z0-9_-]*=(?:'[^']*'|\"[^\"]*\"|\S*)|[a-z][a-z0-9-]*))+)")
+CONFIG_KEY = re.compile(r"(?<![\w./-])(" + "|".join(f.name for f in dataclasses.fields(Config)) +
+                        r")\.([a-z_][a-z0-9_]*)\b")
+# `data.sh`, `model.pt`: file names that look like section.key
+FILE_SUFFIXES = {"sh", "py", "pt", "md", "mk", "yaml", "json", "jsonl", "png", "npy", "sqsh", "lock", "log", "txt"}
+SUBCOMMAND = re.compile(r"python3? -m train (?!\.)([a-z][a-z-]*)")
+EXIT_NAME = re.compile(r"\bEXIT_[A-Z_]+\b")
+
+
+def make_targets() -> set[str]:
+    """The targets `make help` lists (a `target: ... ## doc` line)."""
+    found = set()
+    for path in MAKEFILES:
+        found |= set(re.findall(r"^([a-z][a-z0-9-]*):[^=\n]*##", path.read_text(), flags=re.MULTILINE))
+    return found
+
+
+def make_variables() -> set[str]:
+    """Every variable a user may set: `NAME ?=` in the Makefile, mk/*.mk and jobs/knobs.mk."""
+    found = set()
+    for path in MAKEFILES:
+        found |= set(re.findall(r"^([A-Z][A-Z0-9_]*)\s*\?=", path.read_text(), flags=re.MULTILINE))
+    return found
+
+
+def config_keys() -> dict[str, set[str]]:
+    return {f.name: {g.name for g in dataclasses.fields(f.type if isinstance(f.type, type) else
+                                                           type(getattr(Config(), f.name)))}
+            for f in dataclasses.fields(Config)}
+
+
+def code_text(page: Path) -> list[tuple[int, str]]:
+    """(line number, text) of every code span and every line of a fenced block: where commands and keys are named."""
+    out, fenced = [], False
+    for number, line in enumerate(page.read_text().splitlines(), 1):
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+            continue
+        if fenced:
+            out.append((number, line))
+        else:
+            out.extend((number, span) for span in CODE_SPAN.findall(line))
+    return out
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    text = re.sub(r"[`*_]", "", heading.strip().lower())
+    text = re.sub(r"[^\w\- ]", "", text)
+    return text.replace(" ", "-")
+
+
+def anchors(page: Path) -> set[str]:
+    seen: dict[str, int] = {}
+    out = set()
+    fenced = False
+    for line in page.read_text().splitlines():
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+        if fenced or not line.startswith("#"):
+            continue
+        base = slug(line.lstrip("#"))
+        n = seen.get(base, 0)
+        seen[base] = n + 1
+        out.add(base if n == 0 else f"{base}-{n}")
+    return out
+
+
+def page_id(page: Path) -> str:
+    return str(page.relative_to(ROOT))
+
+
+@pytest.mark.parametrize("page", PAGES, ids=page_id)
+def test_every_link_resolves(page):
+    broken = []
+    for number, line in enumerate(page.read_text().splitlines(), 1):
+        for match in LINK.finditer(line):
+            target = match.group(1) or match.group(2)
+            if re.match(r"[a-z]+:", target):  # http(s):, mailto:: outside the tree
+                continue
+            path_part, _, anchor = target.partition("#")
+            dest = (page.parent / path_part).resolve() if path_part else page
+            if not dest.exists():
+                broken.append(f"{page_id(page)}:{number}: {target} (no such file)")
+            elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
+                broken.append(f"{page_id(page)}:{number}: {target} (no heading #{anchor} in {dest.name})")
+    assert not broken, "\n".join(broken)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=page_id)
+def test_every_make_target_and_variable_named_exists(page):
+    targets, variables = make_targets(), make_variables()
+    unknown = []
+    for number, text in code_text(page):
+        for match in MAKE_CALL.finditer(text):
+            for word in match.group(1).split():
+                name = word.split("=", 1)[0]
+                if "=" in word and name not in variables:
+                    unknown.append(f"{page_id(page)}:{number}: make variable {name} ({text.strip()})")
+                elif "=" not in word and re.fullmatch(r"[a-z][a-z0-9-]*", word) and word not in targets:
+                    unknown.append(f"{page_id(page)}:{number}: make target {word} ({text.strip()})")
+    assert not unknown, "\n".join(unknown)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=page_id)
+def test_every_config_key_named_exists(page):
+    keys = config_keys()
+    unknown = [f"{page_id(page)}:{number}: {section}.{key}"
+               for number, text in code_text(page) for section, key in CONFIG_KEY.findall(text)
+               if key not in keys[section] and key not in FILE_SUFFIXES]
+    assert not unknown, "\n".join(unknown)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=page_id)
+def test_every_subcommand_and_exit_status_named_exists(page):
+    text = page.read_text()
+    unknown = [f"python -m train {name}" for name in SUBCOMMAND.findall(text) if name not in SUBCOMMANDS]
+    unknown += [name for name in EXIT_NAME.findall(text) if not hasattr(train.errors, name)]
+    assert not unknown, f"{page_id(page)} names what does not exist: {sorted(set(unknown))}"
+
+
+def test_the_exit_status_table_matches_train_errors():
+    """docs/ lists each status as `| N | EXIT_NAME | ... |`: the numbers are train/errors.py's."""
+    rows = [(int(n), name) for page in PAGES
+            for n, name in re.findall(r"^\|\s*`?(\d+)`?\s*\|\s*`(EXIT_[A-Z_]+)`", page.read_text(), re.MULTILINE)]
+    defined = {name: value for name, value in vars(train.errors).items() if name.startswith("EXIT_")}
+    assert {name for _, name in rows} == set(defined), "every exit status has one row in the docs' table"
+    assert all(defined[name] == n for n, name in rows), rows
+
+
+def test_readme_is_the_five_minute_path():
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines; move the depth to docs/"
+
+
+# ---- the checks themselves see what they must (else they would pass vacuously) ----------------------
+def test_the_checks_see_bad_names(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("# Title\n\nRun `make submt NODES=2 GPUZ=4` with `trainer.epochz=3`.\n\n"
+                    "```sh\nmake image DRY_RUN=1\n```\nSee [x](missing.md) and [y](#title) and [z](#nope).\n")
+    found = [(n, w) for n, t in code_text(page) for m in MAKE_CALL.finditer(t) for w in m.group(1).split()]
+    assert found == [(3, "submt"), (3, "NODES=2"), (3, "GPUZ=4"), (6, "image"), (6, "DRY_RUN=1")]
+    assert "submt" not in make_targets() and "GPUZ" not in make_variables() and "NODES" in make_variables()
+    assert [m for _, t in code_text(page) for m in CONFIG_KEY.findall(t)] == [("trainer", "epochz")]
+    assert CONFIG_KEY.findall("container/data.sh and model.pt") == [("model", "pt")]  # data.sh: after a slash
+    assert "epochz" not in config_keys()["trainer"] and "epochs" in config_keys()["trainer"]
+    assert anchors(page) == {"title"}
+    assert slug("Preemption, failures and resume") == "preemption-failures-and-resume"
