@@ -3,10 +3,16 @@
 SHELL := /bin/bash
 .SHELLFLAGS := -euo pipefail -c
 .DEFAULT_GOAL := help
+# The order `make help` lists the targets in: the order a user needs them (a target not named here comes last).
+HELP_ORDER := help setup run test image data submit srun doctor tail logs report bench anchor gpu-check lint clean
 
+# the Python that builds the venv (3.10 or newer)
 PYTHON ?= python3
+# the pinned venv every target runs in
 VENV ?= .venv
+# make run / make doctor: local processes (ranks)
 NPROC ?= 2
+# make test: pytest's arguments, e.g. '-k doctor -x'
 PYTEST_ARGS ?=
 # The job's knobs (CONFIG, ARGS, IMAGE, NODES, GPUS, ...): each default and its documentation, once.
 include jobs/knobs.mk
@@ -28,12 +34,13 @@ split = read -r -a $(1) <<<"$$$(2)"
 .PHONY: help setup run test lint clean
 
 help: ## List every target and the variables it reads
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk -v order="$(HELP_ORDER)" 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {doc[$$1] = $$2} \
+		END {n = split(order, names, " "); for (i = 1; i <= n; i++) {printf "  make %-10s %s\n", names[i], doc[names[i]]; \
+		delete doc[names[i]]} for (t in doc) printf "  make %-10s %s\n", t, doc[t]}' $(MAKEFILE_LIST)
 	@echo
-	@echo "Variables (set as make VAR=value; the job's knobs with their documentation, from jobs/knobs.mk):"
-	@awk '/^# / {doc = substr($$0, 3); next} /^[A-Z_]+ \?=/ {sub(/ \?= */, "="); \
-		if (FILENAME ~ /knobs\.mk$$/) printf "  %-22s %s\n", $$0, doc; else printf "  %s\n", $$0} {doc = ""}' \
-		$(MAKEFILE_LIST)
+	@echo "Variables (make VAR=value; the job's knobs are defined in jobs/knobs.mk):"
+	@awk '/^# / {doc = substr($$0, 3); next} /^[A-Z_]+ \?=/ {sub(/ \?= */, "="); printf "  %-21s  %s\n", $$0, doc} \
+		{doc = ""}' $(MAKEFILE_LIST)
 
 # The venv is rebuilt only when the pinned dependency files change.
 $(VENV)/.stamp: requirements.lock requirements-dev.lock

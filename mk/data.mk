@@ -1,6 +1,9 @@
 # `make data DATASET=...`: prepare a dataset into DATA_DIR on a login node, inside the job image.
-DATASET ?=
 # DATA_DIR (default: data/) is shared with `make submit` (mk/jobs.mk).
+
+# make data: a shipped config's dataset or a PyG dataset name
+DATASET ?=
+# make data: where it runs: auto, enroot (the image here), srun (the image on a node), bare (the venv)
 DATA_MODE ?= auto
 
 .PHONY: data

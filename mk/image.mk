@@ -2,9 +2,13 @@
 # The base tag has one source, the `ARG PYG_TAG=` line of container/Dockerfile, read by jobs/lib/knobs.sh.
 # IMAGE and IMAGE_DIR, shared with `make submit` and `make data`, are defined in jobs/knobs.mk.
 PYG_TAG_DEFAULT := $(shell env -u PYG_TAG bash $(CURDIR)/jobs/lib/knobs.sh PYG_TAG)
+# make image: the tag of nvcr.io/nvidia/pyg to build on (default: container/Dockerfile's)
 PYG_TAG ?= $(PYG_TAG_DEFAULT)
+# make image: auto (docker where a daemon answers, else enroot), docker or enroot
 BUILDER ?= auto
+# every target that acts: 1 prints what it would do, does nothing
 DRY_RUN ?=
+# make image BUILDER=docker: 1 also converts the docker image to IMAGE (.sqsh) with enroot
 SQSH ?=
 # the imported NVIDIA base (enroot route), reused when it exists; empty: $(IMAGE_DIR)/nvidia+pyg+$(PYG_TAG).sqsh
 BASE_SQSH ?=

@@ -1,6 +1,8 @@
 # `make doctor` before a run, `make report` / `make logs` / `make tail` after (or during) one.
 # `make submit ... DOCTOR=1` runs the doctor as the job's first step (jobs/train.sbatch) and
 # trains only when every check passed.
+
+# make report: the run directory (runs/<id>); empty: the newest run
 RUN ?=
 # DOCTOR and DOCTOR_TIMEOUT: jobs/knobs.mk.
 
