@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from train.errors import UserError
+
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["fit", "--config", "tiny", "data.num_nodes=600", "trainer.epochs=1"]
 
@@ -139,17 +141,42 @@ def test_resuming_another_model_into_an_existing_run_leaves_it_intact(tmp_path, 
     assert snapshot(run) == before, "the refused run rewrote the existing run's files"
 
 
+def preflight_as_the_user(run_dir: str) -> None:
+    """What `python -m train fit` checks before anything is written (train/cli/fit.py), in this process."""
+    from train.cli.preflight import check_fit
+    from train.config import load_config
+    from train.dist.distenv import resolve
+
+    check_fit(load_config("tiny", [f"output.dir={run_dir}", "data.num_nodes=600"]), resolve({}))
+
+
 def test_read_only_output_parent_is_refused(tmp_path):
-    if os.geteuid() == 0:
-        pytest.skip("root writes into read-only directories: the check cannot refuse anything here")
-    parent = tmp_path / "ro"
-    parent.mkdir()
-    parent.chmod(0o555)
+    if os.geteuid() != 0:  # the whole command, as this user
+        parent = tmp_path / "ro"
+        parent.mkdir()
+        parent.chmod(0o555)
+        try:
+            done = fit(f"output.dir={parent}/run", cwd=tmp_path)
+        finally:
+            parent.chmod(0o755)
+        assert done.returncode == 2 and "read-only" in done.stderr and not (parent / "run").exists()
+        return
+    # root writes into read-only directories: the same check, run as another user of this machine, in a
+    # forked child (a new interpreter cannot start as that user: the venv lives under /root)
+    from tests.harness.users import VICTIM, call_as, ensure_user, sticky_dir
+
+    user = ensure_user(VICTIM)
+    # here first, into a writable folder: it passes, and loads every module the check imports (the child,
+    # as the user, could not read them from the venv under /root)
+    preflight_as_the_user(str(tmp_path / "run"))
+    parent = sticky_dir("pyg-train-ro-") / "ro"
+    parent.mkdir(mode=0o555)  # root's, read-only to the user
     try:
-        done = fit(f"output.dir={parent}/run", cwd=tmp_path)
+        with pytest.raises(UserError, match=r"output\.dir=.*cannot be written: .* is read-only for this user"):
+            call_as(user, preflight_as_the_user, str(parent / "run"))
+        assert not (parent / "run").exists()
     finally:
-        parent.chmod(0o755)
-    assert done.returncode == 2 and "read-only" in done.stderr and not (parent / "run").exists()
+        shutil.rmtree(parent.parent)
 
 
 def test_first_run_under_torchrun_prints_no_error_line(tmp_path):
