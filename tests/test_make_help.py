@@ -47,4 +47,4 @@ def test_every_settable_variable_is_listed_with_what_it_is():
         line = re.search(rf"^  {name}=(.*)$", text, re.M)
         assert line, f"{name} is not in make help"
         # the value, then at least two spaces, then a description of a few words
-        assert re.search(r"\s{2,}\S+ \S+", line.group(1)), f"make help shows {name} without saying what it is: {line.group(0)!r}"
+        assert re.search(r"\s{2,}\S+ \S+", line.group(1)), f"help shows {name} without what it is: {line.group(0)!r}"

@@ -173,7 +173,7 @@ def test_read_only_output_parent_is_refused(tmp_path):
     parent.mkdir(mode=0o555)  # root's, read-only to the user
     try:
         with pytest.raises(UserError, match=r"output\.dir=.*cannot be written: .* is read-only for this user"):
-            call_as(user, preflight_as_the_user, str(parent / "run"))
+            call_as(user, preflight_as_the_user, str(parent / "run"), timeout=60)
         assert not (parent / "run").exists()
     finally:
         shutil.rmtree(parent.parent)

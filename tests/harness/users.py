@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 import pickle
 import pwd
+import select
+import signal
 import subprocess
 import tempfile
 import time
@@ -45,8 +47,10 @@ def run_as(user: pwd.struct_passwd, *argv: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"}, cwd="/")
 
 
-def call_as(user: pwd.struct_passwd, function: Callable, *args):
-    """`function(*args)` in a forked child that has become `user`; its result, or its exception re-raised here."""
+def call_as(user: pwd.struct_passwd, function: Callable, *args, timeout: float = 120.0):
+    """`function(*args)` in a forked child that has become `user`; its result, or its exception re-raised here.
+    A child still running after `timeout` seconds (a fork of a process with threads can deadlock, e.g. in
+    torch's thread pool) is killed and the call fails, naming the function."""
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: drop root for good, run, report, leave without running the parent's atexit
@@ -66,6 +70,12 @@ def call_as(user: pwd.struct_passwd, function: Callable, *args):
             code = 1
         os._exit(code)
     os.close(write_end)
+    ready, _, _ = select.select([read_end], [], [], timeout)
+    if not ready:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        os.close(read_end)
+        raise AssertionError(f"{function.__name__} as {user.pw_name} did not finish within {timeout:.0f} s")
     with os.fdopen(read_end, "rb") as fh:
         data = fh.read()
     _, status = os.waitpid(pid, 0)
