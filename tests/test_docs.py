@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import shlex
 from pathlib import Path
 
 import pytest
@@ -26,13 +27,22 @@ README_MAX_LINES = 160  # the user's five minutes (issue 19: "aim: under ~150 li
 MAKEFILES = [ROOT / "Makefile", *sorted((ROOT / "mk").glob("*.mk")), ROOT / "jobs" / "knobs.mk"]
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)|!\[[^\]]*\]\(([^)\s]+)\)")
 CODE_SPAN = re.compile(r"`([^`\n]+)`")
-MAKE_CALL = re.compile(r"(?:^|[\s;(|&])make((?:\s+(?:[A-Za-z_][A-Za-z0-9_-]*=(?:'[^']*'|\"[^\"]*\"|\S*)|[a-z][a-z0-9-]*))+)")
+MAKE_WORD = r"""[A-Za-z_][A-Za-z0-9_-]*=(?:'[^']*'|"[^"]*"|\S*)|[a-z][a-z0-9-]*"""  # NAME=value or a target
+MAKE_CALL = re.compile(r"(?:^|[\s;(|&])make((?:\s+(?:" + MAKE_WORD + r"))+)")
 CONFIG_KEY = re.compile(r"(?<![\w./-])(" + "|".join(f.name for f in dataclasses.fields(Config)) +
                         r")\.([a-z_][a-z0-9_]*)\b")
 # `data.sh`, `model.pt`: file names that look like section.key
 FILE_SUFFIXES = {"sh", "py", "pt", "md", "mk", "yaml", "json", "jsonl", "png", "npy", "sqsh", "lock", "log", "txt"}
 SUBCOMMAND = re.compile(r"python3? -m train (?!\.)([a-z][a-z-]*)")
 EXIT_NAME = re.compile(r"\bEXIT_[A-Z_]+\b")
+
+
+def make_words(text: str) -> list[str]:
+    """The words of a make command line as the shell splits them: `ARGS='a.b=1 c.d=2'` is one word."""
+    try:
+        return shlex.split(text)
+    except ValueError:  # an unbalanced quote: whitespace is the best guess
+        return text.split()
 
 
 def make_targets() -> set[str]:
@@ -121,7 +131,7 @@ def test_every_make_target_and_variable_named_exists(page):
     unknown = []
     for number, text in code_text(page):
         for match in MAKE_CALL.finditer(text):
-            for word in match.group(1).split():
+            for word in make_words(match.group(1)):
                 name = word.split("=", 1)[0]
                 if "=" in word and name not in variables:
                     unknown.append(f"{page_id(page)}:{number}: make variable {name} ({text.strip()})")
@@ -166,8 +176,11 @@ def test_the_checks_see_bad_names(tmp_path):
     page = tmp_path / "page.md"
     page.write_text("# Title\n\nRun `make submt NODES=2 GPUZ=4` with `trainer.epochz=3`.\n\n"
                     "```sh\nmake image DRY_RUN=1\n```\nSee [x](missing.md) and [y](#title) and [z](#nope).\n")
-    found = [(n, w) for n, t in code_text(page) for m in MAKE_CALL.finditer(t) for w in m.group(1).split()]
+    found = [(n, w) for n, t in code_text(page) for m in MAKE_CALL.finditer(t) for w in make_words(m.group(1))]
     assert found == [(3, "submt"), (3, "NODES=2"), (3, "GPUZ=4"), (6, "image"), (6, "DRY_RUN=1")]
+    quoted = "make run ARGS='model.name=gat model.kwargs.heads=8' NPROC=2"
+    assert [w for m in MAKE_CALL.finditer(quoted) for w in make_words(m.group(1))] == \
+        ["run", "ARGS=model.name=gat model.kwargs.heads=8", "NPROC=2"]
     assert "submt" not in make_targets() and "GPUZ" not in make_variables() and "NODES" in make_variables()
     assert [m for _, t in code_text(page) for m in CONFIG_KEY.findall(t)] == [("trainer", "epochz")]
     assert CONFIG_KEY.findall("container/data.sh and model.pt") == [("model", "pt")]  # data.sh: after a slash
