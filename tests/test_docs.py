@@ -82,8 +82,9 @@ def code_text(page: Path) -> list[tuple[int, str]]:
 
 
 def slug(heading: str) -> str:
-    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
-    text = re.sub(r"[`*_]", "", heading.strip().lower())
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens; an underscore is
+    kept inside a word (`CODE_DIR` -> code_dir), dropped where it marks emphasis (_word_)."""
+    text = re.sub(r"[`*]|(?<!\w)_+|_+(?!\w)", "", heading.strip().lower())
     text = re.sub(r"[^\w\- ]", "", text)
     return text.replace(" ", "-")
 
@@ -187,3 +188,5 @@ def test_the_checks_see_bad_names(tmp_path):
     assert "epochz" not in config_keys()["trainer"] and "epochs" in config_keys()["trainer"]
     assert anchors(page) == {"title"}
     assert slug("Preemption, failures and resume") == "preemption-failures-and-resume"
+    assert slug("Your code in the container: `CODE_DIR`") == "your-code-in-the-container-code_dir"
+    assert slug("A first GPU: _make_ `gpu-check`") == "a-first-gpu-make-gpu-check"
