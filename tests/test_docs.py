@@ -1,9 +1,11 @@
-"""The docs cannot drift from the code: every make target, make variable, config key, subcommand and exit
-status they name exists, and every link between the pages resolves (to a file, and to a heading there).
+"""The docs cannot drift from the code: every make target, make variable, config key, shipped config, model
+name, benchmark, subcommand and exit status they name exists, and every link between the pages resolves (to a
+file, and to a heading there).
 
 Read from the Markdown sources and the code's own homes: the Makefile and mk/*.mk (targets with `##`),
-jobs/knobs.mk and the `?=` lines (variables), train/config.py's dataclasses (config keys),
-train/__main__.py's SUBCOMMANDS, train/errors.py (exit statuses).
+jobs/knobs.mk and the `?=` lines (variables), train/config.py's dataclasses (config keys) and its model names,
+train/configs/ (shipped configs), bench/__main__.py's BENCHES, train/__main__.py's SUBCOMMANDS,
+train/errors.py (exit statuses).
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ from pathlib import Path
 import pytest
 
 import train.errors
+from bench.__main__ import BENCHES
 from train.__main__ import SUBCOMMANDS
-from train.config import Config
+from train.config import BUILTIN_MODELS, USER_MODEL_RE, Config, available_configs
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = sorted([ROOT / "README.md", ROOT / "CONTRIBUTING.md", ROOT / "bench" / "README.md",
@@ -34,6 +37,10 @@ CONFIG_KEY = re.compile(r"(?<![\w./-])(" + "|".join(f.name for f in dataclasses.
 # `data.sh`, `model.pt`: file names that look like section.key
 FILE_SUFFIXES = {"sh", "py", "pt", "md", "mk", "yaml", "json", "jsonl", "png", "npy", "sqsh", "lock", "log", "txt"}
 SUBCOMMAND = re.compile(r"python3? -m train (?!\.)([a-z][a-z-]*)")
+# `CONFIG=cora-gat`, `--config reddit`; `model.name=gat`; `BENCH=accuracy`, `BENCH="plan accuracy"`
+CONFIG_NAME = re.compile(r"(?:\bCONFIG=|--config[= ])([\w.<>/-]+)")
+MODEL_NAME = re.compile(r"\bmodel\.name=([\w.:<>-]+)")
+BENCH_NAMES = re.compile(r"\bBENCH=(?:\"([^\"]*)\"|'([^']*)'|([\w-]+))")
 EXIT_NAME = re.compile(r"\bEXIT_[A-Z_]+\b")
 
 
@@ -158,6 +165,31 @@ def test_every_subcommand_and_exit_status_named_exists(page):
     assert not unknown, f"{page_id(page)} names what does not exist: {sorted(set(unknown))}"
 
 
+def placeholder(value: str) -> bool:
+    """NAME, X, PATH, <jobid>, ...: a value the reader fills in, not a name to check."""
+    return "<" in value or not re.search(r"[a-z]", value)
+
+
+def named_values(text: str) -> list[str]:
+    """What a span of code names that must exist: shipped configs, model names, benchmarks (as `kind name`)."""
+    configs = [c.rstrip(".:,") for c in CONFIG_NAME.findall(text)]  # the end of a sentence or a label
+    models = [m.rstrip(".:,") for m in MODEL_NAME.findall(text)]
+    found = [f"config {c}" for c in configs
+             if not placeholder(c) and not c.endswith((".yaml", ".yml")) and "/" not in c and c not in
+             available_configs()]
+    found += [f"model.name {m}" for m in models
+              if not placeholder(m) and m not in BUILTIN_MODELS and not USER_MODEL_RE.fullmatch(m)]
+    found += [f"benchmark {b}" for groups in BENCH_NAMES.findall(text) for b in "".join(groups).split()
+              if b not in BENCHES]
+    return found
+
+
+@pytest.mark.parametrize("page", PAGES, ids=page_id)
+def test_every_config_model_and_benchmark_named_exists(page):
+    unknown = [f"{page_id(page)}:{number}: {what}" for number, text in code_text(page) for what in named_values(text)]
+    assert not unknown, "\n".join(unknown)
+
+
 def test_the_exit_status_table_matches_train_errors():
     """docs/ lists each status as `| N | EXIT_NAME | ... |`: the numbers are train/errors.py's."""
     rows = [(int(n), name) for page in PAGES
@@ -189,4 +221,10 @@ def test_the_checks_see_bad_names(tmp_path):
     assert anchors(page) == {"title"}
     assert slug("Preemption, failures and resume") == "preemption-failures-and-resume"
     assert slug("Your code in the container: `CODE_DIR`") == "your-code-in-the-container-code_dir"
+    assert named_values("make submit CONFIG=cora-gat ARGS='model.name=gat' --config NAME") == []
+    assert named_values("model.name=pkg.mod:Cls: builds; --config tiny.") == []
+    assert named_values("make bench BENCH=\"plan accuracy\" && python -m train fit --config runs/my.yaml") == []
+    assert named_values("CONFIG=cora-gatt; --config reddit; model.name=gcnn; model.name=pkg.mod:Cls; "
+                        "make bench BENCH='memory acuracy'") == \
+        ["config cora-gatt", "model.name gcnn", "benchmark acuracy"]
     assert slug("A first GPU: _make_ `gpu-check`") == "a-first-gpu-make-gpu-check"
