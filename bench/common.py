@@ -116,6 +116,24 @@ class BenchError(RuntimeError):
     """A benchmark's ranks failed, hung or gave no result: reported as one message, exit status 1."""
 
 
+def _wait_for_ranks(procs: list[subprocess.Popen], timeout: float) -> tuple[bool, list[int]]:
+    """Wait for rank 0, watching every rank: one that fails (a port taken between free_port and its bind, an
+    error) would otherwise leave rank 0 waiting in a collective until the timeout. Returns whether the
+    timeout passed, and the ranks that did not leave within EXIT_GRACE_S of rank 0's end."""
+    deadline = time.monotonic() + timeout
+    while procs[0].poll() is None and not any(p.poll() for p in procs[1:]):
+        if time.monotonic() > deadline:
+            return True, []
+        time.sleep(0.2)
+    hung = []
+    for rank, proc in enumerate(procs[1:], start=1):
+        try:  # once rank 0 is done, the others only have to leave
+            proc.wait(timeout=EXIT_GRACE_S)
+        except subprocess.TimeoutExpired:
+            hung.append(rank)
+    return False, hung
+
+
 def launch_local_ranks(module: str, args: Sequence[str], nprocs: int, timeout: float,
                        extra_env: dict[str, str] | None = None) -> dict:
     """Start `nprocs` real processes as the local ranks of one node (torchrun's variables) and
@@ -134,18 +152,8 @@ def launch_local_ranks(module: str, args: Sequence[str], nprocs: int, timeout: f
         logs.append(tempfile.TemporaryFile("w+"))  # a file, not a pipe: a chatty rank never blocks
         procs.append(subprocess.Popen([sys.executable, "-m", module, *args], cwd=ROOT, env=env, text=True,
                                       stdout=logs[-1], stderr=subprocess.STDOUT))
-    hung: list[int] = []
     try:
-        try:
-            procs[0].wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            raise BenchError(f"{module}: rank 0 gave no result within {timeout:g} s; give more with --timeout "
-                             "(a busy machine can be several times slower)") from None
-        for rank, proc in enumerate(procs[1:], start=1):
-            try:  # once rank 0 is done, the others only have to leave
-                proc.wait(timeout=EXIT_GRACE_S if procs[0].returncode == 0 else timeout)
-            except subprocess.TimeoutExpired:
-                hung.append(rank)
+        timed_out, hung = _wait_for_ranks(procs, timeout)
     finally:
         for proc in procs:
             if proc.poll() is None:
@@ -157,9 +165,12 @@ def launch_local_ranks(module: str, args: Sequence[str], nprocs: int, timeout: f
         outputs.append(log.read())
         log.close()
     failed = [r for r, p in enumerate(procs) if p.returncode and r not in hung]
+    detail = "\n".join(f"--- rank {r} (exit {p.returncode}) ---\n{o[-3000:]}" for r, (p, o) in
+                       enumerate(zip(procs, outputs)))
+    if timed_out:
+        raise BenchError(f"{module}: rank 0 gave no result within {timeout:g} s; give more with --timeout (a busy "
+                         f"machine can be several times slower). What the ranks printed:\n{detail}")
     if failed or procs[0].returncode:
-        detail = "\n".join(f"--- rank {r} (exit {p.returncode}) ---\n{o[-3000:]}" for r, (p, o) in
-                           enumerate(zip(procs, outputs)))
         raise BenchError(f"{module} {' '.join(args)} failed:\n{detail}")
     if hung:
         print(f"warning: rank(s) {hung} did not exit within {EXIT_GRACE_S} s of rank 0's result "

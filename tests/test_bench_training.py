@@ -18,8 +18,8 @@ def test_quick_training_bench_names_its_baseline_splits_the_time_and_times_to_ta
     proc = subprocess.run([sys.executable, "-m", "bench", "training", "--nodes", "4000", "--features", "16",
                            "--steps", "2", "--rounds", "1", "--batch-size", "256",
                            "--target-nodes", "3000", "--target-features", "16", "--target-acc", "0.3",
-                           "--max-epochs", "3", "--anchor-models", "gat", "--gat-heads", "2"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=600)
+                           "--max-epochs", "3", "--anchor-models", "gat", "--gat-heads", "2", "--timeout", "150"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (path,) = tmp_path.glob("training-*.json")
     result = json.loads(path.read_text())
