@@ -175,7 +175,7 @@ def test_reaper_exits_with_its_commands_status_after_every_descendant():
 def test_reaper_names_who_signalled_it_and_starts_its_command_with_no_signal_ignored():
     """A daemon stopped by a signal says who sent it (log/NAME.stdout); and the daemons (so the jobs' tasks)
     ignore nothing, though Python ignores SIGPIPE and a suite started from a script's `&` ignores SIGINT."""
-    script = "grep SigIgn /proc/self/status; sleep 30"
+    script = "grep SigIgn /proc/self/status; exec sleep 30"  # exec: the signal reaches sleep, no orphan holds stdout
     proc = subprocess.Popen(["sh", "-c", 'trap "" INT; exec "$@"', "sh", sys.executable, "-I",
                              str(WORKERS / "reaper.py"), "--", "sh", "-c", script],
                             stdout=subprocess.PIPE, text=True)
