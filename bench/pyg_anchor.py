@@ -132,13 +132,12 @@ def worker(args) -> None:
     import torch
     import torch.distributed as dist
 
-    from bench.training import _project_steps, _slowest, overrides, target_overrides
+    from bench.training import _project_steps, overrides, race_to_target, target_overrides
     from train.config import load_config
     from train.dist.distenv import resolve
     from train.dist.procgroup import process_group
     from train.graph.shared_graph import shared_graphs
-    from train.loop.evaluate import evaluate
-    from train.loop.fit import EpochStats, Trainer
+    from train.loop.fit import Trainer
     from train.loop.model import ModelStep
     from train.loop.run import obtain_graph
 
@@ -155,8 +154,11 @@ def worker(args) -> None:
                               data, out_dir=Path(out))
             model, ddp, optimizer = anchor_parts(trainer)
             if target:
-                rows[model_name] = _to_target(trainer, model, ddp, optimizer, args, evaluate, EpochStats, ModelStep,
-                                              _slowest, device)
+                def anchor_epoch(epoch: int, trainer=trainer, ddp=ddp, optimizer=optimizer) -> None:
+                    anchor_steps(trainer, ddp, optimizer, epoch, None)
+
+                rows[model_name] = {"curves": race_to_target(trainer, {LOOPS[1]: (anchor_epoch, ModelStep(model))},
+                                                             args.max_epochs, args.target_acc, device)}
                 continue
             measured = {name: [0, 0.0] for name in LOOPS}
             phases: dict[str, float] = {}
@@ -188,33 +190,6 @@ def worker(args) -> None:
         dist.all_gather_object(gathered, rows)
         if env.rank == 0:
             emit({"ranks": gathered})
-
-
-def _to_target(trainer, model, ddp, optimizer, args, evaluate, EpochStats, ModelStep, slowest, device) -> dict:
-    """Both loops from the same weights to val_acc >= args.target_acc (or args.max_epochs), evaluated alike."""
-    import torch.distributed as dist
-
-    curves: dict[str, list[dict]] = {name: [] for name in LOOPS}
-    for name in LOOPS:
-        elapsed = 0.0
-        for epoch in range(args.max_epochs):
-            dist.barrier()
-            started = time.perf_counter()
-            if name == "project":
-                trainer.state.step, trainer.state.stats = 0, EpochStats()
-                trainer.train_epoch(epoch)
-                seconds = time.perf_counter() - started
-                accuracy = trainer.evaluate()
-            else:
-                anchor_steps(trainer, ddp, optimizer, epoch, None)
-                seconds = time.perf_counter() - started
-                accuracy = evaluate(ModelStep(model), trainer.data, trainer.config, trainer.env, device,
-                                    trainer.sampling)
-            elapsed += slowest(seconds, device)
-            curves[name].append({"epoch": epoch, "train_seconds": elapsed, **accuracy})
-            if accuracy["val_acc"] >= args.target_acc:
-                break
-    return {"curves": curves}
 
 
 def run(args) -> dict:

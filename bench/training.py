@@ -155,14 +155,11 @@ def _slowest(seconds: float, device) -> float:
 def to_target(args) -> None:
     """Time to a target validation accuracy: the project's `train_epoch` against the seed's loop,
     each from the same initial weights, evaluated after every epoch by the same exact evaluation."""
-    import torch.distributed as dist
-
     from train.config import load_config
     from train.dist.distenv import resolve
     from train.dist.procgroup import process_group
     from train.graph.shared_graph import shared_graphs
-    from train.loop.evaluate import evaluate
-    from train.loop.fit import EpochStats, Trainer
+    from train.loop.fit import Trainer
     from train.loop.model import ModelStep
     from train.loop.run import obtain_graph
 
@@ -171,28 +168,47 @@ def to_target(args) -> None:
     with process_group(env, config.dist) as (_backend, device), shared_graphs(), tempfile.TemporaryDirectory() as out:
         data = obtain_graph(config, env)
         trainer = Trainer(config, env, device, data, out_dir=Path(out))
-        curves: dict[str, list[dict]] = {"project": [], "baseline": []}
         model, ddp, optimizer = seed_model(data, config, device)
-        for name in ("project", "baseline"):
-            elapsed = 0.0
-            for epoch in range(args.max_epochs):
-                dist.barrier()
-                started = time.perf_counter()
-                if name == "project":
-                    trainer.state.step, trainer.state.stats = 0, EpochStats()
-                    trainer.train_epoch(epoch)
-                    seconds = time.perf_counter() - started
-                    accuracy = trainer.evaluate()
-                else:
-                    seed_loop(ddp, optimizer, seed_loader(data, config, env, epoch), device, None)
-                    seconds = time.perf_counter() - started  # the loader's construction counts, as the project's
-                    accuracy = evaluate(ModelStep(model), data, config, env, device, trainer.sampling)
-                elapsed += _slowest(seconds, device)
-                curves[name].append({"epoch": epoch, "train_seconds": elapsed, **accuracy})
-                if accuracy["val_acc"] >= args.target_acc:
-                    break
+
+        def seed_epoch(epoch: int) -> None:  # the loader's construction counts, as the project's does
+            seed_loop(ddp, optimizer, seed_loader(data, config, env, epoch), device, None)
+
+        curves = race_to_target(trainer, {"baseline": (seed_epoch, ModelStep(model))}, args.max_epochs,
+                                args.target_acc, device)
         if env.rank == 0:
             emit({"curves": curves})
+
+
+def race_to_target(trainer, others: dict, max_epochs: int, target: float, device) -> dict[str, list[dict]]:
+    """The project's `train_epoch` and each other loop (name -> (epoch function, model step to evaluate)),
+    one after the other, each epoch timed on the slowest rank and evaluated alike, until val_acc >= target
+    or max_epochs: {loop: [{epoch, train_seconds, val_acc, ...}]}."""
+    import torch.distributed as dist
+
+    from train.loop.evaluate import evaluate
+    from train.loop.fit import EpochStats
+
+    curves: dict[str, list[dict]] = {}
+    for name in ("project", *others):
+        curves[name], elapsed = [], 0.0
+        for epoch in range(max_epochs):
+            dist.barrier()
+            started = time.perf_counter()
+            if name == "project":
+                trainer.state.step, trainer.state.stats = 0, EpochStats()
+                trainer.train_epoch(epoch)
+                seconds = time.perf_counter() - started
+                accuracy = trainer.evaluate()
+            else:
+                run_epoch, step = others[name]
+                run_epoch(epoch)
+                seconds = time.perf_counter() - started
+                accuracy = evaluate(step, trainer.data, trainer.config, trainer.env, device, trainer.sampling)
+            elapsed += _slowest(seconds, device)
+            curves[name].append({"epoch": epoch, "train_seconds": elapsed, **accuracy})
+            if accuracy["val_acc"] >= target:
+                break
+    return curves
 
 
 def first_at_target(curve: list[dict], target: float) -> dict | None:
