@@ -344,6 +344,8 @@ fi
 job_id=${reply%%;*}
 [[ $job_id =~ ^[0-9]+$ ]] || die "sbatch printed $(printf %q "$reply"), not a job id"
 log=$LOG_DIR/$JOB_NAME-$job_id.log
+# make logs / make tail follow this job, even while it is pending and has no log yet (jobs/lib/latest_log.sh)
+printf '%s\n' "$(cd "$LOG_DIR" && pwd)/${log##*/}" >"$LOG_DIR/.last-submitted"
 echo "Submitted job $job_id ($NODES nodes, $GPUS tasks, $per_node per node, config $CONFIG, image $IMAGE)"
 echo "log:    $log"
 echo "follow: tail -f $(quote "$log")"

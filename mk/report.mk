@@ -29,14 +29,16 @@ report: check-report setup ## Draw RUN/curves.png and print the run's summary (R
 	fi; \
 	"$$VENV/bin/python" -m train report -- "$$run"
 
-logs: check-logs ## Print the newest job's log (the newest file under LOG_DIR)
-	@dir=$${LOG_DIR:-logs}; [[ $$dir == /* ]] || dir=./$$dir; log=$$(find "$$dir" -type f -printf '%T@ %p\n' 2>/dev/null | sort -rn | sed -n '1s/^[^ ]* //p' || true); \
-	[[ -n $$log ]] || { echo "make logs: no log under $$dir/ yet (make submit writes one per job)" >&2; exit 2; }; \
+logs: check-logs ## Print the newest job's log (the last job make submit submitted, else the newest log under LOG_DIR)
+	@dir=$${LOG_DIR:-logs}; [[ $$dir == /* ]] || dir=./$$dir; \
+	log=$$(bash jobs/lib/latest_log.sh "$$dir") || { echo "make logs: no log under $$dir/ yet (make submit writes one per job)" >&2; exit 2; }; \
+	[[ -f $$log ]] || { echo "make logs: $$log does not exist yet: the job has not started (squeue --me); make tail waits for it" >&2; exit 2; }; \
 	echo "==> $$log <==" >&2; \
 	cat -- "$$log"
 
-tail: check-tail ## Follow the newest job's log as it grows (tail -f; Ctrl-C to stop)
-	@dir=$${LOG_DIR:-logs}; [[ $$dir == /* ]] || dir=./$$dir; log=$$(find "$$dir" -type f -printf '%T@ %p\n' 2>/dev/null | sort -rn | sed -n '1s/^[^ ]* //p' || true); \
-	[[ -n $$log ]] || { echo "make tail: no log under $$dir/ yet (make submit writes one per job)" >&2; exit 2; }; \
+tail: check-tail ## Follow the newest job's log as it grows, waiting for it while the job is pending (Ctrl-C to stop)
+	@dir=$${LOG_DIR:-logs}; [[ $$dir == /* ]] || dir=./$$dir; \
+	log=$$(bash jobs/lib/latest_log.sh "$$dir") || { echo "make tail: no log under $$dir/ yet (make submit writes one per job)" >&2; exit 2; }; \
+	[[ -f $$log ]] || echo "make tail: waiting for $$log: the job has not started yet (squeue --me)" >&2; \
 	echo "==> $$log <==" >&2; \
 	exec tail -n 50 -F -- "$$log"

@@ -48,6 +48,8 @@ def submit(cluster, tmp_path: Path, *args: str, request: list[str] = REQUEST) ->
     log = Path(re.search(r"^log: +(\S+)$", p.stdout, re.M).group(1))
     assert log == tmp_path / "logs" / f"pyg-train-{job}.log"
     assert f"tail -f {log}" in p.stdout
+    # what make logs / make tail follow from now on, even before the job starts (jobs/lib/latest_log.sh)
+    assert (tmp_path / "logs" / ".last-submitted").read_text() == f"{log}\n"
     return job, log, started
 
 

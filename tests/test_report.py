@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -192,3 +193,30 @@ def test_make_report_and_logs(tmp_path):
     assert p.returncode == 0 and p.stdout == "newest job\n" and "pyg-train-2.log" in p.stderr
     p = make("logs", f"LOG_DIR={tmp_path / 'none'}")
     assert p.returncode != 0 and "no log under" in p.stderr
+
+
+def test_right_after_submit_logs_and_tail_follow_the_new_job_not_an_older_log(tmp_path):
+    """make submit records the job's log (jobs/submit.sh); while the job is pending the log does not exist: make logs
+    says so, make tail waits for it and then follows it, instead of showing the previous job's log."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "pyg-train-1.log").write_text("the previous job\n")
+    pending = logs / "pyg-train-2.log"
+    (logs / ".last-submitted").write_text(f"{pending}\n")
+    p = make("logs", f"LOG_DIR={logs}")
+    assert p.returncode == 2 and f"make logs: {pending} does not exist yet: the job has not started" in p.stderr
+    clean = {k: v for k, v in os.environ.items() if k not in ("RUN", "LOG_DIR", "MAKEFLAGS", "MAKELEVEL")}
+    tail = subprocess.Popen(["make", "--no-print-directory", "tail", f"LOG_DIR={logs}"], cwd=ROOT, env=clean,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(2)
+        pending.write_text("the new job started\n")
+        time.sleep(3)  # tail -F looks again every second
+    finally:
+        tail.terminate()
+    out, err = tail.communicate(timeout=30)
+    assert f"make tail: waiting for {pending}: the job has not started yet" in err, err
+    assert out == "the new job started\n", (out, err)
+    pending.write_text("done\n")
+    p = make("logs", f"LOG_DIR={logs}")
+    assert p.returncode == 0 and p.stdout == "done\n"
