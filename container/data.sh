@@ -88,3 +88,5 @@ esac
 
 [[ -n $DRY_RUN ]] || say "preparing $DATASET into $data_abs ($DATA_MODE)"
 run "${cmd[@]}"
+# the image saw DATA_DIR at /data: say where that is here
+[[ -n $DRY_RUN || $DATA_MODE == bare ]] || say "$DATASET is in $data_abs on this host (/data in the image and in the jobs)"

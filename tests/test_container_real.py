@@ -514,3 +514,5 @@ def test_make_data_runs_inside_the_sqsh_with_enroot_start(built_image, login_env
     assert p.returncode == 0, p.stdout + p.stderr
     assert "(enroot)" in p.stderr
     assert (tmp_path / "Reddit" / "processed" / "data.pt").is_file()
+    # the image printed its own path (/data); the script says where that is on the login node
+    assert f"data.sh: reddit is in {tmp_path} on this host (/data in the image and in the jobs)" in p.stderr, p.stderr
