@@ -41,13 +41,13 @@ def anchor_evaluate(model, data, config, env, device) -> dict[str, float]:
     """Full-neighbourhood layer-wise inference with every row of each hidden layer on every rank."""
     import torch
     import torch.distributed as dist
-    from torch_geometric.data import Data
 
     from train.graph.epoch_split import rank_shard, shard_sizes
     from train.graph.sampler import make_node_loader
+    from train.graph.sampling_plan import batch_source
     from train.graph.shared_graph import graph_csc
 
-    structure = Data(edge_index=data.edge_index, num_nodes=data.num_nodes)
+    structure = batch_source(torch.device("cpu"), num_nodes=data.num_nodes)
 
     def layer_on(index: int, hidden, nodes):
         outs = []
@@ -101,7 +101,7 @@ def worker(args) -> None:
         trainer = Trainer(config, env, device, data, out_dir=Path(out))
         step = trainer.step.eval()  # the project evaluates through the training step's module
         model = step.model
-        touch([data.x, data.y, data.edge_index, *[t for t in graph_csc(data) or () if t is not None]])
+        touch([t for t in (data.x, data.y, data.edge_index, *graph_csc(data)) if t is not None])
         measured = {}
         for mode in MODES:
             dist.barrier()

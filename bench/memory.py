@@ -72,11 +72,11 @@ def worker(args) -> None:
         t_trainer = time.time()
         trainer.train_epoch(0, on_step_end=lambda _trainer: True)  # one step
         t_first = time.time()
-        tensors = [data.x, data.y, data.edge_index, data.train_idx, data.val_idx, data.test_idx,
-                   *[t for t in graph_csc(data) or () if t is not None]]
+        tensors = [t for t in (data.x, data.y, data.edge_index, data.train_idx, data.val_idx, data.test_idx,
+                               *graph_csc(data)) if t is not None]  # node: no edge_index, the CSC is the structure
         touch(tensors)
         storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors}
-        graph_bytes = sum(storages.values())  # node: the CSC's row is a view of edge_index
+        graph_bytes = sum(storages.values())
         dist.barrier()  # all ranks alive and mapped: PSS divides shared pages among all of them
         mine = pss()
         dist.barrier()

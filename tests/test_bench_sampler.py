@@ -15,7 +15,6 @@ import torch
 
 from bench import sampler as bench_sampler
 from bench.anchor import anchor_python
-from tests.harness.anchor_cache import AnchorUnavailable
 from tests.harness.localjob import ROOT
 
 QUICK = ["--sizes", "small", "--scale", "0.1", "--threads", "1,2", "--batches", "2", "--loader-batches", "2",
@@ -118,22 +117,6 @@ def test_quick_run_without_the_anchor_says_so_and_measures_the_project(tmp_path)
     assert result["anchor"] == {"pyg_lib": False, "reason": "BENCH_ANCHOR=none: the pyg-lib anchor is switched off"}
     _check_measured(result, with_pyg_lib=False)
     assert "pyg-lib anchor not available (BENCH_ANCHOR=none" in out
-
-
-@pytest.fixture(scope="module")
-def anchor_venv(machine_parts, request):
-    """The per-machine anchor, built in the background from the start of the session (tests/harness/prepare.py);
-    skipped, with the reason, only where it cannot be built (no sources, no compiler)."""
-    capman = request.config.pluginmanager.getplugin("capturemanager")
-    with capman.global_and_fixture_disabled():
-        outcome = machine_parts.outcome("pyg-lib anchor")
-        for message in outcome.messages:
-            print(f"\n[bench] {message}", flush=True)
-        if isinstance(outcome.error, AnchorUnavailable):
-            pytest.skip(f"the pyg-lib anchor cannot be built here: {outcome.error}")
-        venv, seconds = machine_parts.result("pyg-lib anchor")
-        print(f"\n[bench] pyg-lib anchor {venv}: " + (f"built in {seconds:.0f} s" if seconds else "reused"), flush=True)
-    return venv
 
 
 def test_quick_run_against_the_pyg_lib_anchor(tmp_path, anchor_venv):

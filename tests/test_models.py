@@ -11,11 +11,13 @@ import uuid
 import pytest
 import torch
 import torch_geometric.nn.models as pyg_models
+from torch_geometric.data import Data
 
 from train.config import BUILTIN_MODELS, ModelConfig, load_config
 from train.errors import UserError
 from train.graph.data import synthetic_graph
 from train.graph.sampler import build_csc, make_node_loader
+from train.graph.shared_graph import attach_csc, csc_targets
 from train.loop.checkpoint import model_differences
 from train.loop.evaluate import in_degree
 from train.loop.model import ModelStep, build_model, layerwise, parameter_count, resolve
@@ -233,6 +235,23 @@ def test_in_degree_counts_in_edges_with_or_without_self_loops():
     data.num_nodes = 4
     assert in_degree(data, chunk=2).tolist() == [3, 1, 0, 0]
     assert in_degree(data, self_loops=True, chunk=2).tolist() == [3, 1, 0, 1]
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 1 << 24])
+def test_in_degree_of_the_node_shared_graph_reads_its_csc_alone(chunk):
+    """The node-shared graph has no edge_index: the degrees, self-loops left out or not, come from its CSC
+    (each edge's target from colptr, in chunks) and equal those of the graph's own edge_index."""
+    data = synthetic_graph(load_config("tiny", ["data.num_nodes=300"]).data)
+    loop = torch.stack([torch.arange(0, 300, 5), torch.arange(0, 300, 5)])
+    data.edge_index = torch.cat([data.edge_index, loop], dim=1)
+    colptr, row, _perm = build_csc(data.edge_index, data.num_nodes)
+    shared = attach_csc(Data(x=data.x, y=data.y), (colptr, row, None))
+    assert shared.edge_index is None
+    for self_loops in (False, True):
+        assert torch.equal(in_degree(shared, self_loops=self_loops, chunk=chunk),
+                           in_degree(data, self_loops=self_loops, chunk=chunk))
+    assert torch.equal(csc_targets(colptr), data.edge_index[1].sort(stable=True).values)
+    assert torch.equal(csc_targets(colptr, 10, 40), csc_targets(colptr)[10:40])
 
 
 @pytest.mark.parametrize("name,kwargs", [("sage", {}), ("gat", {"heads": 4, "jk": "cat"}), ("gin", {}), ("mlp", {}),

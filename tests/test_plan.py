@@ -38,7 +38,7 @@ def test_papers100m_on_two_nodes_of_four_gpus_without_loading_it(tmp_path):
     out = done.stdout
     assert "ogbn-papers100M (111,059,956 nodes, 1,615,685,872 edges, 128 features), 2 node(s) x 4 rank(s)" in out
     assert "per node" in out and "per rank" in out and "per GPU" in out
-    assert "graph, shared once" in out and "78.7 GiB" in out  # x 53 GiB + edges 24 GiB + CSC pointers + labels
+    assert "graph, shared once" in out and "66.7 GiB" in out  # x 53 GiB + the CSC: row 12 GiB, colptr; labels
     assert "unknown" in out and "fits what is known" in out
     assert not (tmp_path / "no-data-here").exists()  # nothing loaded, nothing downloaded
 
@@ -193,11 +193,9 @@ def _real_graph(share: str):
     from train.graph.shared_graph import graph_csc, private_graph
 
     data = private_graph(DataConfig(num_nodes=3000, num_features=20))
-    if share == "node":  # the node-shared copy: edge_index sorted by target, the CSC's row is its first row
+    if share == "node":  # the node-shared copy: the CSC alone, without a permutation
         _tensors, _ = graph_tensors(data)
-        colptr = _tensors["colptr"]()
-        stacked = _tensors["edge_index"]()
-        csc = (colptr, stacked.parts[0], None)
+        csc = (_tensors["colptr"](), _tensors["row"](), None)
     else:
         csc = graph_csc(data)
     size = GraphSize(data.num_nodes, csc[1].numel(), 20, 8,

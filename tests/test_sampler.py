@@ -299,13 +299,14 @@ def test_loader_route_with_native_sampler(data, monkeypatch):
         make_node_loader(data, torch.arange(10), [2], batch_size=5, csc=csc),
     ):
         assert type(loader) is NodeLoader and isinstance(loader.node_sampler, TorchNeighborSampler)
-    # A graph whose edges are already sorted by target (the node-shared graph, perm None)
-    # goes to the native sampler too, which then reads edge_index in place.
-    order = data.edge_index[1].argsort(stable=True)
-    by_target = Data(x=data.x, y=data.y, edge_index=data.edge_index[:, order], num_nodes=data.num_nodes)
-    colptr, row, _ = build_csc(by_target.edge_index, data.num_nodes)
-    shared = make_node_loader(by_target, torch.arange(10), [2], batch_size=5, seed=1, csc=(colptr, row, None))
+    # A CSC without a permutation (the node-shared graph, which has no edge_index) goes to the native
+    # sampler too, which samples from that CSC in place (its sampling: tests/test_sharing.py, with pyg-lib).
+    colptr, row, _ = build_csc(data.edge_index, data.num_nodes)
+    shared = make_node_loader(Data(x=data.x, y=data.y, edge_index=torch.empty(2, 0, dtype=torch.long)),
+                              torch.arange(10), [2], batch_size=5, seed=1, csc=(colptr, row, None))
     assert isinstance(shared, NeighborLoader)
+    assert shared.node_sampler.colptr is colptr and shared.node_sampler.row is row
+    assert shared.node_sampler.perm is None and shared.node_sampler.num_nodes == data.num_nodes
 
 
 def test_seeded_cpu_rng_is_reproducible_and_restores_global_state():

@@ -30,10 +30,12 @@ from train.graph.shared_graph import (
     Segment,
     attach_csc,
     choose_dir,
+    csc_targets,
     graph_csc,
     graph_from_tensors,
     graph_tensors,
     map_tensors,
+    num_edges,
     remove_stale,
     segment_name,
     user_dir,
@@ -135,7 +137,8 @@ def test_written_tensors_map_back_bit_identical_and_refuse_writes(tmp_path):
 
 
 def test_node_layout_samples_like_the_per_process_csc(tmp_path):
-    """Sorted edge_index + colptr, no perm: the same CSC and so the same samples as build_csc."""
+    """colptr + row, no perm and no edge_index: the same CSC and so the same samples as build_csc, the same
+    edges, in half the bytes of the edge_index it replaces."""
     from torch_geometric.data import Data
     from torch_geometric.sampler import NodeSamplerInput
 
@@ -148,18 +151,34 @@ def test_node_layout_samples_like_the_per_process_csc(tmp_path):
     tensors, size = graph_tensors(synthetic_graph(config))
     write_tensors(tmp_path, tensors, {})
     assert size == sum(p.stat().st_size for p in tmp_path.glob("*.bin"))
+    edge_bytes = {p.stem: p.stat().st_size for p in tmp_path.glob("*.bin") if p.stem in ("colptr", "row")}
+    assert edge_bytes == {"colptr": 8 * 501, "row": 8 * original.edge_index.size(1)}
+    assert not (tmp_path / "edge_index.bin").exists()
     shared = graph_from_tensors(map_tensors(tmp_path))
+    assert shared.edge_index is None and num_edges(shared) == original.edge_index.size(1)
     assert torch.equal(graph_csc(shared)[0], colptr) and torch.equal(graph_csc(shared)[1], row)
     assert graph_csc(shared)[2] is None
     for key in ("x", "y", "train_idx", "val_idx", "test_idx"):
         assert torch.equal(shared[key], original[key]), key
     as_set = lambda ei: set(map(tuple, ei.t().tolist()))  # noqa: E731
-    assert as_set(shared.edge_index) == as_set(original.edge_index)
+    assert as_set(torch.stack([graph_csc(shared)[1], csc_targets(graph_csc(shared)[0])])) == as_set(original.edge_index)
     seeds = NodeSamplerInput(input_id=None, node=torch.arange(0, 500, 7))
     structure = Data(num_nodes=500)
     a = TorchNeighborSampler(structure, [4, 3], seed=5, csc=graph_csc(shared)).sample_from_nodes(seeds)
     b = TorchNeighborSampler(structure, [4, 3], seed=5, csc=(colptr, row, _perm)).sample_from_nodes(seeds)
     assert torch.equal(a.node, b.node) and torch.equal(a.row, b.row) and torch.equal(a.col, b.col)
+
+
+def test_pyg_lib_samples_the_node_shared_csc_in_place(anchor_venv):
+    """In NVIDIA's container the node-shared graph is sampled by pyg-lib (PyG's NeighborSampler): run in the
+    anchor's Python, which has pyg-lib, it must sample real edges from the CSC alone (no edge_index), every
+    in-edge of a seed with fanout -1, and the same batches from the same seed."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([str(anchor_venv / "bin" / "python"), "-m", "tests.harness.workers.native_shared"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["batches"] == 8 and result["python"].startswith(str(anchor_venv))
 
 
 def test_small_shm_falls_back_to_disk_or_says_what_is_needed():
@@ -275,9 +294,11 @@ def _worker(argv: list[str]) -> None:
     with process_group(env, config.dist), shared_graphs():
         data = obtain_graph(config, env)
         colptr, row, perm = graph_csc(data)
-        keys = ("x", "y", "edge_index", "train_idx", "val_idx", "test_idx")
+        keys = ("x", "y", "train_idx", "val_idx", "test_idx")
         seen = {key: _digest(data[key]) for key in keys}
         seen["colptr"], seen["row"] = _digest(colptr), _digest(row)
+        seen["edge_index"] = _digest(torch.stack([row, csc_targets(colptr)]))  # the graph's edges, from its CSC
+        seen["has_edge_index"] = "edge_index" in data  # the shared graph keeps only its CSC
         maps = [line.split(None, 5)[-1].strip() for line in open("/proc/self/maps") if PREFIX in line]
         write_error = None
         dist.barrier()
@@ -309,7 +330,8 @@ def test_ranks_of_a_node_map_one_identical_read_only_copy():
     colptr, row, _ = build_csc(expected.edge_index, expected.num_nodes)
     col = torch.repeat_interleave(torch.arange(expected.num_nodes), torch.diff(colptr))
     want = {key: _digest(expected[key]) for key in ("x", "y", "train_idx", "val_idx", "test_idx")}
-    want.update(edge_index=_digest(torch.stack([row, col])), colptr=_digest(colptr), row=_digest(row))
+    want.update(edge_index=_digest(torch.stack([row, col])), colptr=_digest(colptr), row=_digest(row),
+                has_edge_index=False)
     for r in rows:
         assert r["digests"] == want, r["rank"]  # bit-identical on every rank, and to a plain load
         assert not r["perm"]

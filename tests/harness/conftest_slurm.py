@@ -34,7 +34,7 @@ from tests.harness.slurm_cluster import (
     unavailable_reason,
 )
 
-__all__ = ["SESSION_NODES", "machine_parts", "slurm_cluster", "pyxis_cluster", "slurm_capable",
+__all__ = ["SESSION_NODES", "anchor_venv", "machine_parts", "slurm_cluster", "pyxis_cluster", "slurm_capable",
            "skip_or_fail_unavailable"]
 
 # One cluster serves the whole suite (a start costs seconds; a node, a few processes and a
@@ -95,6 +95,22 @@ def _needs(item) -> int:
 def machine_parts(request) -> Preparation:
     """The session's once-per-machine parts: ``machine_parts.result(name)`` waits for one (see MACHINE_PARTS)."""
     return _parts(request.config)
+
+
+@pytest.fixture(scope="session")
+def anchor_venv(machine_parts, request):
+    """The per-machine anchor, built in the background from the start of the session (tests/harness/prepare.py);
+    skipped, with the reason, only where it cannot be built (no sources, no compiler)."""
+    capman = request.config.pluginmanager.getplugin("capturemanager")
+    with capman.global_and_fixture_disabled():
+        outcome = machine_parts.outcome("pyg-lib anchor")
+        for message in outcome.messages:
+            print(f"\n[anchor] {message}", flush=True)
+        if isinstance(outcome.error, anchor_cache.AnchorUnavailable):
+            pytest.skip(f"the pyg-lib anchor cannot be built here: {outcome.error}")
+        venv, seconds = machine_parts.result("pyg-lib anchor")
+        print(f"\n[anchor] {venv}: " + (f"built in {seconds:.0f} s" if seconds else "reused"), flush=True)
+    return venv
 
 
 @pytest.fixture(scope="session")

@@ -205,7 +205,8 @@ def loading_bytes(size: GraphSize, source: str) -> int:
     """The peak of the process that loads the graph, beyond its runtime: the loader's own peak, or the CSC
     build on the loaded graph (see CSC_BUILD_ARRAYS), whichever is larger."""
     x_bytes, edge_array = size.nodes * size.features * FLOAT, size.edges * INDEX
-    csc_build = shared_graph_bytes(size) + CSC_BUILD_ARRAYS * edge_array
+    loaded = shared_graph_bytes(size) + edge_array  # the shared CSC keeps one id per edge, edge_index two
+    csc_build = loaded + CSC_BUILD_ARRAYS * edge_array
     return int(max(LOADER_PEAK[source](x_bytes, edge_array, size.nodes), csc_build)) + LOADING_FIXED_BYTES
 
 
@@ -258,8 +259,9 @@ def shared_graph_bytes(size: GraphSize) -> int:
 
 def private_graph_bytes(size: GraphSize) -> int:
     """One rank's own graph (data.share=process, or alone on its node): the loaded tensors and a CSC with its own
-    row and perm (train/graph/shared_graph.py private_graph)."""
-    return shared_graph_bytes(size) + 2 * size.edges * INDEX
+    row and perm (train/graph/shared_graph.py private_graph). Beyond what a node shares (its CSC's colptr and
+    row), that is the loaded edge_index (two ids per edge) and the CSC's perm (one)."""
+    return shared_graph_bytes(size) + 3 * size.edges * INDEX
 
 
 # ---- the plan: rows per rank, node and GPU --------------------------------------------------------

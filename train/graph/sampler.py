@@ -318,8 +318,16 @@ class _SeededNeighborSampler(NeighborSampler):
     """PyG's native sampler, with each batch seeded like TorchNeighborSampler."""
 
     def __init__(self, data: Data, num_neighbors: list[int], *, seed: int | None, epoch: int,
-                 share_memory: bool, is_sorted: bool = False):
-        super().__init__(data, num_neighbors, share_memory=share_memory, is_sorted=is_sorted)
+                 share_memory: bool, csc: tuple[Tensor, Tensor, None] | None = None):
+        if csc is None:  # PyG builds its CSC from data.edge_index
+            super().__init__(data, num_neighbors, share_memory=share_memory)
+        else:
+            # A CSC sorted by target (the node-shared graph, which has no edge_index): PyG's sampler takes
+            # no CSC of its own making, so it starts from an empty graph of as many nodes and samples from
+            # this one: `colptr`, `row` and `perm` are what its `_sample` reads. The mapped files are shared
+            # between processes already, so share_memory (a copy into shared memory) is not asked for.
+            super().__init__(Data(num_nodes=data.num_nodes), num_neighbors)
+            self.colptr, self.row, self.perm = csc
         self.seed, self.epoch = seed, int(epoch)
 
     def set_epoch(self, epoch: int) -> None:
@@ -354,15 +362,15 @@ def make_node_sampler(
     node map (N x 8 bytes, on `device`) are built once, not once per epoch or evaluation.
 
     PyG's native sampler (seeded per batch) when one exists, no ``csc`` is passed (or it needs no
-    permutation: ``edge_index`` sorted by target), and sampling runs on the CPU; otherwise
+    permutation: sorted by target), and sampling runs on the CPU; otherwise
     :class:`TorchNeighborSampler`.
     """
-    # A CSC without a permutation means data.edge_index is already sorted by target (the
-    # node-shared graph): pyg-lib can then sample from it without copying it (is_sorted).
+    # A CSC without a permutation is sorted by target (the node-shared graph): pyg-lib samples from it
+    # in place. One with a permutation would need PyG's own copy of it (to_csc): the torch sampler uses it.
     edges_sorted = csc is not None and csc[2] is None
     if have_native_sampler() and not force_torch_sampler and (csc is None or edges_sorted) and _is_cpu(device):
         return _SeededNeighborSampler(data, list(num_neighbors), seed=None, epoch=0,
-                                      share_memory=num_workers > 0, is_sorted=edges_sorted)
+                                      share_memory=num_workers > 0, csc=csc)
     return TorchNeighborSampler(data, list(num_neighbors), csc=csc, device=device)
 
 

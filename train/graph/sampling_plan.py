@@ -122,6 +122,17 @@ class SamplingPlan:
         return batch
 
 
+def batch_source(device: torch.device, *, x: Tensor | None = None, y: Tensor | None = None,
+                 num_nodes: int | None = None) -> Data:
+    """What a loader gathers each batch from: the node features (where they are gathered) and an empty
+    edge_index. The structure is the CSC, sampled apart; PyG's loader builds each batch's edge_index from
+    the sample and reads only the device of the graph's (torch_geometric/loader/utils.py filter_edge_store_)."""
+    placeholder = torch.empty(2, 0, dtype=torch.long, device=device)
+    if x is None:
+        return Data(edge_index=placeholder, num_nodes=num_nodes)
+    return Data(x=x, y=y, edge_index=placeholder)
+
+
 def _nbytes(tensors) -> int:
     return sum(t.nbytes for t in tensors if t is not None)
 
@@ -134,7 +145,7 @@ def plan_sampling(data: Data, config: SamplerConfig, device: torch.device,
     if csc is None:
         csc = build_csc(data.edge_index, data.num_nodes)
         attach_csc(data, csc)
-    on_host = Data(x=data.x, y=data.y, edge_index=data.edge_index)
+    on_host = batch_source(torch.device("cpu"), x=data.x, y=data.y)
     cpu_plan = SamplingPlan(torch.device("cpu"), on_host, csc, None,
                             pin_memory=config.pin_memory and device.type == "cuda", num_workers=config.num_workers)
     if config.device == "cpu":
@@ -151,9 +162,8 @@ def plan_sampling(data: Data, config: SamplerConfig, device: torch.device,
         cpu_plan.note, cpu_plan.fell_back = placement.describe(str(device)), True
         return cpu_plan
     gpu_csc = tuple(t.to(device) if t is not None else None for t in csc)
-    placeholder = torch.empty(2, 0, dtype=torch.long, device=device)  # gives the batches' edge_index its device
     if placement.features:
-        on_gpu = Data(x=data.x.to(device), y=data.y.to(device), edge_index=placeholder)
+        on_gpu = batch_source(device, x=data.x.to(device), y=data.y.to(device))
         return SamplingPlan(device, on_gpu, gpu_csc, None, False, 0, placement.describe(str(device)))
-    structure_only = Data(edge_index=placeholder, num_nodes=data.num_nodes)
+    structure_only = batch_source(device, num_nodes=data.num_nodes)
     return SamplingPlan(device, structure_only, gpu_csc, (data.x, data.y), False, 0, placement.describe(str(device)))

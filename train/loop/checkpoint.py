@@ -302,8 +302,10 @@ class Stateful(Protocol):
 
 def graph_fingerprint(data) -> dict:
     """What identifies the graph a model was trained on, beyond the config."""
+    from train.graph.shared_graph import num_edges  # here: the checkpoint's readers need no torch
+
     return {
-        "num_nodes": int(data.num_nodes), "num_edges": int(data.edge_index.size(1)),
+        "num_nodes": int(data.num_nodes), "num_edges": num_edges(data),
         "num_features": int(data.num_features), "num_classes": int(data.y.max()) + 1,
         "num_train": int(data.train_idx.numel()), "num_val": int(data.val_idx.numel()),
         "num_test": int(data.test_idx.numel()),

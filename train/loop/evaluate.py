@@ -27,8 +27,8 @@ from torch_geometric.data import Data
 from train.config import Config
 from train.dist.distenv import DistEnv
 from train.graph.epoch_split import derive_seed, rank_shard, shard_sizes
-from train.graph.sampling_plan import SamplingPlan
-from train.graph.shared_graph import graph_csc
+from train.graph.sampling_plan import SamplingPlan, batch_source
+from train.graph.shared_graph import csc_targets, graph_csc, num_edges
 from train.loop.model import LayerWise, ModelStep, hop_counts, layerwise
 
 SPLITS = ("val", "test")
@@ -140,16 +140,24 @@ def in_degree(data: Data, self_loops: bool = False, chunk: int = 1 << 24) -> Ten
     unless add_self_loops=False): the degree a GCN layer normalises a source by. From the CSC when there is
     one; in chunks, so a billion-edge graph needs no temporary of its size."""
     csc = graph_csc(data)
-    edge_index = data.edge_index
-    if csc is not None:
-        degree = csc[0].diff().cpu()
-    else:
+    if csc is None:
+        edge_index = data.edge_index
         degree = torch.zeros(data.num_nodes, dtype=torch.long)
         for start in range(0, edge_index.size(1), chunk):
             degree += torch.bincount(edge_index[1, start : start + chunk], minlength=data.num_nodes)
-    for start in range(0, 0 if self_loops else edge_index.size(1), chunk):
-        part = edge_index[:, start : start + chunk]
-        loops = part[1][part[0] == part[1]]
+
+        def pairs(start: int) -> tuple[Tensor, Tensor]:
+            return edge_index[0, start : start + chunk], edge_index[1, start : start + chunk]
+    else:
+        colptr, row = csc[0].cpu(), csc[1].cpu()
+        degree = colptr.diff()
+
+        def pairs(start: int) -> tuple[Tensor, Tensor]:
+            stop = min(start + chunk, row.numel())
+            return row[start:stop], csc_targets(colptr, start, stop)
+    for start in range(0, 0 if self_loops else num_edges(data), chunk):
+        source, target = pairs(start)
+        loops = target[source == target]
         if loops.numel():
             degree -= torch.bincount(loops, minlength=data.num_nodes)
     return degree
@@ -157,7 +165,7 @@ def in_degree(data: Data, self_loops: bool = False, chunk: int = 1 << 24) -> Ten
 
 def _batches(data: Data, nodes: Tensor, batch_size: int, sampling: SamplingPlan):
     """(n_id, edge_index, number of seeds) per batch: the seeds' full neighbourhoods."""
-    structure = Data(edge_index=data.edge_index, num_nodes=data.num_nodes)  # no features to gather
+    structure = batch_source(torch.device("cpu"), num_nodes=data.num_nodes)  # no features to gather
     for batch in sampling.host_loader(structure, graph_csc(data), nodes, batch_size):  # one sampler for the run
         yield batch.n_id, batch.edge_index, batch.batch_size
 
