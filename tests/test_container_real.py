@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 
 from tests.harness import ngc_standin
+from tests.harness.conftest_slurm import part_outcome
 from tests.harness.machine import comm, descendants
 from tests.harness.placement import RANK_LINE, placement, sources
 from tests.harness.reddit_files import write_reddit_raw
@@ -58,11 +59,7 @@ def say(capsys, text: str) -> None:
 def standin(pyxis_cluster, machine_parts, request) -> ngc_standin.Standin:
     """The NGC-like base image, built once per machine (keyed by requirements.lock), in the background
     from the start of the session (tests/harness/prepare.py)."""
-    capman = request.config.pluginmanager.getplugin("capturemanager")
-    with capman.global_and_fixture_disabled():
-        outcome = machine_parts.outcome("NGC stand-in")
-        for message in outcome.messages:
-            print(f"[container] {message}", flush=True)
+    with part_outcome(machine_parts, request, "NGC stand-in", "container") as outcome:
         if isinstance(outcome.error, ngc_standin.StandinUnavailable):
             from tests.harness.slurm_cluster import skip_or_fail_unavailable
             skip_or_fail_unavailable(f"the NGC stand-in image cannot be built: {outcome.error}")

@@ -34,8 +34,8 @@ from tests.harness.slurm_cluster import (
     unavailable_reason,
 )
 
-__all__ = ["SESSION_NODES", "anchor_venv", "machine_parts", "slurm_cluster", "pyxis_cluster", "slurm_capable",
-           "skip_or_fail_unavailable"]
+__all__ = ["SESSION_NODES", "anchor_venv", "machine_parts", "part_outcome", "slurm_cluster", "pyxis_cluster",
+           "slurm_capable", "skip_or_fail_unavailable"]
 
 # One cluster serves the whole suite (a start costs seconds; a node, a few processes and a
 # namespace). Four nodes, so that a job spans more than two (host lists with ranges, the master
@@ -97,15 +97,23 @@ def machine_parts(request) -> Preparation:
     return _parts(request.config)
 
 
+@contextlib.contextmanager
+def part_outcome(machine_parts: Preparation, request, name: str, tag: str):
+    """Wait for a once-per-machine part (MACHINE_PARTS) with pytest's capture off, so that its build messages,
+    and what the caller prints inside the block, show as they come: yields the part's outcome."""
+    capman = request.config.pluginmanager.getplugin("capturemanager")
+    with capman.global_and_fixture_disabled():
+        outcome = machine_parts.outcome(name)
+        for message in outcome.messages:
+            print(f"\n[{tag}] {message}", flush=True)
+        yield outcome
+
+
 @pytest.fixture(scope="session")
 def anchor_venv(machine_parts, request):
     """The per-machine anchor, built in the background from the start of the session (tests/harness/prepare.py);
     skipped, with the reason, only where it cannot be built (no sources, no compiler)."""
-    capman = request.config.pluginmanager.getplugin("capturemanager")
-    with capman.global_and_fixture_disabled():
-        outcome = machine_parts.outcome("pyg-lib anchor")
-        for message in outcome.messages:
-            print(f"\n[anchor] {message}", flush=True)
+    with part_outcome(machine_parts, request, "pyg-lib anchor", "anchor") as outcome:
         if isinstance(outcome.error, anchor_cache.AnchorUnavailable):
             pytest.skip(f"the pyg-lib anchor cannot be built here: {outcome.error}")
         venv, seconds = machine_parts.result("pyg-lib anchor")
