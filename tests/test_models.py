@@ -254,6 +254,16 @@ def test_in_degree_of_the_node_shared_graph_reads_its_csc_alone(chunk):
     assert torch.equal(csc_targets(colptr, 10, 40), csc_targets(colptr)[10:40])
 
 
+def test_csc_targets_of_every_range_are_the_expanded_colptrs():
+    """Every range of positions, empty nodes first, between and last included, against colptr expanded."""
+    colptr = torch.tensor([0, 0, 2, 2, 2, 5, 6, 6])  # nodes 0, 2, 3 and 6 have no in-edges
+    targets = torch.repeat_interleave(torch.arange(7), colptr.diff())
+    for start in range(7):
+        for stop in range(start, 7):
+            assert torch.equal(csc_targets(colptr, start, stop), targets[start:stop]), (start, stop)
+    assert torch.equal(csc_targets(colptr), targets)
+
+
 @pytest.mark.parametrize("name,kwargs", [("sage", {}), ("gat", {"heads": 4, "jk": "cat"}), ("gin", {}), ("mlp", {}),
                                          ("gcn", {})])
 def test_parameter_count_is_the_models_own(name, kwargs):

@@ -23,6 +23,7 @@ from train.graph.sampler import (
     have_native_sampler,
     make_node_loader,
 )
+from train.graph.sampling_plan import batch_source
 
 NUM_NODES = 600
 HUBS_20 = torch.arange(0, 20)  # in-degree exactly 20
@@ -302,8 +303,8 @@ def test_loader_route_with_native_sampler(data, monkeypatch):
     # A CSC without a permutation (the node-shared graph, which has no edge_index) goes to the native
     # sampler too, which samples from that CSC in place (its sampling: tests/test_sharing.py, with pyg-lib).
     colptr, row, _ = build_csc(data.edge_index, data.num_nodes)
-    shared = make_node_loader(Data(x=data.x, y=data.y, edge_index=torch.empty(2, 0, dtype=torch.long)),
-                              torch.arange(10), [2], batch_size=5, seed=1, csc=(colptr, row, None))
+    shared = make_node_loader(batch_source(torch.device("cpu"), x=data.x, y=data.y), torch.arange(10), [2],
+                              batch_size=5, seed=1, csc=(colptr, row, None))
     assert isinstance(shared, NeighborLoader)
     assert shared.node_sampler.colptr is colptr and shared.node_sampler.row is row
     assert shared.node_sampler.perm is None and shared.node_sampler.num_nodes == data.num_nodes

@@ -98,10 +98,17 @@ def num_edges(data: Data) -> int:
 
 
 def csc_targets(colptr: Tensor, start: int = 0, stop: int | None = None) -> Tensor:
-    """The target node of CSC positions start..stop-1: the part of edge_index a CSC keeps only as colptr."""
+    """The target node of CSC positions start..stop-1: the part of edge_index a CSC keeps only as colptr.
+    Linear in the positions and the nodes they span: two lookups find the first and last node, each node
+    between them repeated for its edges in the range."""
     stop = int(colptr[-1]) if stop is None else stop
-    positions = torch.arange(start, stop, dtype=colptr.dtype, device=colptr.device)
-    return torch.searchsorted(colptr, positions, right=True) - 1
+    if stop <= start:
+        return torch.empty(0, dtype=colptr.dtype, device=colptr.device)
+    ends = torch.tensor([start, stop - 1], dtype=colptr.dtype, device=colptr.device)
+    first, last = (torch.searchsorted(colptr, ends, right=True) - 1).tolist()
+    counts = colptr[first + 1 : last + 2].clamp(max=stop) - colptr[first : last + 1].clamp(min=start)
+    nodes = torch.arange(first, last + 1, dtype=colptr.dtype, device=colptr.device)
+    return torch.repeat_interleave(nodes, counts, output_size=stop - start)
 
 
 def private_graph(config: DataConfig, load: Callable[[DataConfig], Data] = load_graph) -> Data:

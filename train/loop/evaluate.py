@@ -28,7 +28,7 @@ from train.config import Config
 from train.dist.distenv import DistEnv
 from train.graph.epoch_split import derive_seed, rank_shard, shard_sizes
 from train.graph.sampling_plan import SamplingPlan, batch_source
-from train.graph.shared_graph import csc_targets, graph_csc, num_edges
+from train.graph.shared_graph import csc_targets, graph_csc
 from train.loop.model import LayerWise, ModelStep, hop_counts, layerwise
 
 SPLITS = ("val", "test")
@@ -135,31 +135,37 @@ def fetch_rows(ids: Tensor, mine: Tensor, my_start: int, owners: RowOwners, devi
     return out
 
 
+def _edge_chunks(data: Data, chunk: int):
+    """(sources, targets) of the graph's edges, `chunk` edges at a time: from the CSC where there is one (the
+    node-shared graph has no edge_index), else from edge_index."""
+    csc = graph_csc(data)
+    if csc is None:
+        for start in range(0, data.edge_index.size(1), chunk):
+            part = data.edge_index[:, start : start + chunk]
+            yield part[0], part[1]
+        return
+    colptr, row = csc[0].cpu(), csc[1].cpu()
+    for start in range(0, row.numel(), chunk):
+        stop = min(start + chunk, row.numel())
+        yield row[start:stop], csc_targets(colptr, start, stop)
+
+
 def in_degree(data: Data, self_loops: bool = False, chunk: int = 1 << 24) -> Tensor:
     """Each node's in-edges in the whole graph, self-loops counted or not (GCNConv replaces them with its own
     unless add_self_loops=False): the degree a GCN layer normalises a source by. From the CSC when there is
     one; in chunks, so a billion-edge graph needs no temporary of its size."""
     csc = graph_csc(data)
-    if csc is None:
-        edge_index = data.edge_index
-        degree = torch.zeros(data.num_nodes, dtype=torch.long)
-        for start in range(0, edge_index.size(1), chunk):
-            degree += torch.bincount(edge_index[1, start : start + chunk], minlength=data.num_nodes)
-
-        def pairs(start: int) -> tuple[Tensor, Tensor]:
-            return edge_index[0, start : start + chunk], edge_index[1, start : start + chunk]
+    if csc is not None:
+        degree = csc[0].diff().cpu()
     else:
-        colptr, row = csc[0].cpu(), csc[1].cpu()
-        degree = colptr.diff()
-
-        def pairs(start: int) -> tuple[Tensor, Tensor]:
-            stop = min(start + chunk, row.numel())
-            return row[start:stop], csc_targets(colptr, start, stop)
-    for start in range(0, 0 if self_loops else num_edges(data), chunk):
-        source, target = pairs(start)
-        loops = target[source == target]
-        if loops.numel():
-            degree -= torch.bincount(loops, minlength=data.num_nodes)
+        degree = torch.zeros(data.num_nodes, dtype=torch.long)
+        for _sources, targets in _edge_chunks(data, chunk):
+            degree += torch.bincount(targets, minlength=data.num_nodes)
+    if not self_loops:
+        for sources, targets in _edge_chunks(data, chunk):
+            loops = targets[sources == targets]
+            if loops.numel():
+                degree -= torch.bincount(loops, minlength=data.num_nodes)
     return degree
 
 

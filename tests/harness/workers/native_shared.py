@@ -44,8 +44,9 @@ def main() -> None:
             assert torch.equal(batch.x, shared.x[n_id]) and torch.equal(batch.y, shared.y[n_id])
             assert torch.equal(batch.n_id, same.n_id) and torch.equal(batch.edge_index, same.edge_index)
             if fanout == [-1]:
-                wanted = {(s, t) for (s, t) in edges if t in set(n_id[: batch.batch_size].tolist())}
-                assert {(s, t) for (s, t) in sampled if t in set(n_id[: batch.batch_size].tolist())} == wanted
+                seed_ids = set(n_id[: batch.batch_size].tolist())
+                wanted = {(s, t) for (s, t) in edges if t in seed_ids}
+                assert {(s, t) for (s, t) in sampled if t in seed_ids} == wanted
             batches += 1
     print(json.dumps({"batches": batches, "python": sys.executable}), flush=True)
 
