@@ -220,7 +220,9 @@ def bench_main(doc: str, add_arguments, run, argv=None, worker=None) -> int:
     args, _unknown = parser.parse_known_args(argv)
     if args.worker and worker is not None:
         from train.__main__ import exit_without_teardown
+        from train.heap import tune_heap
 
+        tune_heap(os.environ)  # every worker, the project's or an anchor's, with the heap `python -m train` has
         worker(args)
         exit_without_teardown(0)  # gloo can hang CPython's teardown (see train/__main__.py)
     try:

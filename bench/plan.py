@@ -72,9 +72,12 @@ class Probe:
             self.private_peak = max(self.private_peak, after["VmHWM"] - after["RssShmem"])
 
     def report(self) -> dict:
+        from train.heap import applied
+
         final = status()
         return {"steps": self.steps, "peak_rss": max(self.peak_rss, final["VmHWM"]),
-                "private_peak": max(self.private_peak, final["VmHWM"] - final["RssShmem"]), "final": final}
+                "private_peak": max(self.private_peak, final["VmHWM"] - final["RssShmem"]), "final": final,
+                "heap": applied()}  # the C heap it ran with (train/heap.py)
 
 
 def install(probe: Probe) -> None:
@@ -97,6 +100,9 @@ def probe_main(argv: list[str]) -> None:
     """`python -m bench.plan --probe fit ...`: `python -m train fit ...` with its steps measured."""
     import atexit
 
+    from train.heap import tune_heap
+
+    tune_heap(os.environ)  # as `python -m train` does, before `install` imports torch
     probe = Probe()
     probe.steps["start"] = {"after": status()}
     out = Path(os.environ[PROBE_DIR])
@@ -115,15 +121,17 @@ def probe_main(argv: list[str]) -> None:
 
 # ---- running a case: ranks of `fit` on several "nodes" of this machine, and the plan for it ----------
 
-def run_probed(config: str, overrides: list[str], ranks: int, nodes: int, timeout: float = 600) -> list[dict]:
-    """Each rank's probe report (rank order) for `fit --config config overrides` on `ranks` ranks, `nodes` nodes."""
+def run_probed(config: str, overrides: list[str], ranks: int, nodes: int, timeout: float = 600,
+               extra_env: dict[str, str] | None = None) -> list[dict]:
+    """Each rank's probe report (rank order) for `fit --config config overrides` on `ranks` ranks, `nodes` nodes;
+    `extra_env` adds to (or replaces in) the ranks' environment."""
     from tests.harness.localjob import collect, free_port, srun_env
 
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="plan-probe-") as tmp:
         base = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "MASTER_", "TORCHELASTIC_"))
                 and k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK")}
-        base.update(PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1", PLAN_PROBE_DIR=tmp)
+        base.update(PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1", PLAN_PROBE_DIR=tmp, **(extra_env or {}))
         argv = ["fit", "--config", config, *overrides, f"output.dir={Path(tmp) / 'run'}", "output.progress=lines"]
         procs = [subprocess.Popen(
             [sys.executable, "-m", "bench.plan", "--probe", *argv], cwd=ROOT, text=True,

@@ -25,7 +25,7 @@ MAX_LINES = 500
 # the entry (cli, doctor, `python -m train`) sits on top. `train.distenv` is the public alias of
 # train.dist.distenv, kept for other projects, so it lives in dist's layer.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("train.errors", "train.files"),  # files: the checks every reader of a user's file makes
+    ("train.errors", "train.files", "train.heap"),  # files: the checks every reader of a user's file makes
     ("train.config",),
     ("train.dist", "train.distenv"),
     ("train.graph",),

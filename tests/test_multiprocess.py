@@ -7,6 +7,7 @@ import json
 import pytest
 
 from tests.harness.localjob import run_local_job
+from train.heap import MMAP_THRESHOLD
 
 TINY = ["fit", "--config", "tiny"]
 
@@ -24,6 +25,7 @@ def test_ranks_rendezvous_train_and_agree(tmp_path, world_size, nodes):
     assert len({json.dumps(f, sort_keys=True) for f in final.values()}) == 1, final  # identical weights and metrics
     summary = summary_of(tmp_path)
     assert summary["world_size"] == world_size and summary["final_test_acc"] == final[0]["test_acc"]
+    assert summary["heap"] == {"mmap_threshold": MMAP_THRESHOLD, "huge_pages": True}  # python -m train tuned it
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["epoch"] for r in rows] == [0, 1]
     assert set(rows[0]) >= {"epoch", "loss", "train_acc", "val_acc", "test_acc", "epoch_seconds", "seeds_per_second"}

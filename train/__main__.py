@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 import traceback
 
 from train.errors import EXIT_INTERRUPTED, EXIT_USER_ERROR, UserError, exit_without_teardown
+from train.heap import tune_heap
 
 # name -> (module, one-line help). Modules are imported lazily: `env` must not pay for torch_geometric.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -54,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run() -> None:
+    tune_heap(os.environ)  # before any subcommand imports torch (train/heap.py)
     try:
         code = main()
     except SystemExit as exc:  # argparse's --help and usage errors

@@ -23,6 +23,7 @@ from torch.distributed.algorithms.join import Join
 from torch.nn.parallel import DistributedDataParallel
 from torch_geometric.data import Data
 
+from train import heap
 from train.config import Config
 from train.dist.distenv import DistEnv
 from train.graph.data import num_classes
@@ -311,6 +312,7 @@ class Trainer:
             "eval_mode": "sampled" if self.eval_note else self.config.eval.mode,  # what the evaluation ran
             **({"eval_note": self.eval_note} if self.eval_note else {}),
             "dataset": self.config.data.name,
+            "heap": heap.applied(),  # the C heap's settings (train/heap.py); None: not run by python -m train
         }
 
 
