@@ -89,7 +89,7 @@ def seed_graph(data):
     if data.edge_index is not None:
         return data
     colptr, row, _perm = graph_csc(data)
-    return Data(x=data.x, y=data.y, edge_index=torch.stack([row, csc_targets(colptr)]), train_idx=data.train_idx,
+    return Data(x=data.x, y=data.y, edge_index=torch.stack([row.long(), csc_targets(colptr)]), train_idx=data.train_idx,
                 val_idx=data.val_idx, test_idx=data.test_idx)
 
 

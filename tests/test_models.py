@@ -237,19 +237,22 @@ def test_in_degree_counts_in_edges_with_or_without_self_loops():
     assert in_degree(data, self_loops=True, chunk=2).tolist() == [3, 1, 0, 1]
 
 
+@pytest.mark.parametrize("ids", [torch.int32, torch.long])
 @pytest.mark.parametrize("chunk", [1, 7, 1 << 24])
-def test_in_degree_of_the_node_shared_graph_reads_its_csc_alone(chunk):
+def test_in_degree_of_the_node_shared_graph_reads_its_csc_alone(chunk, ids):
     """The node-shared graph has no edge_index: the degrees, self-loops left out or not, come from its CSC
-    (each edge's target from colptr, in chunks) and equal those of the graph's own edge_index."""
+    (each edge's target from colptr, in chunks; int32 ids as the node shares them) and equal those of the
+    graph's own edge_index, in int64."""
     data = synthetic_graph(load_config("tiny", ["data.num_nodes=300"]).data)
     loop = torch.stack([torch.arange(0, 300, 5), torch.arange(0, 300, 5)])
     data.edge_index = torch.cat([data.edge_index, loop], dim=1)
     colptr, row, _perm = build_csc(data.edge_index, data.num_nodes)
+    colptr, row = colptr.to(ids), row.to(ids)
     shared = attach_csc(Data(x=data.x, y=data.y), (colptr, row, None))
     assert shared.edge_index is None
     for self_loops in (False, True):
-        assert torch.equal(in_degree(shared, self_loops=self_loops, chunk=chunk),
-                           in_degree(data, self_loops=self_loops, chunk=chunk))
+        degree = in_degree(shared, self_loops=self_loops, chunk=chunk)
+        assert degree.dtype == torch.long and torch.equal(degree, in_degree(data, self_loops=self_loops, chunk=chunk))
     assert torch.equal(csc_targets(colptr), data.edge_index[1].sort(stable=True).values)
     assert torch.equal(csc_targets(colptr, 10, 40), csc_targets(colptr)[10:40])
 

@@ -38,7 +38,7 @@ def test_papers100m_on_two_nodes_of_four_gpus_without_loading_it(tmp_path):
     out = done.stdout
     assert "ogbn-papers100M (111,059,956 nodes, 1,615,685,872 edges, 128 features), 2 node(s) x 4 rank(s)" in out
     assert "per node" in out and "per rank" in out and "per GPU" in out
-    assert "graph, shared once" in out and "66.7 GiB" in out  # x 53 GiB + the CSC: row 12 GiB, colptr; labels
+    assert "graph, shared once" in out and "60.2 GiB" in out  # x 53 GiB + the CSC in int32: row 6 GiB, colptr; labels
     assert "unknown" in out and "fits what is known" in out
     assert not (tmp_path / "no-data-here").exists()  # nothing loaded, nothing downloaded
 
@@ -63,13 +63,13 @@ def test_node_memory_from_sinfo_for_the_partition(tmp_path):
 
 def test_gpu_memory_from_nvidia_smi_and_a_gpu_that_is_too_small(tmp_path):
     done = plan_cli(tmp_path, "--config", "ogbn-products", "--gpus", "2", "sampler.device=cuda",
-                    standins={"nvidia-smi": "2048\n"})
+                    standins={"nvidia-smi": "1536\n"})
     assert done.returncode == 2, done.stdout
-    assert "2.0 GiB  (nvidia-smi here)" in done.stdout
-    assert "a GPU needs" in done.stderr and "but has 2.0 GiB (nvidia-smi here)" in done.stderr
+    assert "1.5 GiB  (nvidia-smi here)" in done.stdout
+    assert "a GPU needs" in done.stderr and "but has 1.5 GiB (nvidia-smi here)" in done.stderr
     # the run would not sample where it was asked to: said, and refused, not planned as if it would
     assert "sampler.device=cuda falls back to sampling on the CPU: the graph structure" in done.stderr
-    assert "at most 60% of the 1.00 GiB of free GPU memory goes to the graph" in done.stderr
+    assert "at most 60% of the 0.50 GiB of free GPU memory goes to the graph" in done.stderr
 
 
 def test_fits_only_when_the_gpu_memory_is_known_too(tmp_path):
@@ -212,7 +212,8 @@ def test_the_plan_places_the_graph_with_the_runs_own_decision(share):
     data, (colptr, row, perm), size = _real_graph(share)
     config = load_config("tiny", [f"data.share={share}", "sampler.device=cuda"])
     run_structure = sum(t.nbytes for t in (colptr, row, perm) if t is not None) + data.num_nodes * 8
-    assert gpu_structure_bytes(colptr.numel() - 1, row.numel(), perm is not None) == run_structure
+    assert gpu_structure_bytes(colptr.numel() - 1, row.numel(), perm is not None, row.element_size()) == run_structure
+    assert row.dtype == (torch.int32 if share == "node" else torch.long)  # the node's copy: int32 ids
     structure_only = int((run_structure + 1) / 0.6)  # room for the structure, not for the features too
     for gpu_bytes in (2**40, structure_only, run_structure):
         free = free_at_placement(gpu_bytes, config, size)
@@ -240,15 +241,16 @@ def test_full_evaluation_working_set_is_on_the_gpu_when_the_model_is():
 
 def test_perm_and_the_node_map_are_planned_on_the_gpu_for_a_process_copy():
     """data.share=process keeps the CSC's perm (E ids) and sampler.device=cuda moves it to the GPU: 13 GB for
-    ogbn-papers100M, which the node-shared copy (edges sorted by target) does not need."""
+    ogbn-papers100M, which the node-shared copy (edges sorted by target, int32 ids) does not need."""
     size = graph_size(load_config("ogbn-papers100M"))
     structure = {}
     for share in ("node", "process"):
         config = load_config("ogbn-papers100M", [f"data.share={share}", "sampler.device=cuda"])
         rows = make_plan(config, size, 1, 4, gpus=True).rows["GPU"]
         structure[share] = rows["graph structure: CSC and the sampler's node map"]
-    assert structure["node"] == (2 * size.nodes + 1 + size.edges) * 8
-    assert structure["process"] - structure["node"] == size.edges * 8 > 12.9e9
+    assert structure["node"] == (size.nodes + 1 + size.edges) * 4 + size.nodes * 8  # the node map is int64
+    assert structure["process"] == (2 * size.nodes + 1 + 2 * size.edges) * 8
+    assert structure["process"] - structure["node"] > 12.9e9 + size.edges * 4
 
 
 @pytest.mark.gpu

@@ -27,9 +27,11 @@ from train.graph.segments import user_dir_name
 from train.graph.shared_graph import (
     PREFIX,
     SHM,
+    SPLITS,
     Segment,
     attach_csc,
     choose_dir,
+    csc_index_dtype,
     csc_targets,
     graph_csc,
     graph_from_tensors,
@@ -137,8 +139,8 @@ def test_written_tensors_map_back_bit_identical_and_refuse_writes(tmp_path):
 
 
 def test_node_layout_samples_like_the_per_process_csc(tmp_path):
-    """colptr + row, no perm and no edge_index: the same CSC and so the same samples as build_csc, the same
-    edges, in half the bytes of the edge_index it replaces."""
+    """colptr + row in int32, no perm and no edge_index: the same CSC and so the same samples as build_csc, the
+    same edges, in a quarter of the bytes of the edge_index it replaces."""
     from torch_geometric.data import Data
     from torch_geometric.sampler import NodeSamplerInput
 
@@ -152,11 +154,12 @@ def test_node_layout_samples_like_the_per_process_csc(tmp_path):
     write_tensors(tmp_path, tensors, {})
     assert size == sum(p.stat().st_size for p in tmp_path.glob("*.bin"))
     edge_bytes = {p.stem: p.stat().st_size for p in tmp_path.glob("*.bin") if p.stem in ("colptr", "row")}
-    assert edge_bytes == {"colptr": 8 * 501, "row": 8 * original.edge_index.size(1)}
+    assert edge_bytes == {"colptr": 4 * 501, "row": 4 * original.edge_index.size(1)}
     assert not (tmp_path / "edge_index.bin").exists()
     shared = graph_from_tensors(map_tensors(tmp_path))
     assert shared.edge_index is None and num_edges(shared) == original.edge_index.size(1)
-    assert torch.equal(graph_csc(shared)[0], colptr) and torch.equal(graph_csc(shared)[1], row)
+    assert graph_csc(shared)[0].dtype == graph_csc(shared)[1].dtype == torch.int32
+    assert torch.equal(graph_csc(shared)[0].long(), colptr) and torch.equal(graph_csc(shared)[1].long(), row)
     assert graph_csc(shared)[2] is None
     for key in ("x", "y", "train_idx", "val_idx", "test_idx"):
         assert torch.equal(shared[key], original[key]), key
@@ -167,6 +170,21 @@ def test_node_layout_samples_like_the_per_process_csc(tmp_path):
     a = TorchNeighborSampler(structure, [4, 3], seed=5, csc=graph_csc(shared)).sample_from_nodes(seeds)
     b = TorchNeighborSampler(structure, [4, 3], seed=5, csc=(colptr, row, _perm)).sample_from_nodes(seeds)
     assert torch.equal(a.node, b.node) and torch.equal(a.row, b.row) and torch.equal(a.col, b.col)
+    assert a.node.dtype == a.row.dtype == a.col.dtype == a.edge.dtype == torch.long  # what PyG's layers index with
+
+
+@pytest.mark.parametrize("nodes,edges,dtype", [(2**31 - 1, 2**31 - 1, torch.int32), (2**31, 10, torch.int64),
+                                               (10, 2**31, torch.int64)])
+def test_the_shared_csc_takes_int32_ids_while_every_id_fits(nodes, edges, dtype):
+    """colptr counts up to the edges, row names nodes: int32 while both fit, and the size written says so."""
+    from torch_geometric.data import Data
+
+    assert csc_index_dtype(nodes, edges) == dtype
+    meta = Data(x=torch.empty(nodes, 1, device="meta"), y=torch.empty(nodes, dtype=torch.long, device="meta"),
+                edge_index=torch.empty(2, edges, dtype=torch.long, device="meta"),
+                **{split: torch.empty(0, dtype=torch.long, device="meta") for split in SPLITS})
+    id_bytes = torch.empty(0, dtype=dtype).element_size()
+    assert graph_tensors(meta)[1] == nodes * 4 + nodes * 8 + (nodes + 1 + edges) * id_bytes
 
 
 def test_pyg_lib_samples_the_node_shared_csc_in_place(anchor_venv):
@@ -330,7 +348,8 @@ def test_ranks_of_a_node_map_one_identical_read_only_copy():
     colptr, row, _ = build_csc(expected.edge_index, expected.num_nodes)
     col = torch.repeat_interleave(torch.arange(expected.num_nodes), torch.diff(colptr))
     want = {key: _digest(expected[key]) for key in ("x", "y", "train_idx", "val_idx", "test_idx")}
-    want.update(edge_index=_digest(torch.stack([row, col])), colptr=_digest(colptr), row=_digest(row),
+    ids = csc_index_dtype(expected.num_nodes, row.numel())  # the node's copy holds int32 ids here
+    want.update(edge_index=_digest(torch.stack([row, col])), colptr=_digest(colptr.to(ids)), row=_digest(row.to(ids)),
                 has_edge_index=False)
     for r in rows:
         assert r["digests"] == want, r["rank"]  # bit-identical on every rank, and to a plain load

@@ -260,11 +260,22 @@ def shared_graph_bytes(size: GraphSize) -> int:
     return graph_tensors(meta)[1]
 
 
+def csc_index_bytes(size: GraphSize, sharing: bool) -> int:
+    """Bytes of one id of the CSC: the node-shared one's dtype (int32 where the graph allows it), else PyG's int64."""
+    import torch
+
+    from train.graph.shared_graph import csc_index_dtype
+
+    return torch.empty(0, dtype=csc_index_dtype(size.nodes, size.edges)).element_size() if sharing else INDEX
+
+
 def private_graph_bytes(size: GraphSize) -> int:
     """One rank's own graph (data.share=process, or alone on its node): the loaded tensors and a CSC with its own
-    row and perm (train/graph/shared_graph.py private_graph). Beyond what a node shares (its CSC's colptr and
-    row), that is the loaded edge_index (two ids per edge) and the CSC's perm (one)."""
-    return shared_graph_bytes(size) + 3 * size.edges * INDEX
+    row and perm (train/graph/shared_graph.py private_graph), in int64. Beyond what a node shares (its CSC's
+    colptr and row, in its own dtype), that is those two in int64, the loaded edge_index (two ids per edge) and
+    the CSC's perm (one)."""
+    shared_ids = (size.nodes + 1 + size.edges) * csc_index_bytes(size, sharing=True)
+    return shared_graph_bytes(size) - shared_ids + (size.nodes + 1) * INDEX + 4 * size.edges * INDEX
 
 
 # ---- the plan: rows per rank, node and GPU --------------------------------------------------------
@@ -285,7 +296,8 @@ def placement_for(config: Config, size: GraphSize, sharing: bool, gpu_bytes: int
 
     if gpu_bytes is None:
         return None
-    structure = gpu_structure_bytes(size.nodes, size.edges, with_perm=not sharing)
+    structure = gpu_structure_bytes(size.nodes, size.edges, with_perm=not sharing,
+                                    csc_index_bytes=csc_index_bytes(size, sharing))
     return gpu_placement(structure, size.feature_bytes, free_at_placement(gpu_bytes, config, size))
 
 
@@ -406,8 +418,9 @@ def gpu_rows(setting: Setting, size: GraphSize, train: int, evaluation: int) -> 
     rows = {"CUDA context, NCCL and cuBLAS buffers": GPU_RUNTIME_BYTES,
             "model, gradients, Adam state": model_bytes(setting.config, size)}
     if setting.gpu_sampling:
-        rows["graph structure: CSC and the sampler's node map"] = gpu_structure_bytes(size.nodes, size.edges,
-                                                                                      with_perm=not setting.sharing)
+        rows["graph structure: CSC and the sampler's node map"] = gpu_structure_bytes(
+            size.nodes, size.edges, with_perm=not setting.sharing,
+            csc_index_bytes=csc_index_bytes(size, setting.sharing))
         if setting.features_on_gpu:
             rows["features and labels (they fit)"] = size.feature_bytes
     rows["training batch: features, activations, gradients"] = train

@@ -234,7 +234,7 @@ class TorchNeighborSampler(BaseSampler):
         try:
             for fanout in self.num_neighbors:
                 edge, target_local = self._sample_hop(frontier, frontier_start, fanout, generator)
-                source = self.row.index_select(0, edge)
+                source = self.row.index_select(0, edge).long()
                 new_nodes = self._assign_new_ids(source, num_local)
                 rows.append(to_local.index_select(0, source))
                 cols.append(target_local)
@@ -262,8 +262,9 @@ class TorchNeighborSampler(BaseSampler):
         """CSC positions of the sampled in-edges of ``frontier`` and their local targets,
         grouped by target in frontier order."""
         device = self.device
-        start = self.colptr.index_select(0, frontier)
-        degree = self.colptr.index_select(0, frontier + 1) - start
+        # int64 from here on: the node-shared CSC may hold int32 ids (shared_graph.csc_index_dtype)
+        start = self.colptr.index_select(0, frontier).long()
+        degree = self.colptr.index_select(0, frontier + 1).long() - start
         take = degree if fanout < 0 else degree.clamp(max=fanout)
         num_edges = int(take.sum())
         first_slot = torch.cumsum(take, 0) - take
@@ -340,9 +341,18 @@ class _SeededNeighborSampler(NeighborSampler):
 
     def sample_from_nodes(self, inputs: NodeSamplerInput):
         if self.seed is None:  # the global RNG, as PyG's own loader
-            return super().sample_from_nodes(inputs)
+            return _int64_ids(super().sample_from_nodes(inputs))
         with _seeded_cpu_rng(_batch_seed(self.seed, self.epoch, _first_node(inputs))):
-            return super().sample_from_nodes(inputs)
+            return _int64_ids(super().sample_from_nodes(inputs))
+
+
+def _int64_ids(out: SamplerOutput) -> SamplerOutput:
+    """pyg-lib answers in the CSC's dtype (int32 for the node-shared graph, shared_graph.csc_index_dtype);
+    the batch's n_id and edge_index are int64, as PyG's layers index with them."""
+    out.node, out.row, out.col = out.node.long(), out.row.long(), out.col.long()
+    if out.edge is not None:
+        out.edge = out.edge.long()
+    return out
 
 
 def _is_cpu(device: torch.device | str | None) -> bool:

@@ -22,13 +22,14 @@ from train.graph.shared_graph import CSC, attach_csc, gib, graph_csc
 # Fraction of the free GPU memory the graph may take with sampler.device=cuda
 # (the rest is for the model, activations and the sampler's per-batch tensors).
 GPU_GRAPH_FRACTION = 0.6
-INDEX_BYTES = 8  # int64 ids: the CSC and the sampler's node map
+INDEX_BYTES = 8  # int64 ids: the sampler's node map, and the CSC but where the node shares it in int32
 
 
-def gpu_structure_bytes(num_nodes: int, num_edges: int, with_perm: bool) -> int:
+def gpu_structure_bytes(num_nodes: int, num_edges: int, with_perm: bool, csc_index_bytes: int = INDEX_BYTES) -> int:
     """What sampler.device=cuda puts on the GPU for the structure: the CSC (colptr, row, and perm where the
-    CSC has one: data.share=process) and the sampler's global -> local node map (one id per node)."""
-    return ((num_nodes + 1) + num_edges * (2 if with_perm else 1) + num_nodes) * INDEX_BYTES
+    CSC has one: data.share=process; `csc_index_bytes` per id) and the sampler's global -> local node map
+    (one int64 id per node)."""
+    return ((num_nodes + 1) + num_edges * (2 if with_perm else 1)) * csc_index_bytes + num_nodes * INDEX_BYTES
 
 
 @dataclass(frozen=True)
@@ -156,7 +157,7 @@ def plan_sampling(data: Data, config: SamplerConfig, device: torch.device,
     if free_gpu_bytes is None:
         free_gpu_bytes, _total = torch.cuda.mem_get_info(device)
     colptr, row, perm = csc
-    structure = gpu_structure_bytes(colptr.numel() - 1, row.numel(), perm is not None)
+    structure = gpu_structure_bytes(colptr.numel() - 1, row.numel(), perm is not None, row.element_size())
     placement = gpu_placement(structure, _nbytes((data.x, data.y)), free_gpu_bytes)
     if not placement.structure:
         cpu_plan.note, cpu_plan.fell_back = placement.describe(str(device)), True

@@ -21,10 +21,11 @@ it when the writer dies, and every start removes the segments nobody holds. atex
 
 The structure is stored once, as the sampler's CSC and nothing else: ``colptr`` and ``row``
 (each edge's source, sorted by target), no permutation (``perm`` is None) and no ``edge_index``,
-whose second row the CSC's ``colptr`` already holds: 8 bytes per edge instead of 16 (1.6 billion
-edges, ogbn-papers100M: 12.8 GB less per node). The Data has no ``edge_index`` then; each batch
-still gets its own (the loader builds it from the sample), and `csc_targets` gives the targets of
-any range of edges where a whole-graph pass needs them.
+whose second row the CSC's ``colptr`` already holds, and its ids are int32 where the graph allows it
+(`csc_index_dtype`): 4 bytes per edge instead of 16 (1.6 billion edges, ogbn-papers100M: 19 GB less
+per node). The Data has no ``edge_index`` then; each batch still gets its own (the loader builds it
+from the sample, in int64), and `csc_targets` gives the targets of any range of edges where a
+whole-graph pass needs them.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ from train.graph.segments import (  # noqa: F401 (the place of the files: re-exp
 )
 
 MANIFEST = "manifest.json"
-FORMAT = 2  # 2: colptr and row, no edge_index
+FORMAT = 3  # 3: colptr and row, no edge_index, in int32 where the graph allows it
 SPLITS = ("train_idx", "val_idx", "test_idx")
 
 CSC = tuple[Tensor, Tensor, "Tensor | None"]
@@ -97,17 +98,25 @@ def num_edges(data: Data) -> int:
     return int(csc[1].numel()) if csc is not None else int(data.edge_index.size(1))
 
 
+def csc_index_dtype(num_nodes: int, num_edges: int) -> torch.dtype:
+    """The ids of the node-shared CSC: int32 where every node id and edge position fits (colptr counts up to
+    the number of edges), else int64. Half the bytes per edge; pyg-lib samples either (PyG casts the seeds
+    to colptr's dtype), and every reader turns the ids it read to int64 (`.long()`)."""
+    limit = torch.iinfo(torch.int32).max
+    return torch.int32 if num_nodes <= limit and num_edges <= limit else torch.int64
+
+
 def csc_targets(colptr: Tensor, start: int = 0, stop: int | None = None) -> Tensor:
     """The target node of CSC positions start..stop-1: the part of edge_index a CSC keeps only as colptr.
     Linear in the positions and the nodes they span: two lookups find the first and last node, each node
     between them repeated for its edges in the range."""
     stop = int(colptr[-1]) if stop is None else stop
     if stop <= start:
-        return torch.empty(0, dtype=colptr.dtype, device=colptr.device)
+        return torch.empty(0, dtype=torch.long, device=colptr.device)
     ends = torch.tensor([start, stop - 1], dtype=colptr.dtype, device=colptr.device)
     first, last = (torch.searchsorted(colptr, ends, right=True) - 1).tolist()
     counts = colptr[first + 1 : last + 2].clamp(max=stop) - colptr[first : last + 1].clamp(min=start)
-    nodes = torch.arange(first, last + 1, dtype=colptr.dtype, device=colptr.device)
+    nodes = torch.arange(first, last + 1, dtype=torch.long, device=colptr.device)  # int64 ids, as edge_index
     return torch.repeat_interleave(nodes, counts, output_size=stop - start)
 
 
@@ -193,19 +202,22 @@ def graph_tensors(data: Data) -> tuple[dict[str, "Tensor | Callable[[], Tensor]"
     (local rank 0's private copy) to lower the peak; ``row`` is written from the CSC just built.
     """
     num_nodes, num_edges_ = data.num_nodes, data.edge_index.size(1)
+    index_dtype = csc_index_dtype(num_nodes, num_edges_)
     built: dict[str, Tensor] = {}
 
     def colptr() -> Tensor:
-        ptr, built["row"], _perm = build_csc(data.edge_index, num_nodes)
-        del data.edge_index
-        return ptr
+        ptr, row, _perm = build_csc(data.edge_index, num_nodes)
+        del data.edge_index, _perm
+        built["row"] = row.to(index_dtype)
+        del row
+        return ptr.to(index_dtype)
 
     tensors: dict[str, Tensor | Callable[[], Tensor]] = {"x": data.x, "y": data.y}
     for split in SPLITS:
         tensors[split] = data[split]
     tensors["colptr"] = colptr
     tensors["row"] = lambda: built.pop("row")
-    index_bytes = torch.empty(0, dtype=torch.long).element_size()
+    index_bytes = torch.empty(0, dtype=index_dtype).element_size()
     size = (data.x.nbytes + data.y.nbytes + sum(data[s].nbytes for s in SPLITS)
             + (num_nodes + 1) * index_bytes + num_edges_ * index_bytes)
     return tensors, size

@@ -147,7 +147,7 @@ def _edge_chunks(data: Data, chunk: int):
     colptr, row = csc[0].cpu(), csc[1].cpu()
     for start in range(0, row.numel(), chunk):
         stop = min(start + chunk, row.numel())
-        yield row[start:stop], csc_targets(colptr, start, stop)
+        yield row[start:stop].long(), csc_targets(colptr, start, stop)  # int64, as edge_index
 
 
 def in_degree(data: Data, self_loops: bool = False, chunk: int = 1 << 24) -> Tensor:
@@ -156,7 +156,7 @@ def in_degree(data: Data, self_loops: bool = False, chunk: int = 1 << 24) -> Ten
     one; in chunks, so a billion-edge graph needs no temporary of its size."""
     csc = graph_csc(data)
     if csc is not None:
-        degree = csc[0].diff().cpu()
+        degree = csc[0].diff().cpu().long()
     else:
         degree = torch.zeros(data.num_nodes, dtype=torch.long)
         for _sources, targets in _edge_chunks(data, chunk):

@@ -1,4 +1,4 @@
-"""PyG's native sampler (pyg-lib) on the node-shared graph, which keeps only its CSC (tests/test_sharing.py).
+"""PyG's native sampler (pyg-lib) on the node-shared graph, which keeps only its CSC, in int32 (tests/test_sharing.py).
 
 Run in the pyg-lib anchor's Python: the graph is written and mapped as a node shares it, the run's sampling plan
 takes it, and every batch must hold real edges of the graph, all of a seed's in-edges with fanout -1, and the
@@ -29,7 +29,7 @@ def main() -> None:
         tensors, _size = graph_tensors(synthetic_graph(config))
         write_tensors(Path(folder), tensors, {})
         shared = graph_from_tensors(map_tensors(Path(folder)))
-    assert shared.edge_index is None
+    assert shared.edge_index is None and shared.csc[0].dtype == shared.csc[1].dtype == torch.int32
     plan = plan_sampling(shared, SamplerConfig(), torch.device("cpu"))
     seeds = torch.arange(0, 600, 3)
     batches = 0
@@ -39,6 +39,7 @@ def main() -> None:
         assert isinstance(plan._samplers["batches"], _SeededNeighborSampler)
         for batch, same in zip(first, again, strict=True):
             n_id, (src, dst) = batch.n_id, batch.edge_index
+            assert n_id.dtype == batch.edge_index.dtype == torch.long, "pyg-lib's int32 ids reached the batch"
             sampled = set(zip(n_id[src].tolist(), n_id[dst].tolist()))
             assert sampled <= edges, "a batch holds an edge the graph does not have"
             assert torch.equal(batch.x, shared.x[n_id]) and torch.equal(batch.y, shared.y[n_id])
