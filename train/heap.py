@@ -47,10 +47,12 @@ def heap_settings(environ: Mapping[str, str], thp_mode: str | None) -> HeapSetti
     tunables = environ.get("GLIBC_TUNABLES", "")
     user_threshold = GLIBC_THRESHOLD_VARIABLE in environ or any(
         item.split("=", 1)[0] == GLIBC_THRESHOLD_TUNABLE for item in tunables.split(":"))
-    torch_huge_pages = environ.get(THP_VARIABLE, "1") == "1"
-    huge_pages = thp_mode == "always" or (thp_mode == "madvise" and torch_huge_pages)
-    return HeapSettings(mmap_threshold=None if user_threshold or not huge_pages else MMAP_THRESHOLD,
-                        huge_pages=THP_VARIABLE not in environ and thp_mode in ("always", "madvise"))
+    kernel_has_huge_pages = thp_mode in ("always", "madvise")
+    set_torch_variable = kernel_has_huge_pages and THP_VARIABLE not in environ
+    # "madvise" backs only what torch asks for (its variable, ours or the user's); "always" backs every block
+    blocks_on_huge_pages = thp_mode == "always" or (kernel_has_huge_pages and environ.get(THP_VARIABLE, "1") == "1")
+    return HeapSettings(mmap_threshold=MMAP_THRESHOLD if blocks_on_huge_pages and not user_threshold else None,
+                        huge_pages=set_torch_variable)
 
 
 def thp_mode(path: str = THP_MODE_FILE) -> str | None:

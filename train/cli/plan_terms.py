@@ -262,11 +262,9 @@ def shared_graph_bytes(size: GraphSize) -> int:
 
 def csc_index_bytes(size: GraphSize, sharing: bool) -> int:
     """Bytes of one id of the CSC: the node-shared one's dtype (int32 where the graph allows it), else PyG's int64."""
-    import torch
-
     from train.graph.shared_graph import csc_index_dtype
 
-    return torch.empty(0, dtype=csc_index_dtype(size.nodes, size.edges)).element_size() if sharing else INDEX
+    return csc_index_dtype(size.nodes, size.edges).itemsize if sharing else INDEX
 
 
 def private_graph_bytes(size: GraphSize) -> int:

@@ -217,7 +217,7 @@ def graph_tensors(data: Data) -> tuple[dict[str, "Tensor | Callable[[], Tensor]"
         tensors[split] = data[split]
     tensors["colptr"] = colptr
     tensors["row"] = lambda: built.pop("row")
-    index_bytes = torch.empty(0, dtype=index_dtype).element_size()
+    index_bytes = index_dtype.itemsize
     size = (data.x.nbytes + data.y.nbytes + sum(data[s].nbytes for s in SPLITS)
             + (num_nodes + 1) * index_bytes + num_edges_ * index_bytes)
     return tensors, size
