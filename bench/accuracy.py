@@ -71,9 +71,9 @@ def data_dir(given: str, scratch: Path) -> tuple[Path, str]:
 
 def worker(args) -> None:
     """Every (model, seed) in turn in one process group, on the graph loaded once; rank 0 emits the summaries."""
+    from train.cluster.distenv import resolve
+    from train.cluster.procgroup import process_group
     from train.config import load_config
-    from train.dist.distenv import resolve
-    from train.dist.procgroup import process_group
     from train.graph.shared_graph import shared_graphs
     from train.loop.fit import Trainer
     from train.loop.run import obtain_graph

@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from train.dist.distenv import free_port  # also for bench.gpu, which imports it from here
+from train.cluster.distenv import free_port  # also for bench.gpu, which imports it from here
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(os.environ.get("BENCH_RESULTS") or ROOT / "bench" / "results")  # BENCH_RESULTS: e.g. a test's tmp dir

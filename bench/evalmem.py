@@ -86,9 +86,9 @@ def worker(args) -> None:
 
     import torch.distributed as dist
 
+    from train.cluster.distenv import resolve
+    from train.cluster.procgroup import process_group
     from train.config import load_config
-    from train.dist.distenv import resolve
-    from train.dist.procgroup import process_group
     from train.graph.shared_graph import graph_csc, shared_graphs
     from train.loop.evaluate import evaluate
     from train.loop.fit import Trainer

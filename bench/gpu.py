@@ -58,9 +58,9 @@ def run(args) -> dict:
     from torch_geometric.data import Data
     from torch_geometric.sampler import NodeSamplerInput
 
+    from train.cluster.distenv import resolve
+    from train.cluster.procgroup import process_group
     from train.config import load_config
-    from train.dist.distenv import resolve
-    from train.dist.procgroup import process_group
     from train.graph.sampler import TorchNeighborSampler
     from train.graph.shared_graph import graph_csc, shared_graphs
     from train.loop.fit import Trainer

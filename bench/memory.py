@@ -54,9 +54,9 @@ def worker(args) -> None:
     """One rank: load as training does, one training step, touch all graph pages, PSS."""
     import torch.distributed as dist
 
+    from train.cluster.distenv import resolve
+    from train.cluster.procgroup import process_group
     from train.config import load_config
-    from train.dist.distenv import resolve
-    from train.dist.procgroup import process_group
     from train.graph.shared_graph import graph_csc, shared_graphs
     from train.loop.fit import Trainer
     from train.loop.run import obtain_graph

@@ -200,7 +200,7 @@ def compare(case: Case, reports: list[dict], plan) -> list[tuple[str, int, int]]
 
 
 def run(args) -> dict:
-    from train.cli.plan_terms import MIB
+    from train.plan.terms import MIB
 
     cases = [c for c in CASES if not args.cases or any(word in c.name for word in args.cases)]
     rows, results = [], []

@@ -39,7 +39,7 @@ def anchor_parts(trainer):
     from torch.nn.parallel import DistributedDataParallel
 
     from train.graph.data import num_classes
-    from train.loop.model import build_model
+    from train.loop.models import build_model
 
     config, device = trainer.config, trainer.device
     model = build_model(config.model, trainer.data.num_features, num_classes(trainer.data), config.trainer.seed)
@@ -133,12 +133,12 @@ def worker(args) -> None:
     import torch.distributed as dist
 
     from bench.training import _project_steps, overrides, race_to_target, target_overrides
+    from train.cluster.distenv import resolve
+    from train.cluster.procgroup import process_group
     from train.config import load_config
-    from train.dist.distenv import resolve
-    from train.dist.procgroup import process_group
     from train.graph.shared_graph import shared_graphs
     from train.loop.fit import Trainer
-    from train.loop.model import ModelStep
+    from train.loop.models import ModelStep
     from train.loop.run import obtain_graph
 
     models = [m for m in args.anchor_models.split(",") if m]

@@ -70,7 +70,7 @@ def seed_model(data, config, device):
     from torch.nn.parallel import DistributedDataParallel
 
     from train.graph.data import num_classes
-    from train.loop.model import build_model
+    from train.loop.models import build_model
 
     model = build_model(config.model, data.num_features, num_classes(data), config.trainer.seed).to(device)
     ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
@@ -170,12 +170,12 @@ def _slowest(seconds: float, device) -> float:
 def to_target(args) -> None:
     """Time to a target validation accuracy: the project's `train_epoch` against the seed's loop,
     each from the same initial weights, evaluated after every epoch by the same exact evaluation."""
+    from train.cluster.distenv import resolve
+    from train.cluster.procgroup import process_group
     from train.config import load_config
-    from train.dist.distenv import resolve
-    from train.dist.procgroup import process_group
     from train.graph.shared_graph import shared_graphs
     from train.loop.fit import Trainer
-    from train.loop.model import ModelStep
+    from train.loop.models import ModelStep
     from train.loop.run import obtain_graph
 
     config = load_config("synthetic", [*target_overrides(args)])
@@ -241,9 +241,9 @@ def worker(args) -> None:
         return to_target(args)
     import torch.distributed as dist
 
+    from train.cluster.distenv import resolve
+    from train.cluster.procgroup import process_group
     from train.config import load_config
-    from train.dist.distenv import resolve
-    from train.dist.procgroup import process_group
     from train.graph.shared_graph import shared_graphs
     from train.loop.fit import Trainer
     from train.loop.run import obtain_graph

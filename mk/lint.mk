@@ -6,4 +6,4 @@ DOCKERFILES = $(wildcard container/Dockerfile)
 lint: check-lint setup ## Run shellcheck, hadolint and ruff
 	@if [ -n "$(SHELL_SCRIPTS)" ]; then "$$VENV/bin/shellcheck" -x $(SHELL_SCRIPTS) && echo "shellcheck: $(words $(SHELL_SCRIPTS)) scripts clean"; fi
 	@if [ -n "$(DOCKERFILES)" ]; then "$$VENV/bin/hadolint" $(DOCKERFILES) && echo "hadolint: $(DOCKERFILES) clean"; fi
-	@"$$VENV/bin/ruff" check --quiet train login tests bench && echo "ruff: train login tests bench clean"
+	@"$$VENV/bin/ruff" check --quiet . && echo "ruff: every Python file of the checkout clean"

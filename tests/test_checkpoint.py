@@ -117,7 +117,7 @@ def test_check_resumable_names_every_differing_field(tmp_path):
 
 
 def test_check_resumable_names_the_model_kwargs_and_arguments_that_differ(tmp_path):
-    from train.loop.model import resolve
+    from train.loop.models import resolve
 
     before = load_config("tiny", ["model.name=gat", "model.kwargs.heads=8"])
     after = load_config("tiny", ["model.name=gat", "model.kwargs.heads=4", "model.kwargs.v2=true"])
@@ -160,7 +160,7 @@ class Part:
 def test_checkpointer_saves_and_restores_any_parts_that_hand_over_their_state(tmp_path):
     import torch.distributed as dist
 
-    from train.dist.distenv import resolve
+    from train.cluster.distenv import resolve
 
     env = resolve({"SLURM_RESTART_COUNT": "1"}, pick_free_port=lambda: 1)
     config = load_config("tiny").to_dict()

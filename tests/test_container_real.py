@@ -32,7 +32,7 @@ from tests.harness.conftest_slurm import part_outcome
 from tests.harness.machine import comm, descendants
 from tests.harness.placement import RANK_LINE, placement, sources
 from tests.harness.reddit_files import write_reddit_raw
-from train.dist.distenv import port_for_job
+from train.cluster.distenv import port_for_job
 
 ROOT = Path(__file__).resolve().parents[1]
 pytest_plugins = ["tests.harness.conftest_slurm"]

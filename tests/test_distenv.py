@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from train.dist.distenv import expand_tasks_per_node, port_for_job, resolve
+from train.cluster.distenv import expand_tasks_per_node, port_for_job, resolve
 from train.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -323,7 +323,7 @@ def test_every_bad_environment_is_one_message_and_status_2_from_the_cli():
     assert not failures, "\n".join(failures)
 
 
-# ---- the job's facts beside the rank (train/dist/jobfacts.py) ------------------------------------------
+# ---- the job's facts beside the rank (train/cluster/jobfacts.py) ------------------------------------------
 @pytest.mark.parametrize("environ,restarts,source", [
     ({}, 0, "default"),
     ({**WHOLE_JOB_STEP, "SLURM_RESTART_COUNT": "2"}, 2, "SLURM_RESTART_COUNT"),
@@ -356,7 +356,7 @@ def test_job_facts_are_resolved_beside_the_rank_with_their_source():
 
 def test_job_facts_alone_are_never_refused():
     """`python -m train data` runs in a batch script too, where resolve would refuse a lone process."""
-    from train.dist.distenv import job_facts
+    from train.cluster.distenv import job_facts
 
     with pytest.raises(UserError):
         resolve({**BATCH, "DATA_DIR": "/d"})

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from tests.harness.jobscript import run_job_script
+from train.cluster.distenv import free_port, resolve
 from train.config import load_config
-from train.dist.distenv import free_port, resolve
 from train.doctor import checks, findings, probes
 
 ROOT = Path(__file__).resolve().parents[1]

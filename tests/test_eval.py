@@ -11,13 +11,13 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from train.cluster.distenv import free_port
 from train.config import DataConfig, load_config
-from train.dist.distenv import free_port
 from train.errors import UserError
 from train.graph.data import synthetic_graph
 from train.graph.sampler import build_csc
 from train.graph.shared_graph import attach_csc
-from train.loop.model import ModelStep, build_model
+from train.loop.models import ModelStep, build_model
 
 
 class _Env:

@@ -13,8 +13,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from train.dist.devices import choose_device_index, one_gpu_per_task, refuse_shared_gpus, shared_gpus
-from train.dist.procgroup import nccl_error_handling
+from train.cluster.devices import choose_device_index, one_gpu_per_task, refuse_shared_gpus, shared_gpus
+from train.cluster.procgroup import nccl_error_handling
 from train.errors import UserError
 from train.loop import rng
 from train.loop.checkpoint import FORMAT_VERSION, decode, encode

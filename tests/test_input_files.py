@@ -19,8 +19,8 @@ from tests.harness.oddfiles import NOT_TEXT, ODD, make_odd, no_hang, words
 from tests.harness.users import VICTIM, call_as, ensure_user, sticky_dir
 from tests.test_report import write_run
 from train.cli.preflight import check_fit
+from train.cluster.distenv import resolve
 from train.config import DataConfig, load_config, load_yaml
-from train.dist.distenv import resolve
 from train.errors import UserError
 from train.files import dir_problem, file_problem, read_text
 from train.graph.data import load_graph, prepare_dataset

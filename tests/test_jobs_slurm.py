@@ -21,7 +21,7 @@ import pytest
 from tests.harness.machine import cmdline
 from tests.harness.placement import RANK_LINE, block_placement, placement
 from tests.harness.slurm_conf import TERMINAL_STATES
-from train.dist.distenv import port_for_job
+from train.cluster.distenv import port_for_job
 
 ROOT = Path(__file__).resolve().parents[1]
 # The fixture comes from the plugin; this works whether or not tests/conftest.py loads it too.

@@ -8,6 +8,10 @@ when it would make `import train.loop.fit` fail.
 from __future__ import annotations
 
 import ast
+import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,18 +23,19 @@ PACKAGE = ROOT / "train"
 MAX_LINES = 500
 
 # The rooms of train/, lowest first: a module may import its own room and the rooms below it, never one
-# above. errors and config are what every room stands on; dist resolves the job (ranks, rendezvous,
+# above. errors and config are what every room stands on; cluster resolves the job (ranks, rendezvous,
 # process group); graph holds the data (datasets, the node-shared copy, sampling); loop.models builds and
-# checks the model and says how a batch reaches it; loop trains on them;
-# the entry (cli, doctor, `python -m train`) sits on top. `train.distenv` is the public alias of
-# train.dist.distenv, kept for other projects, so it lives in dist's layer.
+# checks the model and says how a batch reaches it; loop trains on them, and plan (the memory model) sizes
+# a run from the config, the graph and the model; the entry (cli, doctor, `python -m train`) sits on top.
+# `train.distenv` is the public alias of train.cluster.distenv, kept for other projects, so it lives in
+# cluster's layer.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("train.errors", "train.files", "train.heap"),  # files: the checks every reader of a user's file makes
     ("train.config",),
-    ("train.dist", "train.distenv"),
+    ("train.cluster", "train.distenv"),
     ("train.graph",),
     ("train.loop.models",),
-    ("train.loop",),
+    ("train.loop", "train.plan"),
     ("train.cli", "train.doctor", "train.__main__"),
 )
 
@@ -131,18 +136,18 @@ def test_rooms_import_only_their_own_layer_and_those_below():
 def test_the_layer_rule_sees_an_upward_import_and_a_module_without_a_room(tmp_path):
     """The rule above would pass vacuously if it missed a lazy upward import or an unplaced module."""
     pkg = tmp_path / "train"
-    for room in ("dist", "loop"):
+    for room in ("cluster", "loop"):
         (pkg / room).mkdir(parents=True)
         (pkg / room / "__init__.py").write_text("")
     (pkg / "__init__.py").write_text("")
     (pkg / "errors.py").write_text("")
-    (pkg / "dist" / "env.py").write_text("import train.errors\ndef f():\n    from train.loop import fit\n")
-    (pkg / "loop" / "fit.py").write_text("from train.dist.env import f\n")
+    (pkg / "cluster" / "env.py").write_text("import train.errors\ndef f():\n    from train.loop import fit\n")
+    (pkg / "loop" / "fit.py").write_text("from train.cluster.env import f\n")
     (pkg / "stray.py").write_text("")
-    layers = (("train.errors",), ("train.dist",), ("train.loop",))
+    layers = (("train.errors",), ("train.cluster",), ("train.loop",))
     assert layer_breaches(_graph_under(tmp_path), layers) == [
-        "train.dist.env (room train.dist) imports train.loop (room train.loop, above)",
-        "train.dist.env (room train.dist) imports train.loop.fit (room train.loop, above)",
+        "train.cluster.env (room train.cluster) imports train.loop (room train.loop, above)",
+        "train.cluster.env (room train.cluster) imports train.loop.fit (room train.loop, above)",
         "train.stray is in no room of LAYERS (place it in one)",
     ]
 
@@ -196,7 +201,7 @@ def reads_environment(tree: ast.AST) -> list[int]:
 
 
 def test_only_the_entry_modules_read_the_environment():
-    """Below the entry, job facts come from `DistEnv` (train/dist/distenv.py, jobfacts.py), not os.environ."""
+    """Below the entry, job facts come from `DistEnv` (train/cluster/distenv.py, jobfacts.py), not os.environ."""
     entries = entry_modules()
     offenders = []
     for name, path in modules().items():
@@ -204,8 +209,8 @@ def test_only_the_entry_modules_read_the_environment():
             continue
         for line in reads_environment(ast.parse(path.read_text(), str(path))):
             offenders.append(f"{path.relative_to(ROOT)}:{line}")
-    assert not offenders, ("os.environ read below the entry (resolve the fact in train/dist/distenv.py or "
-                           f"train/dist/jobfacts.py and pass it down): {', '.join(offenders)}")
+    assert not offenders, ("os.environ read below the entry (resolve the fact in train/cluster/distenv.py or "
+                           f"train/cluster/jobfacts.py and pass it down): {', '.join(offenders)}")
 
 
 @pytest.mark.parametrize("source,flagged", [
@@ -223,3 +228,31 @@ def test_no_module_in_train_is_over_500_lines():
     long = {str(path.relative_to(ROOT)): n for path in modules().values()
             if (n := len(path.read_text().splitlines())) > MAX_LINES}
     assert not long, long
+
+
+# ---- every Python file is linted ---------------------------------------------------------------------------
+def ruff_files(root: Path) -> set[str]:
+    """The files `make lint` gives ruff (its paths as mk/lint.mk names them), as ruff resolves them under `root`."""
+    paths = re.search(r'ruff" check --quiet (.+?) &&', (ROOT / "mk" / "lint.mk").read_text()).group(1).split()
+    ruff = Path(sys.executable).parent / "ruff"
+    shown = subprocess.run([str(ruff), "check", "--show-files", *paths], cwd=root, capture_output=True, text=True,
+                           check=True).stdout
+    return {str(Path(line.strip()).resolve().relative_to(root.resolve())) for line in shown.splitlines()
+            if line.strip().endswith(".py")}
+
+
+def test_make_lint_gives_ruff_every_python_file_of_the_checkout():
+    tracked = subprocess.run(["git", "ls-files", "*.py"], cwd=ROOT, capture_output=True, text=True,
+                             check=True).stdout.split()
+    assert tracked, "git lists no Python file: the check would pass vacuously"
+    missed = sorted(set(tracked) - ruff_files(ROOT))
+    assert not missed, f"ruff never checks these (an excluded folder name such as dist/ or build/?): {missed}"
+
+
+def test_ruff_is_told_to_lint_folders_its_defaults_skip(tmp_path):
+    """Ruff's defaults skip dist/ and build/; the project's settings must not (train/dist/ went unlinted once)."""
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    for folder in ("dist", "build", "pkg"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "m.py").write_text("x = 1\n")
+    assert ruff_files(tmp_path) == {"dist/m.py", "build/m.py", "pkg/m.py"}

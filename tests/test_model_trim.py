@@ -14,7 +14,7 @@ from torch_geometric.nn.models import GCN, GraphSAGE
 from train.config import ModelConfig, load_config
 from train.graph.data import synthetic_graph
 from train.graph.sampler import build_csc, make_node_loader
-from train.loop.model import ModelStep, build_model, hop_counts
+from train.loop.models import ModelStep, build_model, hop_counts
 
 
 @functools.cache

@@ -20,7 +20,7 @@ from train.graph.sampler import build_csc, make_node_loader
 from train.graph.shared_graph import attach_csc, csc_targets
 from train.loop.checkpoint import model_differences
 from train.loop.evaluate import in_degree
-from train.loop.model import ModelStep, build_model, layerwise, parameter_count, resolve
+from train.loop.models import ModelStep, build_model, layerwise, parameter_count, resolve
 from train.loop.models.contract import CLASSES, check_model
 
 PYG_CLASS = {"sage": "GraphSAGE", "gcn": "GCN", "gat": "GAT", "gin": "GIN", "mlp": "MLP"}

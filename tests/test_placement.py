@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from train.dist.distenv import resolve
-from train.dist.placement import node_distribution
+from train.cluster.distenv import resolve
+from train.cluster.placement import node_distribution
 from train.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -206,8 +206,8 @@ def _real_graph(share: str):
 @pytest.mark.parametrize("share", ["node", "process"])
 def test_the_plan_places_the_graph_with_the_runs_own_decision(share):
     """Same bytes (CSC with perm where the run keeps one, the sampler's node map), same decision, same words."""
-    from train.cli.plan_terms import free_at_placement
     from train.graph.sampling_plan import gpu_placement, gpu_structure_bytes
+    from train.plan.terms import free_at_placement
 
     data, (colptr, row, perm), size = _real_graph(share)
     config = load_config("tiny", [f"data.share={share}", "sampler.device=cuda"])
@@ -272,7 +272,7 @@ def test_the_run_says_why_it_samples_on_the_cpu_in_the_plans_words():
 @pytest.mark.parametrize("overrides", [[], ["model.name=gat", "model.kwargs.heads=8", "model.kwargs.jk=cat"],
                                        ["model.name=gin", "model.num_layers=3", "sampler.num_neighbors=[5,5,5]"]])
 def test_the_model_row_counts_the_real_models_parameters_and_adam_state(overrides):
-    from train.loop.model import build_model
+    from train.loop.models import build_model
 
     config = load_config("ogbn-products", overrides)
     size = graph_size(config)

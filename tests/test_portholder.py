@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from train.dist.portholder import port_holder
+from train.cluster.portholder import port_holder
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -144,8 +144,8 @@ def test_resuming_another_model_into_an_existing_run_leaves_it_intact(tmp_path, 
 def preflight_as_the_user(run_dir: str) -> None:
     """What `python -m train fit` checks before anything is written (train/cli/fit.py), in this process."""
     from train.cli.preflight import check_fit
+    from train.cluster.distenv import resolve
     from train.config import load_config
-    from train.dist.distenv import resolve
 
     check_fit(load_config("tiny", [f"output.dir={run_dir}", "data.num_nodes=600"]), resolve({}))
 

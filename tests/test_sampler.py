@@ -350,7 +350,7 @@ def live_maps(eval_mode: str, *overrides: str) -> list[dict]:
     import sys
 
     from tests.harness.localjob import ROOT
-    from train.dist.distenv import free_port
+    from train.cluster.distenv import free_port
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "MASTER_"))}
     env.update(PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", WORLD_SIZE="1", RANK="0", LOCAL_RANK="0",

@@ -302,8 +302,8 @@ def _worker(argv: list[str]) -> None:
     """One rank: take the graph the way training does and report what it sees."""
     import torch.distributed as dist
 
-    from train.dist.distenv import resolve
-    from train.dist.procgroup import process_group
+    from train.cluster.distenv import resolve
+    from train.cluster.procgroup import process_group
     from train.graph.shared_graph import shared_graphs
     from train.loop.run import obtain_graph
 

@@ -152,7 +152,7 @@ def _slowed(part: str):
 
     from train.graph.sampler import TorchNeighborSampler
     from train.loop.fit import Trainer
-    from train.loop.model import ModelStep
+    from train.loop.models import ModelStep
 
     targets = {"sample": (TorchNeighborSampler, "sample_from_nodes"), "gather": (NodeLoader, "filter_fn"),
                "copy": (Data, "to"), "compute": (ModelStep, "forward"), "eval": (Trainer, "evaluate")}
@@ -193,9 +193,9 @@ def _worker() -> None:
 
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
+    from train.cluster.distenv import resolve
+    from train.cluster.procgroup import process_group
     from train.config import load_config
-    from train.dist.distenv import resolve
-    from train.dist.procgroup import process_group
     from train.graph.shared_graph import shared_graphs
     from train.loop.fit import Trainer
     from train.loop.run import obtain_graph

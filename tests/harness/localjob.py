@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from train.dist.distenv import free_port  # also for the tests that import it from here
+from train.cluster.distenv import free_port  # also for the tests that import it from here
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKERS = Path(__file__).resolve().parent / "workers"  # the programs tests start, as real files
@@ -26,7 +26,7 @@ def srun_env(rank: int, world_size: int, nodes: int, job_id: str, port: int) -> 
     per_node = world_size // nodes
     return {
         "SLURM_JOB_ID": job_id,
-        "SLURM_STEP_ID": "0",  # started by srun: a step (train.dist.distenv refuses a batch shell claiming tasks)
+        "SLURM_STEP_ID": "0",  # started by srun: a step (train.cluster.distenv refuses a batch shell claiming tasks)
         "SLURM_NTASKS": str(world_size),
         "SLURM_PROCID": str(rank),
         "SLURM_LOCALID": str(rank % per_node),

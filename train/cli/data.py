@@ -9,7 +9,7 @@ from train.config import load_config
 
 
 def main(args) -> int:
-    from train.dist.distenv import job_facts
+    from train.cluster.distenv import job_facts
     from train.graph.data import prepare_dataset
 
     config = load_config(args.config, args.overrides)

@@ -1,7 +1,7 @@
 """`python -m train env`: the resolved distributed contract as one JSON object, for debugging inside srun.
 
 `--port` prints only the master port a job's steps use when MASTER_PORT is unset (the one home of
-that rule, `train.dist.distenv.port_for_job`), for a batch script that wants to log or export it.
+that rule, `train.cluster.distenv.port_for_job`), for a batch script that wants to log or export it.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import os
 import shlex
 import sys
 
-from train.dist.distenv import JOB_ID_VARS, port_for_job, resolve
+from train.cluster.distenv import JOB_ID_VARS, port_for_job, resolve
 from train.errors import UserError
 
 

@@ -18,7 +18,7 @@ add_arguments = add_config_arguments
 
 def main(args) -> int:
     from train.cli.env import command_line
-    from train.dist.distenv import resolve
+    from train.cluster.distenv import resolve
     from train.loop.stop_signals import StopSignals
 
     StopSignals.shared().install()  # first: a stop signal while torch loads is kept, not fatal
@@ -28,7 +28,7 @@ def main(args) -> int:
     from train.loop.run import run_fit  # torch and PyG load only once the input is known to be good
 
     check_fit(config, env)  # before the rendezvous and before anything is written
-    from train.dist.procgroup import nccl_error_handling
+    from train.cluster.procgroup import nccl_error_handling
     from train.loop.numerics import numerics_env
 
     # Read once by NCCL and cuBLAS when they start: a dead rank is named, a GPU run repeats itself.

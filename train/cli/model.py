@@ -16,7 +16,7 @@ add_arguments = add_config_arguments
 
 
 def main(args) -> int:
-    from train.loop.model import layerwise, resolve
+    from train.loop.models import layerwise, resolve
     from train.loop.models.contract import check_model
 
     config = load_config(args.config, args.overrides)

@@ -2,7 +2,7 @@
 
 Per node (the graph shared once in /dev/shm or on node-local disk, and the peak while it is loaded),
 per rank (host memory) and per GPU, from the dataset's published sizes (or the shapes in the headers of
-your own files), never by loading it; the terms are in train/cli/plan_terms.py, each calibrated against
+your own files), never by loading it; the terms are in train/plan/terms.py, each calibrated against
 real ranks (`make bench BENCH=plan`). Compared with what a node and a GPU have, where that can be known
 (--node-memory / --gpu-memory, else `sinfo` for the partition, else nvidia-smi here); a plan that cannot
 fit is refused (exit 2) naming the numbers, and so is sampler.device=cuda where the run would fall back
@@ -16,9 +16,9 @@ import os
 import shutil
 import subprocess
 
-from train.cli.plan_terms import GIB, GraphSize, Plan, make_plan, shared_graph_bytes
 from train.config import Config, load_config
 from train.errors import UserError
+from train.plan.terms import GIB, GraphSize, Plan, make_plan, shared_graph_bytes
 
 __all__ = ["GraphSize", "Plan", "format_plan", "graph_size", "make_plan", "refusals", "shared_graph_bytes"]
 

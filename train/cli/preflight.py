@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from train.cluster.distenv import DistEnv
 from train.config import Config
-from train.dist.distenv import DistEnv
 from train.errors import UserError
 from train.files import check_file
 

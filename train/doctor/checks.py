@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 
-from train.dist.devices import one_gpu_per_task
+from train.cluster.devices import one_gpu_per_task
 from train.doctor.findings import (
     FAIL,
     MIN_FREE_BYTES,

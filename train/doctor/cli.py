@@ -10,8 +10,8 @@ import sys
 import time
 
 from train.cli.fit import add_config_arguments
+from train.cluster.distenv import resolve
 from train.config import load_config
-from train.dist.distenv import resolve
 from train.doctor.findings import CPU_SIZES, FAIL, GPU_SIZES, Finding, failed, parse_sizes
 from train.doctor.probes import collect_record, pre_rendezvous
 from train.doctor.rendezvous import Unreachable, after_rendezvous, open_store
@@ -55,7 +55,7 @@ def main(args) -> int:
     import torch
     import torch.distributed as dist
 
-    from train.dist.procgroup import choose_backend
+    from train.cluster.procgroup import choose_backend
 
     backend = choose_backend(config.dist.backend, torch.cuda.is_available())
     record = collect_record(env, config, backend, net, environ)

@@ -18,8 +18,8 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from train.cluster.distenv import DistEnv
 from train.config import Config, DataConfig
-from train.dist.distenv import DistEnv
 from train.doctor.findings import (
     FAIL,
     Finding,
@@ -215,7 +215,7 @@ def package_version(*names: str) -> str | None:
 def inspect_device(env: DistEnv, backend: str) -> dict:
     import torch
 
-    from train.dist.devices import choose_device_index, gpu_identity
+    from train.cluster.devices import choose_device_index, gpu_identity
 
     cpus = sorted(os.sched_getaffinity(0))
     out: dict = {"type": "cpu", "cpus": cpus, "ncpus": len(cpus), "threads": torch.get_num_threads()}

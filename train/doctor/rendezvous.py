@@ -9,7 +9,7 @@ import sys
 import threading
 import time
 
-from train.dist.distenv import DistEnv
+from train.cluster.distenv import DistEnv
 from train.doctor.checks import run_checks
 from train.doctor.findings import CPU_SIZES, FAIL, GPU_SIZES, Finding, failed, parse_sizes
 from train.doctor.probes import probe_connect, resolve_host
@@ -127,7 +127,7 @@ def bandwidth_phase(store, env: DistEnv, backend: str, sizes: list[int] | None, 
 
     device = torch.device("cpu")
     if backend == "nccl":
-        from train.dist.procgroup import select_device
+        from train.cluster.procgroup import select_device
 
         device = select_device(env, backend)
     sizes = sizes or parse_sizes(GPU_SIZES if backend == "nccl" else CPU_SIZES)

@@ -49,8 +49,8 @@ import torch.distributed as dist
 from torch import Tensor
 from torch_geometric.data import Data
 
+from train.cluster.distenv import DistEnv
 from train.config import DataConfig
-from train.dist.distenv import DistEnv
 from train.errors import UserError
 from train.graph.data import load_graph
 from train.graph.sampler import build_csc

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from train.dist.distenv import DistEnv
+from train.cluster.distenv import DistEnv
 from train.errors import UserError
 from train.files import dir_problem, file_problem
 

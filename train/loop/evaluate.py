@@ -24,12 +24,12 @@ import torch.distributed as dist
 from torch import Tensor
 from torch_geometric.data import Data
 
+from train.cluster.distenv import DistEnv
 from train.config import Config
-from train.dist.distenv import DistEnv
 from train.graph.epoch_split import derive_seed, rank_shard, shard_sizes
 from train.graph.sampling_plan import SamplingPlan, batch_source
 from train.graph.shared_graph import csc_targets, graph_csc
-from train.loop.model import LayerWise, ModelStep, hop_counts, layerwise
+from train.loop.models import LayerWise, ModelStep, hop_counts, layerwise
 
 SPLITS = ("val", "test")
 

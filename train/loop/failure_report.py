@@ -6,7 +6,7 @@ once, as the peer's connections close; any backend: after dist.collective_timeou
 reads the store and says which rank failed, that rank 0 is gone (the store no longer answers),
 or which ranks went silent (killed, out of memory, node lost, hung), then exits with
 EXIT_FAILED; under SLURM, srun --kill-on-bad-exit ends the step as soon as the first task exits.
-Under NCCL, `fit` exports TORCH_NCCL_ASYNC_ERROR_HANDLING=2 (train/dist/procgroup.py): the watchdog
+Under NCCL, `fit` exports TORCH_NCCL_ASYNC_ERROR_HANDLING=2 (train/cluster/procgroup.py): the watchdog
 aborts the communicators, not the process, so the survivor's next collective raises here.
 """
 

@@ -24,13 +24,13 @@ from torch.nn.parallel import DistributedDataParallel
 from torch_geometric.data import Data
 
 from train import heap
+from train.cluster.distenv import DistEnv
 from train.config import Config
-from train.dist.distenv import DistEnv
 from train.graph.data import num_classes
 from train.graph.epoch_split import derive_seed, epoch_order, rank_shard
 from train.graph.sampling_plan import plan_sampling
 from train.loop.evaluate import evaluate
-from train.loop.model import ModelStep, hop_counts, layerwise, resolve
+from train.loop.models import ModelStep, hop_counts, layerwise, resolve
 from train.loop.rng import ProcessRng
 from train.loop.timing import AllReduceProbe, PhaseTimer, reduce_mean
 

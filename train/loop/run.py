@@ -27,9 +27,9 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 from torch_geometric.data import Data
 
+from train.cluster.distenv import DistEnv
+from train.cluster.procgroup import process_group
 from train.config import Config, DataConfig, dump_config
-from train.dist.distenv import DistEnv
-from train.dist.procgroup import process_group
 from train.errors import EXIT_FAILED, UserError
 from train.graph.data import load_graph, prepare_dataset
 from train.graph.shared_graph import obtain_shared_or_private, shared_graphs

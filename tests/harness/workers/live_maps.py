@@ -11,9 +11,9 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
+from train.cluster.distenv import resolve
+from train.cluster.procgroup import process_group
 from train.config import load_config
-from train.dist.distenv import resolve
-from train.dist.procgroup import process_group
 from train.graph.sampler import TorchNeighborSampler
 from train.graph.shared_graph import shared_graphs
 from train.loop.fit import Trainer

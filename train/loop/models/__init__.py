@@ -6,4 +6,14 @@ spec: one resolved model (class and arguments) for building, checkpoints and the
 trim: each layer of a PyG BasicGNN computed only for the rows later layers read.
 step: the module DDP wraps, the one place that says how a batch reaches the model's forward.
 contract: the checks on a tiny batch that run on every rank before the rendezvous.
+layerwise: the exact evaluation's per-layer API.
+
+The loop imports the model from here, its one door.
 """
+
+from train.loop.models.layerwise import LayerWise, layerwise
+from train.loop.models.spec import ModelSpec, build_model, parameter_count, resolve
+from train.loop.models.step import ModelStep, hop_counts
+
+__all__ = ["LayerWise", "ModelSpec", "ModelStep", "build_model", "hop_counts", "layerwise", "parameter_count",
+           "resolve"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from train.loop.models import trim
+import train.loop.models.trim as trim
 from train.loop.models.step import ModelStep
 
 

@@ -18,7 +18,8 @@ import inspect
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from train.loop.models import trim
+import train.loop.models.trim as trim
+from train.config import ModelConfig
 
 HOP_ARGUMENTS = ("num_sampled_nodes_per_hop", "num_sampled_edges_per_hop")
 
@@ -66,3 +67,10 @@ class ModelStep(nn.Module):
             return self.model(x, edge_index, num_sampled_nodes_per_hop=list(num_sampled_nodes),
                               num_sampled_edges_per_hop=list(num_sampled_edges))
         return self.model(x, edge_index)
+
+
+def hop_counts(batch, config: ModelConfig) -> tuple[list[int] | None, list[int] | None]:
+    """The batch's per-hop node and edge counts for `ModelStep.forward` when model.trim is on, else (None, None)."""
+    if not config.trim:
+        return None, None
+    return getattr(batch, "num_sampled_nodes", None), getattr(batch, "num_sampled_edges", None)

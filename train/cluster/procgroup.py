@@ -15,10 +15,10 @@ from collections.abc import Iterator, Mapping
 import torch
 import torch.distributed as dist
 
+from train.cluster.devices import choose_device_index, gpu_identity, refuse_shared_gpus, shared_gpus
+from train.cluster.distenv import DistEnv
+from train.cluster.portholder import port_holder
 from train.config import DistConfig
-from train.dist.devices import choose_device_index, gpu_identity, refuse_shared_gpus, shared_gpus
-from train.dist.distenv import DistEnv
-from train.dist.portholder import port_holder
 from train.errors import UserError
 
 

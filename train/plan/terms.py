@@ -136,7 +136,7 @@ def layer_widths(config: Config, size: GraphSize) -> list[tuple[int, int]]:
 def parameter_count(config: Config, size: GraphSize) -> int:
     """The model's real parameter count: model.name (a built-in or the user's) built on the meta device for the
     graph's features and classes (train/loop/models/spec.py), so GAT's heads or GIN's MLPs count as they are."""
-    from train.loop.model import parameter_count as built_count  # torch and PyG: only once a plan is made
+    from train.loop.models import parameter_count as built_count  # torch and PyG: only once a plan is made
 
     return built_count(config.model, size.features, size.classes)
 

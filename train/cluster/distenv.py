@@ -17,7 +17,7 @@ Who started this process decides which variables are read (`launcher`):
                  SLURM_NTASKS_PER_NODE (sbatch's --ntasks-per-node, inherited by every step)
     ranks        SLURM_PROCID, SLURM_LOCALID, SLURM_NODEID
                  (without the last two: derived where the tasks fill the nodes in blocks, else
-                 refused; train/dist/placement.py)
+                 refused; train/cluster/placement.py)
     master       the first host of SLURM_STEP_NODELIST, SLURM_NODELIST, SLURM_JOB_NODELIST
   WORLD_SIZE, RANK, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK/NODE_RANK and MASTER_ADDR set next
   to them (the enroot PyTorch hook, or a user) win, but must agree with the step's values: a
@@ -44,7 +44,7 @@ import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from train.dist.envvalues import (  # noqa: F401 (the value forms: public here, where the contract is documented)
+from train.cluster.envvalues import (  # noqa: F401 (the value forms: public here, where the contract is documented)
     PORT_BASE,
     PORT_SPAN,
     check_master_addr,
@@ -53,10 +53,10 @@ from train.dist.envvalues import (  # noqa: F401 (the value forms: public here, 
     parse_job_id,
     port_for_job,
 )
-from train.dist.envvalues import parse_int as _parse_int
-from train.dist.hetjob import HET_SIZE_VARS, check_heterogeneous
-from train.dist.jobfacts import read_facts
-from train.dist.placement import counts_per_node, node_layout, place
+from train.cluster.envvalues import parse_int as _parse_int
+from train.cluster.hetjob import HET_SIZE_VARS, check_heterogeneous
+from train.cluster.jobfacts import read_facts
+from train.cluster.placement import counts_per_node, node_layout, place
 from train.errors import UserError
 
 LOCAL_ADDR = "127.0.0.1"
@@ -95,7 +95,7 @@ class DistEnv:
     # torchrun's agent already serves the store at MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE=True):
     # rank 0 connects as a client instead of binding it again (torch would log a bind error).
     agent_store: bool = False
-    # Facts of the job beside the rank (train/dist/jobfacts.py), so that nothing below the entry reads os.environ:
+    # Facts of the job beside the rank (train/cluster/jobfacts.py), so that nothing below the entry reads os.environ:
     restart_count: int = 0  # SLURM's requeues of this job (under torchrun outside SLURM: torchrun's restarts)
     data_dir: str | None = None  # DATA_DIR: the datasets' root unless data.root says otherwise
     node_tmpdirs: tuple[str, ...] = ()  # node-local scratch: SLURM_TMPDIR, TMPDIR (set ones, in that order)
@@ -480,7 +480,7 @@ def resolve(environ: Mapping[str, str], pick_free_port: Callable[[], int] = free
     reading = _Reading(environ, kind, pick_free_port)
     for name, helper in PLACEMENT:
         reading.values[name] = helper(reading)
-    facts, fact_sources = read_facts(environ, torchrun=kind == TORCHRUN)  # train/dist/jobfacts.py
+    facts, fact_sources = read_facts(environ, torchrun=kind == TORCHRUN)  # train/cluster/jobfacts.py
     return DistEnv(**reading.values, **facts, launcher=kind, sources={**reading.sources, **fact_sources})
 
 

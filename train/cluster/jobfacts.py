@@ -1,6 +1,6 @@
 """Facts of the job beside its ranks: restarts, the data root, node-local scratch, devices, whose job it is.
 
-Read once, at the entry, by `train.dist.distenv.resolve` (into `DistEnv`, each with the variable that
+Read once, at the entry, by `train.cluster.distenv.resolve` (into `DistEnv`, each with the variable that
 gave it in `sources`), so that no module below the entry reads os.environ. Unlike the rank, a
 fact is never refused: an unset variable is an absent fact.
 """

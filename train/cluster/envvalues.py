@@ -1,6 +1,6 @@
 """The forms of the contract's variables: one value parsed and checked, named when it is wrong.
 
-Pure functions used by `train.dist.distenv` (which re-exports the public ones, their documented home).
+Pure functions used by `train.cluster.distenv` (which re-exports the public ones, their documented home).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from train.errors import UserError
 # share a port) folded into 10000..32767, below Linux's ephemeral range (32768-60999), so no
 # outgoing connection of the node holds the port by chance. Two jobs get one port only when their
 # ids differ by a multiple of PORT_SPAN and they share a first node at the same time; rank 0 then
-# fails at once naming the port and its holder (train.dist.procgroup).
+# fails at once naming the port and its holder (train.cluster.procgroup).
 PORT_BASE = 10000
 PORT_SPAN = 22768
 

@@ -1,13 +1,13 @@
 """A heterogeneous job (SLURM_HET_SIZE > 1) trains on one component (`srun --het-group=N`), never across several.
 
-Part of the environment contract (train/dist/distenv.py, which calls it before the rank is read).
+Part of the environment contract (train/cluster/distenv.py, which calls it before the rank is read).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from train.dist.envvalues import expand_nodelist, parse_int
+from train.cluster.envvalues import expand_nodelist, parse_int
 from train.errors import UserError
 
 HET_SIZE_VARS = ("SLURM_HET_SIZE", "SLURM_PACK_SIZE")
