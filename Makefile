@@ -4,7 +4,7 @@ SHELL := /bin/bash
 .SHELLFLAGS := -euo pipefail -c
 .DEFAULT_GOAL := help
 # The order `make help` lists the targets in: the order a user needs them (a target not named here comes last).
-HELP_ORDER := help setup run model-check test image data submit srun doctor tail logs report bench anchor gpu-check lint clean
+HELP_ORDER := help setup run test model-check image data submit srun doctor tail logs report bench anchor gpu-check lint clean
 
 # the Python that builds the venv (3.10 or newer)
 PYTHON ?= python3
