@@ -115,7 +115,10 @@ def main(argv: list[str], environ: dict[str, str] | os._Environ = os.environ) ->
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return EXIT_USER_ERROR
     environ.setdefault("OMP_NUM_THREADS", str(threads_per_rank(options.nproc, len(os.sched_getaffinity(0)))))
-    shown = [f"OMP_NUM_THREADS={environ['OMP_NUM_THREADS']}", "torchrun", "--standalone",
+    # The same run as one command line (torchrun beside this Python: the venv's), with what was set here.
+    shown = [f"OMP_NUM_THREADS={environ['OMP_NUM_THREADS']}",
+             *([f"PYTHONPATH={environ['PYTHONPATH']}"] if code_dir is not None else []),
+             os.path.relpath(Path(sys.executable).with_name("torchrun")), "--standalone",
              f"--nproc-per-node={options.nproc}", "-m", "train", options.command, *options.rest]
     print(shlex.join(shown), flush=True)
     return launch(options.nproc, options.command, options.rest)
