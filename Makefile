@@ -4,7 +4,7 @@ SHELL := /bin/bash
 .SHELLFLAGS := -euo pipefail -c
 .DEFAULT_GOAL := help
 # The order `make help` lists the targets in: the order a user needs them (a target not named here comes last).
-HELP_ORDER := help setup run test image data submit srun doctor tail logs report bench anchor gpu-check lint clean
+HELP_ORDER := help setup run test model-check image data submit srun doctor tail logs report bench anchor gpu-check lint clean
 
 # the Python that builds the venv (3.10 or newer)
 PYTHON ?= python3
@@ -31,7 +31,7 @@ check-%:
 # `read -r -a NAME <<<"$$VAR"`: a whitespace-separated list as argv words (no globbing, no re-parsing).
 split = read -r -a $(1) <<<"$$$(2)"
 
-.PHONY: help setup run test lint clean
+.PHONY: help setup run model-check test lint clean
 
 help: ## List every target and the variables it reads
 	@awk -v order="$(HELP_ORDER)" 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {doc[$$1] = $$2} \
@@ -53,10 +53,13 @@ $(VENV)/.stamp: requirements.lock requirements-dev.lock
 
 setup: $(VENV)/.stamp ## Create the pinned local venv (.venv), idempotent
 
-run: check-run setup ## Train the default config on NPROC local processes (torchrun, gloo on CPU)
+run: check-run setup ## Train the default config on NPROC local processes (torchrun, gloo on CPU); CODE_DIR= your model's code
 	@$(call split,args,ARGS); \
-	cmd=("$$VENV/bin/torchrun" --standalone --nproc-per-node="$$NPROC" -m train fit --config "$$CONFIG" "$${args[@]}"); \
-	echo "$${cmd[*]}"; "$${cmd[@]}"
+	"$$VENV/bin/python" -m login.launch --nproc "$$NPROC" --code-dir "$$CODE_DIR" fit --config "$$CONFIG" "$${args[@]}"
+
+model-check: check-model-check setup ## Check model.name (CODE_DIR= your code, ARGS=) as training will build it; nothing is written
+	@$(call split,args,ARGS); \
+	"$$VENV/bin/python" -m login.launch --code-dir "$$CODE_DIR" model --config "$$CONFIG" "$${args[@]}"
 
 test: check-test setup lint ## Lint scripts and run the whole test suite (starts its own SLURM cluster)
 	@$(call split,args,PYTEST_ARGS); "$$VENV/bin/python" -m pytest "$${args[@]}"
@@ -69,7 +72,8 @@ include $(wildcard mk/*.mk)
 
 # Every variable a user may set, to the recipes that read it (see raw_value above).
 $(call export_for,$(VENV)/.stamp setup,PYTHON VENV)
-$(call export_for,run,VENV NPROC CONFIG ARGS)
+$(call export_for,run,VENV NPROC CONFIG ARGS CODE_DIR)
+$(call export_for,model-check,VENV CONFIG ARGS CODE_DIR)
 $(call export_for,test,VENV PYTEST_ARGS)
 $(call export_for,lint,VENV)
 $(call export_for,bench,VENV BENCH BENCH_ARGS PYG_LIB_SRC PYTHON)
@@ -78,6 +82,6 @@ $(call export_for,gpu-check,VENV GPU_PYTHON GPU_CHECK_ARGS)
 $(call export_for,data,$(DATA_VARS))
 $(call export_for,image,$(IMAGE_VARS))
 $(call export_for,submit srun,$(JOBS_VARS))
-$(call export_for,doctor,VENV NPROC CONFIG ARGS DOCTOR_TIMEOUT)
+$(call export_for,doctor,VENV NPROC CONFIG ARGS CODE_DIR DOCTOR_TIMEOUT)
 $(call export_for,report,VENV RUN)
 $(call export_for,logs tail,LOG_DIR)

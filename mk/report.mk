@@ -16,9 +16,8 @@ ifneq ($(DOCTOR_ON_SLURM),)
 	@$(MAKE) --no-print-directory submit DOCTOR=only JOB_NAME=pyg-doctor
 else
 	@$(call split,args,ARGS); \
-	cmd=("$$VENV/bin/torchrun" --standalone --nproc-per-node="$$NPROC" -m train doctor --config "$$CONFIG" \
-		--timeout "$$DOCTOR_TIMEOUT" "$${args[@]}"); \
-	echo "$${cmd[*]}"; "$${cmd[@]}"
+	"$$VENV/bin/python" -m login.launch --nproc "$$NPROC" --code-dir "$$CODE_DIR" doctor --config "$$CONFIG" \
+		--timeout "$$DOCTOR_TIMEOUT" "$${args[@]}"
 endif
 
 report: check-report setup ## Draw RUN/curves.png and print the run's summary (RUN=runs/<id>; default: the newest run)

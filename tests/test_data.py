@@ -9,7 +9,7 @@ import torch
 from tests.harness.reddit_files import write_reddit_raw
 from train.config import DataConfig
 from train.errors import UserError
-from train.graph.data import load_graph, prepare_dataset, synthetic_graph
+from train.graph.data import DATASETS, load_graph, prepare_dataset, synthetic_graph
 from train.graph.epoch_split import epoch_order, rank_shard
 
 
@@ -81,3 +81,20 @@ def test_normalize_features_scales_each_row_to_sum_one_as_pygs_transform():
     torch.testing.assert_close(normalized.x, NormalizeFeatures()(raw.clone()).x)
     torch.testing.assert_close(normalized.x.sum(-1), torch.ones(300))
     assert torch.equal(normalized.edge_index, raw.edge_index) and torch.equal(normalized.y, raw.y)
+
+
+def test_preparing_offline_says_where_each_datasets_files_come_from(tmp_path, monkeypatch):
+    for var in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY"):
+        monkeypatch.setenv(var, "http://127.0.0.1:9")
+    with pytest.raises(UserError) as info:
+        prepare_dataset(DataConfig(name="Reddit", root=str(tmp_path)))
+    lines = str(info.value).splitlines()
+    assert lines[0].startswith("dataset 'Reddit' could not be downloaded: no internet from this machine (")
+    assert lines[1:3] == ["Its raw files (reddit_data.npz, reddit_graph.npz) come from "
+                          "https://data.dgl.ai/dataset/reddit.zip (one zip).",
+                          f"Download them on a machine with internet and put them in {tmp_path}/Reddit/raw/."]
+    origin, action = DATASETS["ogbn-products"].source(tmp_path / "ogbn_products")
+    assert origin == "Its files come from http://snap.stanford.edu/ogb/data/nodeproppred/products.zip (one zip)"
+    assert action == f"unzip it in {tmp_path}/, renaming the folder it makes (products/) to ogbn_products/"
+    origin, _ = DATASETS["Flickr"].source(tmp_path / "Flickr")
+    assert "Google Drive (the ids in PyG's torch_geometric.datasets.Flickr)" in origin

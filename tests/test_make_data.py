@@ -71,3 +71,19 @@ def test_an_image_that_is_a_directory_is_refused_as_one(tmp_path):
     done = make_data("DATASET=tiny", f"IMAGE={folder}", "DATA_MODE=enroot", f"DATA_DIR={tmp_path}", "DRY_RUN=1")
     assert done.returncode == 2 and f"IMAGE='{folder}' is a directory, not a squashfs image" in done.stderr
     assert "does not exist" not in done.stderr
+
+
+def test_offline_it_says_no_internet_where_the_files_come_from_and_where_they_go(tmp_path, monkeypatch):
+    """Without internet: a few short lines, not one line of every missing file and the command just run."""
+    for var in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY"):  # no route out, wherever this runs
+        monkeypatch.setenv(var, "http://127.0.0.1:9")
+    done = make_data("DATASET=cora", f"DATA_DIR={tmp_path}", "IMAGE=none")
+    assert done.returncode == 2, done.stderr
+    said = done.stderr[done.stderr.index("error: "):].splitlines()
+    assert said[0].startswith("error: dataset 'Cora' could not be downloaded: no internet from this machine ("), said
+    assert said[1:4] == [
+        "Its raw files (ind.cora.x, ind.cora.tx, ind.cora.allx, ind.cora.y, ind.cora.ty, ind.cora.ally, "
+        "ind.cora.graph, ind.cora.test.index) come from https://github.com/kimiyoung/planetoid/raw/master/data/<file>.",
+        f"Download them on a machine with internet and put them in {tmp_path}/Planetoid/Cora/raw/.",
+        "Then run this again: it prepares the files it finds there, with no download."], said
+    assert said[4].startswith("make: ***") and len(said) == 5 and "Traceback" not in done.stderr

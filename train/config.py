@@ -88,6 +88,9 @@ class OptimConfig:
     weight_decay: float = 0.0
 
 
+TESTING = {"testing": True}  # a field's metadata: a key for the tests only, accepted but not listed to users
+
+
 @dataclass(frozen=True)
 class TrainerConfig:
     epochs: int = 20
@@ -100,9 +103,11 @@ class TrainerConfig:
     checkpoint_every: int = 1  # epochs between checkpoints (0: only at the end / on signal)
     checkpoint_every_minutes: float = 0.0  # also checkpoint at a step boundary after this long (0: off)
     max_restarts: int = 3  # requeues after a stop signal (SLURM_RESTART_COUNT); then exit 4, not 3
-    fail_at_step: int = -1  # testing aid: raise on `fail_rank` at this global step (-1: off)
-    fail_rank: int = 0
-    step_delay_seconds: float = 0.0  # testing aid: sleep after each step, so a short run can be interrupted
+    # Testing aids (TESTING: left out of the valid keys a message lists): raise on `fail_rank` at this global
+    # step (-1: off); sleep after each step, so a short run can be interrupted.
+    fail_at_step: int = field(default=-1, metadata=TESTING)
+    fail_rank: int = field(default=0, metadata=TESTING)
+    step_delay_seconds: float = field(default=0.0, metadata=TESTING)
     deterministic: bool = True  # on a GPU: TF32 off, deterministic scatter and cuBLAS (train/loop/numerics.py)
 
 
@@ -268,9 +273,8 @@ def _build(raw: dict[str, Any]) -> Config:
         for key, value in values.items():
             dotted = f"{section_name}.{key}"
             if key not in fields:
-                raise UserError(
-                    f"unknown config key {dotted!r}; valid {section_name} keys: {', '.join(fields)}."
-                )
+                shown = [name for name, f in fields.items() if not f.metadata.get("testing")]
+                raise UserError(f"unknown config key {dotted!r}; valid {section_name} keys: {', '.join(shown)}.")
             kwargs[key] = _coerce(dotted, value, field_types[key])
         built[section_name] = section_cls(**kwargs)
     config = Config(**built)

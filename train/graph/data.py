@@ -19,7 +19,7 @@ from torch_geometric.utils import coalesce, to_undirected
 from train.config import DataConfig
 from train.errors import UserError
 from train.files import check_dir
-from train.graph.ogbn import OGB_NODE_DATASETS, open_ogb
+from train.graph.ogbn import OGB_NODE_DATASETS, ogb_source, open_ogb
 from train.graph.rawfiles import prepare_again, problems
 
 
@@ -35,6 +35,8 @@ class DatasetSpec:
     needed: tuple[str, ...]  # the files processing reads (raw files, split files)
     processed: tuple[str, ...]  # what a processed dataset holds
     open: Callable[[Path], Data]  # data root -> Data with split indices (downloads when files are absent)
+    # its folder -> where its files come from, and where they go (for a machine without internet)
+    source: Callable[[Path], tuple[str, str]]
 
 
 def _pyg(class_name: str, sub: str, raw: tuple[str, ...], *args) -> DatasetSpec:
@@ -45,7 +47,16 @@ def _pyg(class_name: str, sub: str, raw: tuple[str, ...], *args) -> DatasetSpec:
 
         return from_pyg_masks(getattr(datasets, class_name)(str(root / sub.split("/")[0]), *args)[0])
 
-    return DatasetSpec(lambda root: root / sub, tuple(f"raw/{f}" for f in raw), ("processed/data.pt",), open_)
+    def source(folder: Path) -> str:
+        import torch_geometric.datasets as datasets
+
+        url = getattr(getattr(datasets, class_name), "url", None)  # PyG's own; GraphSAINT's files have ids
+        where = (f"Google Drive (the ids in PyG's torch_geometric.datasets.{class_name})" if not url else
+                 f"{url} (one zip)" if url.endswith(".zip") else f"{url}/<file>")
+        return f"Its raw files ({', '.join(raw)}) come from {where}", f"put them in {folder / 'raw'}/"
+
+    return DatasetSpec(lambda root: root / sub, tuple(f"raw/{f}" for f in raw), ("processed/data.pt",), open_,
+                       source)
 
 
 def _planetoid(name: str) -> DatasetSpec:
@@ -63,7 +74,7 @@ DATASETS: dict[str, DatasetSpec] = {
     "CiteSeer": _planetoid("CiteSeer"),
     "PubMed": _planetoid("PubMed"),
     **{name: DatasetSpec(lambda root, d=info.folder: root / d, info.needed, info.processed,
-                         lambda root, n=name: open_ogb(n, root))
+                         lambda root, n=name: open_ogb(n, root), lambda folder, n=name: ogb_source(n, folder))
        for name, info in OGB_NODE_DATASETS.items()},
 }
 SYNTHETIC = "synthetic"
@@ -151,12 +162,13 @@ def from_pyg_masks(data) -> Data:
     return out
 
 
-def _open(name: str, root: Path) -> Data:
+def _open(name: str, root: Path, preparing: bool = False) -> Data:
     """Open (processing on first use, downloading when absent) dataset `name`, naming a bad file.
 
     Before processing, the files it reads are checked (cheaply for large ones); a missing one
-    is named when the download that PyG or OGB then tries fails, as it does offline; a failure
-    while processing or reading the processed file is traced back to the file that caused it.
+    is named when the download that PyG or OGB then tries fails, as it does offline (`preparing`:
+    where the files come from and where to copy them instead); a failure while processing or
+    reading the processed file is traced back to the file that caused it.
     """
     spec = DATASETS[name]
     folder = _checked_folder(name, root)
@@ -170,6 +182,11 @@ def _open(name: str, root: Path) -> Data:
     except UserError:
         raise
     except (OSError, ConnectionError) as exc:  # URLError is an OSError; so is a file not found
+        if preparing and not is_prepared(name, root):
+            origin, action = spec.source(folder)
+            raise UserError(f"dataset {name!r} could not be downloaded: no internet from this machine ({exc}).\n"
+                            f"{origin}.\nDownload them on a machine with internet and {action}.\n"
+                            "Then run this again: it prepares the files it finds there, with no download.") from None
         missing = [p for p in problems(folder, spec.needed, thorough=False) if p.endswith(" is missing")]
         what = f"{'; '.join(missing)}" if missing else f"{str(folder)!r} could not be read"
         raise UserError(
@@ -209,7 +226,7 @@ def prepare_dataset(config: DataConfig, data_dir: str | None = None) -> Path:
     if is_prepared(config.name, root):
         return root  # processed already
     root.mkdir(parents=True, exist_ok=True)
-    _open(config.name, root)
+    _open(config.name, root, preparing=True)
     return root
 
 

@@ -84,6 +84,18 @@ def _dataset_class():
     return NodeDataset
 
 
+def ogb_source(name: str, folder: Path) -> tuple[str, str]:
+    """Where ogbn-`name`'s files come from (ogb's own list of datasets), and where they go."""
+    try:
+        import pandas as pd
+        from ogb import nodeproppred
+    except ImportError:
+        return "Its files come from OGB (https://ogb.stanford.edu), one zip", f"unzip it into {folder}/"
+    meta = pd.read_csv(Path(nodeproppred.__file__).with_name("master.csv"), index_col=0, keep_default_na=False)[name]
+    return (f"Its files come from {meta['url']} (one zip)",
+            f"unzip it in {folder.parent}/, renaming the folder it makes ({meta['download_name']}/) to {folder.name}/")
+
+
 def open_ogb(name: str, root: Path) -> Data:
     """ogbn-`name` under `root` as x, y (long, UNLABELED where OGB has none), edge_index and its split."""
     info = OGB_NODE_DATASETS[name]

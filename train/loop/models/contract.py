@@ -58,7 +58,9 @@ def check_output(name: str, out, rows: int, what: str) -> Tensor:
     if out.dim() != 2 or out.size(0) < rows or out.size(1) != CLASSES or not out.is_floating_point():
         raise UserError(f"model.name={name}: {what} returned a {out.dtype} tensor of shape {tuple(out.shape)}; "
                         f"expected float logits of shape [nodes, out_channels] with at least the {rows} seeds' rows "
-                        f"and out_channels={CLASSES} columns (the workflow passes out_channels=<classes>).")
+                        f"and out_channels={CLASSES} columns: the check builds the model for a stand-in graph of "
+                        f"{FEATURES} features and {CLASSES} classes, so that it needs no dataset, and passes "
+                        f"out_channels=<the graph's classes>: {CLASSES} here, your graph's classes in training.")
     return out
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
 import sys
 import traceback
 from typing import Any
@@ -18,14 +19,28 @@ from torch import nn
 from train.errors import UserError
 from train.loop.models.builtin import BUILTINS, COMMON, builtin_arguments, parameter_names
 
-WHERE = ("Python looks for it in the working directory and PYTHONPATH (a container job: put your code "
-         "folder in CODE_DIR)")
+# Where the import looked, and how each way of running puts a folder there (make: jobs/lib/code_dir.sh and
+# login/launch.py; python: PYTHONPATH itself).
+WHERE = ("Python looks for it in the working directory and on PYTHONPATH: give your code's folder as "
+         "CODE_DIR=DIR to make (run, model-check, doctor, submit), or as PYTHONPATH=DIR to python -m train")
+SHOWN_PATHS = 6
+
+
+def search_path(path: list[str]) -> list[str]:
+    """`path` (sys.path) as folders, each once: '' is the working directory, and the project's folder that
+    both `python -m` and PYTHONPATH put there is listed once."""
+    seen: dict[str, None] = {}
+    for entry in path:
+        seen.setdefault(os.path.realpath(entry or os.curdir), None)
+    return list(seen)
 
 
 def _import_error(name: str, module: str, exc: BaseException) -> UserError:
     if isinstance(exc, ModuleNotFoundError) and exc.name and module.startswith(exc.name):
+        folders = search_path(sys.path)
+        more = " ..." if len(folders) > SHOWN_PATHS else ""
         return UserError(f"model.name={name}: no module named {exc.name!r}; {WHERE}. sys.path: "
-                         f"{', '.join(p or '.' for p in sys.path[:6])}{' ...' if len(sys.path) > 6 else ''}")
+                         f"{', '.join(folders[:SHOWN_PATHS])}{more}")
     frames = traceback.extract_tb(exc.__traceback__)
     where = next((f"{f.filename}:{f.lineno}" for f in reversed(frames) if "importlib" not in f.filename), "")
     if isinstance(exc, SyntaxError):

@@ -1,0 +1,128 @@
+"""`make run`, `make doctor`, `make model-check`: a `python -m train` command on this machine, its input checked
+once before any rank starts, and a failure told by the project's own message, not by the launcher's traceback.
+
+    python -m login.launch [--nproc N] [--code-dir DIR] COMMAND --config C [section.key=value ...] [OPTION ...]
+
+COMMAND is fit or doctor (N ranks, started by torchrun's own launcher in this process), or model (the model
+check, here). Before any rank starts, the config and its overrides (and for fit the dataset's name and the
+model's contract) are checked in this one process, as `make submit` checks them before sbatch: a mistake is
+one `error:` line and exit status 2. A rank that fails later prints its own message; torchrun's report of it
+(`ChildFailedError`, its traceback, its log line) is left out, and this process exits with the status of the
+rank that failed first (train/errors.py). Each rank gets OMP_NUM_THREADS (this machine's cores / N, at least 1)
+unless it is set already, so torchrun's banner about it is not printed; CODE_DIR goes in front of PYTHONPATH.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shlex
+import signal
+import sys
+from pathlib import Path
+
+RANKED = ("fit", "doctor")  # the commands that run on every rank; `model` runs here
+# torchrun's loggers that report a rank's failure (its exit code, then the others being stopped) in lines of
+# their own: the rank has said what went wrong, and this process's exit status is the rank's.
+LAUNCHER_LOGGERS = ("torch.distributed.elastic.multiprocessing.api", "torch.distributed.elastic.agent.server.api",
+                    "torch.distributed.launcher.api")
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m login.launch", description=__doc__.splitlines()[0])
+    parser.add_argument("--nproc", type=int, default=1, help="ranks on this machine (fit, doctor)")
+    parser.add_argument("--code-dir", default="", help="the folder of your own model's code (CODE_DIR)")
+    parser.add_argument("command", choices=(*RANKED, "model"))
+    parser.add_argument("rest", nargs=argparse.REMAINDER, help="--config C, overrides, the command's options")
+    return parser.parse_args(argv)
+
+
+def code_dir_path(code_dir: str) -> Path | None:
+    """CODE_DIR as an absolute folder (None when not given); `UserError` when it is not a folder."""
+    from train.errors import UserError
+
+    if not code_dir:
+        return None
+    path = Path(code_dir).expanduser()
+    if not path.is_dir():
+        raise UserError(f"CODE_DIR={code_dir!r} is not a directory: it is the folder of your own code "
+                        "(model.name=package.module:ClassName), put in front of PYTHONPATH.")
+    return path.resolve()
+
+
+def threads_per_rank(nproc: int, cores: int) -> int:
+    """OMP_NUM_THREADS for each of `nproc` ranks sharing `cores`: the cores split evenly, at least one."""
+    return max(1, cores // max(1, nproc))
+
+
+def check_input(command: str, rest: list[str]) -> None:
+    """What every rank would refuse first, checked once: `UserError` (or argparse's exit) when it is wrong."""
+    from train.__main__ import build_parser
+    from train.config import load_config
+
+    args = build_parser().parse_args([command, *rest])
+    config = load_config(args.config, args.overrides)  # before torch loads: a config error takes a moment
+    if command == "fit":
+        from train.graph.data import check_dataset_name
+        from train.loop.models.contract import check_model
+
+        check_dataset_name(config.data.name)
+        check_model(config.model)
+
+
+def exit_status(exitcode: int) -> int:
+    """A rank's exit code as a shell reports it: its own status, or 128 + the signal that ended it."""
+    return 128 - exitcode if exitcode < 0 else exitcode
+
+
+def launch(nproc: int, command: str, rest: list[str]) -> int:
+    """torchrun's launcher in this process; the status of the rank that failed first, or 0."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import parse_args, run
+
+    for name in LAUNCHER_LOGGERS:
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+    try:
+        run(parse_args(["--standalone", f"--nproc-per-node={nproc}", "-m", "train", command, *rest]))
+    except ChildFailedError as exc:
+        rank, failure = exc.get_first_failure()
+        if failure.exitcode < 0:  # killed: the rank could say nothing
+            name = signal.Signals(-failure.exitcode).name
+            print(f"error: rank {rank} was ended by {name} (pid {failure.pid})", file=sys.stderr, flush=True)
+        return exit_status(failure.exitcode)
+    except SignalException as exc:  # Ctrl-C or a stop signal to the launcher: the ranks got it too
+        return 128 + exc.sigval
+    return 0
+
+
+def main(argv: list[str], environ: dict[str, str] | os._Environ = os.environ) -> int:
+    from train.errors import EXIT_USER_ERROR, UserError
+
+    options = parse(argv)
+    try:
+        code_dir = code_dir_path(options.code_dir)
+        if code_dir is not None:  # for the check here and for the ranks
+            sys.path.insert(0, str(code_dir))
+            environ["PYTHONPATH"] = os.pathsep.join(filter(None, (str(code_dir), environ.get("PYTHONPATH"))))
+        if options.command not in RANKED:
+            from train.__main__ import main as train_main
+
+            return train_main([options.command, *options.rest])
+        check_input(options.command, options.rest)
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return EXIT_USER_ERROR
+    environ.setdefault("OMP_NUM_THREADS", str(threads_per_rank(options.nproc, len(os.sched_getaffinity(0)))))
+    # The same run as one command line (torchrun beside this Python: the venv's), with what was set here.
+    shown = [f"OMP_NUM_THREADS={environ['OMP_NUM_THREADS']}",
+             *([f"PYTHONPATH={environ['PYTHONPATH']}"] if code_dir is not None else []),
+             os.path.relpath(Path(sys.executable).with_name("torchrun")), "--standalone",
+             f"--nproc-per-node={options.nproc}", "-m", "train", options.command, *options.rest]
+    print(shlex.join(shown), flush=True)
+    return launch(options.nproc, options.command, options.rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
