@@ -94,6 +94,7 @@ def summarize(rows: list[dict], summary: dict | None = None, config: dict | None
         "dataset": (config.get("data") or {}).get("name") or (summary or {}).get("dataset"),
         "model": (config.get("model") or {}).get("name") or (summary or {}).get("model"),
         "world_size": world,
+        "device": (summary or {}).get("device"),  # known once the run has finished
         "best_val_acc": best["val_acc"] if best else None,
         "best_val_epoch": best["epoch"] if best else None,
         "test_acc_at_best_val": best.get("test_acc") if best else None,
@@ -125,7 +126,8 @@ def format_summary(s: dict, run_dir: str) -> str:
         ("time per epoch", "-" if s["mean_epoch_seconds"] is None
          else f"{s['mean_epoch_seconds']:.2f} s (mean; {s['total_seconds']:.1f} s in all)"),
         ("throughput", "-" if s["seeds_per_second"] is None
-         else f"{s['seeds_per_second']:.0f} seeds/s, {s['seeds_per_second_per_rank']:.0f} per GPU (rank)"),
+         else f"{s['seeds_per_second']:.0f} seeds/s, {s['seeds_per_second_per_rank']:.0f} "
+              f"{'per GPU (rank)' if s['device'] == 'cuda' else 'per rank'}"),
     ]
     rows.append(("step time", format_phases(s["phase_seconds"])))
     width = max(len(k) for k, _ in rows)
