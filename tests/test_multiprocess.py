@@ -27,6 +27,10 @@ def test_ranks_rendezvous_train_and_agree(tmp_path, world_size, nodes):
     assert f"final weights {tmp_path / 'model.pt'} (sha256 {summary['weights_sha256'][:16]}, the same on all " \
            f"{world_size} ranks)" in result.outputs[0]
     assert not any(" final {" in out or "final weights" in out for out in result.outputs[1:]), result.outputs[1]
+    # each epoch's checkpoint in one line, its epoch numbered as the progress lines number it
+    assert f"\nsaved checkpoint after epoch 0: {tmp_path / 'checkpoints' / 'ckpt-e000001-s00000000.pt'}\n" in \
+           result.outputs[0]
+    assert "\nepoch   1 mean loss " in result.outputs[0] and "(epoch 1 step 0, end of epoch 0)" not in result.outputs[0]
     assert summary["heap"] == {"mmap_threshold": MMAP_THRESHOLD, "huge_pages": True}  # python -m train tuned it
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["epoch"] for r in rows] == [0, 1]
