@@ -34,7 +34,7 @@ def _steps(trainer, epoch: int, steps: int) -> tuple[int, float]:
 
     marks: list[tuple[float, int]] = []
 
-    def on_step_end(tr) -> bool:
+    def on_step_end(tr, _record) -> bool:
         torch.cuda.synchronize()
         marks.append((time.perf_counter(), tr.state.stats.seeds))
         return len(marks) > steps

@@ -70,7 +70,7 @@ def worker(args) -> None:
         t_graph = time.time()
         trainer = Trainer(config, env, device, data, out_dir=Path(out))
         t_trainer = time.time()
-        trainer.train_epoch(0, on_step_end=lambda _trainer: True)  # one step
+        trainer.train_epoch(0, on_step_end=lambda _trainer, _record: True)  # one step
         t_first = time.time()
         tensors = [t for t in (data.x, data.y, data.edge_index, data.train_idx, data.val_idx, data.test_idx,
                                *graph_csc(data)) if t is not None]  # node: no edge_index, the CSC is the structure

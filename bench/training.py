@@ -54,7 +54,7 @@ def _project_steps(trainer, epoch: int, steps: int) -> tuple[int, float]:
     """`steps` steps of the project's loop after one untimed warm-up step; (seeds, seconds)."""
     marks: list[tuple[float, int]] = []
 
-    def on_step_end(tr) -> bool:
+    def on_step_end(tr, _record) -> bool:
         marks.append((time.perf_counter(), tr.state.stats.seeds))
         return len(marks) > steps
 

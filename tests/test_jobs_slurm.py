@@ -134,7 +134,7 @@ def test_make_submit_four_nodes_eight_ranks_completes_with_a_graph_copy_on_every
     assert [len(folders) for folders in by_node] == [1, 1, 1, 1], by_node
     assert all(next(iter(folders)).endswith(f"-n{i}-u{os.getuid()}") for i, folders in enumerate(by_node)), by_node
     # the training ran (rank 0's epoch lines) and every rank ends with the same weights and metrics
-    assert re.search(r"^0: epoch +1 loss [\d.]+ train_acc [\d.]+ val_acc [\d.]+", text, re.M), text
+    assert re.search(r"^0: epoch +1 mean loss [\d.]+ train_acc [\d.]+ val_acc [\d.]+", text, re.M), text
     finals = {int(rank): json.loads(body) for label, rank, body in FINAL.findall(text) if label == rank}
     assert sorted(finals) == list(range(8)) and all(f == finals[0] for f in finals.values()), text
     summary = json.loads((out_dir / "summary.json").read_text())

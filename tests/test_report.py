@@ -13,7 +13,7 @@ import pytest
 from PIL import Image
 
 from train.config import dump_config, load_config
-from train.loop.report import DPI, FIGSIZE, read_metrics, summarize, write_report
+from train.loop.report import DPI, FIGSIZE, draw_curves, format_summary, read_metrics, summarize, write_report
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -26,7 +26,7 @@ def row(epoch, loss, train, val=None, test=None, seconds=2.0, rate=4000.0, world
             "phase_seconds": phases, "wall_seconds": sum(phases.values())}
 
 
-def write_run(run: Path, finished: bool = True, epochs: int = 6) -> Path:
+def write_run(run: Path, finished: bool = True, epochs: int = 6, device: str = "cuda") -> Path:
     """A run as fit leaves it: evaluation every 2nd epoch, one epoch repeated after a resume,
     and (for a running run) a half-written last line."""
     run.mkdir(parents=True)
@@ -45,7 +45,7 @@ def write_run(run: Path, finished: bool = True, epochs: int = 6) -> Path:
     (run / "metrics.jsonl").write_text(text)
     dump_config(load_config("tiny", ["trainer.epochs=6"]), run / "config.yaml")
     if finished:
-        (run / "summary.json").write_text(json.dumps({"epochs": 6, "world_size": 2}))
+        (run / "summary.json").write_text(json.dumps({"epochs": 6, "world_size": 2, "device": device}))
     return run
 
 
@@ -69,11 +69,45 @@ def test_report_draws_a_png_and_prints_the_summary(tmp_path):
     assert "final test accuracy  0.8000 (epoch 5)" in out
     assert "final loss           0.5200" in out
     assert "time per epoch       2.00 s (mean; 12.0 s in all)" in out
-    assert "throughput           4000 seeds/s, 2000 per GPU (rank)" in out
+    assert "throughput           4000 seeds/s, 2000 per GPU (rank)\n" in out
     # mean per epoch: sample 1.6 s, gather 0.2, compute 0.1, allreduce 0.1, eval 0.25 (3 of 6 epochs) = 2.25 s
     assert ("step time            sample 71% | gather 9% | copy 0% | compute 4% | allreduce 4% | eval 11% | other 0% "
             "(of 2.25 s per epoch with evaluation, mean over ranks)") in out
     assert not list(run.glob(".*.tmp"))  # written atomically
+
+
+@pytest.mark.parametrize("device, finished", [("cpu", True), ("cuda", False)])
+def test_throughput_is_per_rank_where_no_gpu_is_known(tmp_path, device, finished):
+    """A CPU run has ranks, not GPUs; a running run (no summary.json yet) does not say which it has."""
+    s = summarize(read_metrics(write_run(tmp_path / "run", finished, device=device) / "metrics.jsonl"),
+                  json.loads((tmp_path / "run" / "summary.json").read_text()) if finished else None)
+    assert format_summary(s, "run").splitlines()[7] == "throughput           4000 seeds/s, 2000 per rank"
+
+
+def test_curves_keep_their_legends_off_the_data_and_throughput_from_zero(tmp_path):
+    """Legends outside the panels (a 2-epoch run's curves fill all of the panel), as large as the ticks'
+    labels; the throughput axis starts at 0, so that noise does not look like swings."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [row(0, 1.3, 0.33, 0.66, 0.70, rate=14700), row(1, 1.0, 0.64, 0.84, 0.86, rate=19900)]
+    fig = draw_curves(plt, rows, "two epochs")
+    try:
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        _, ax_acc, ax_rate, ax_time = fig.axes
+        for ax in (ax_acc, ax_time):
+            legend, panel = ax.get_legend(), ax.get_window_extent(renderer)
+            assert not legend.get_window_extent(renderer).overlaps(panel), ax.get_title()
+            assert fig.bbox.contains(*legend.get_window_extent(renderer).p0)
+            assert fig.bbox.contains(*legend.get_window_extent(renderer).p1)  # and inside the picture
+            tick = ax.get_yticklabels()[0].get_fontsize()
+            assert all(t.get_fontsize() >= 0.8 * tick for t in legend.get_texts())
+        assert ax_rate.get_ylim()[0] == 0 and ax_rate.get_ylim()[1] >= 19900
+    finally:
+        plt.close(fig)
 
 
 def test_runs_without_phase_times_still_report(tmp_path):
@@ -105,7 +139,7 @@ def test_the_time_panel_stacks_every_phase(tmp_path):
     try:
         plot_phases(ax, rows)
         labels = [t.get_text() for t in ax.get_legend().get_texts()]
-        assert labels == list(PHASES)
+        assert labels == list(reversed(PHASES))  # top to bottom, as the bars stack
         tops = {}
         for patch in ax.patches:  # bar patches: x centre = epoch, stacked heights add up to the wall time
             epoch = round(patch.get_x() + patch.get_width() / 2)

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.harness.localjob import ROOT, WORKERS, free_port, run_local_job, srun_env
+from tests.harness.localjob import ROOT, WORKERS, final_summary, free_port, run_local_job, srun_env
 from train.config import DataConfig, SamplerConfig, load_config
 from train.errors import UserError
 from train.graph.sampling_plan import GPU_GRAPH_FRACTION, gpu_placement, plan_sampling
@@ -369,7 +369,7 @@ def test_node_and_process_sharing_train_identically(tmp_path):
         rows = [json.loads(line) for line in (tmp_path / share / "metrics.jsonl").read_text().splitlines()]
         runs[share] = ([{k: v for k, v in r.items() if not k.endswith("_seconds") and k != "seeds_per_second"}
                         for r in rows],
-                       result.final())
+                       final_summary(tmp_path / share)["weights_sha256"])
     assert runs["node"][0] and runs["node"] == runs["process"]
 
 
@@ -401,8 +401,7 @@ def test_uneven_nodes_share_where_there_is_someone_to_share_with(tmp_path):
     procs = _start_job(["-m", "train", *TINY, "trainer.epochs=1", f"output.dir={tmp_path}"], job, port, envs)
     outputs = [p.communicate(timeout=240)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0], outputs
-    finals = [line.split(" final ", 1)[1] for out in outputs for line in out.splitlines() if " final {" in line]
-    assert len(finals) == 3 and len(set(finals)) == 1, finals
+    final_summary(tmp_path)  # checks that the 3 ranks ended with the same weights
 
 
 def test_kill_9_of_the_whole_job_leaves_nothing_after_the_restart(tmp_path):

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -18,7 +17,6 @@ from train.cluster.distenv import free_port  # also for the tests that import it
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKERS = Path(__file__).resolve().parent / "workers"  # the programs tests start, as real files
-FINAL_LINE = re.compile(r"^rank (\d+) final (\{.*\})$", re.M)
 
 
 def srun_env(rank: int, world_size: int, nodes: int, job_id: str, port: int) -> dict[str, str]:
@@ -44,13 +42,13 @@ class JobResult:
     returncodes: list[int]
     outputs: list[str]
 
-    def final(self) -> dict[int, dict]:
-        """Each rank's `rank R final {...}` line."""
-        found = {}
-        for out in self.outputs:
-            for match in FINAL_LINE.finditer(out):
-                found[int(match.group(1))] = json.loads(match.group(2))
-        return found
+
+def final_summary(run_dir: Path) -> dict:
+    """A finished run's summary.json, checked to say that every rank ended with the same weights
+    (`weights_sha256`: their SHA-256)."""
+    summary = json.loads((Path(run_dir) / "summary.json").read_text())
+    assert summary["weights_same_on_all_ranks"] is True, summary
+    return summary
 
 
 def run_local_job(args: list[str], world_size: int, nodes: int = 1, job_id: str = "4242",

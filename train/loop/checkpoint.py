@@ -312,6 +312,17 @@ def graph_fingerprint(data) -> dict:
     }
 
 
+def saved_line(path: Path, epoch: int, steps: list[int], reason: str) -> str:
+    """The log's line for a saved checkpoint, epochs numbered from 0 as the progress display does.
+
+    The file's name holds the position to continue from (ckpt-e000001-s00000000: epoch 1, step 0), which
+    at an epoch's end is the next epoch's start: the line says which epoch is done instead.
+    """
+    if epoch > 0 and steps == [0]:
+        return f"saved checkpoint after epoch {epoch - 1}: {path}"
+    return f"saved checkpoint in epoch {epoch} after step {'-'.join(map(str, steps))} ({reason}): {path}"
+
+
 class Checkpointer:
     """Saving and resuming for one run directory; every method is collective (all ranks call it).
 
@@ -367,8 +378,7 @@ class Checkpointer:
             raise outcome[0]
         self.last_position, self.last_path = position, Path(outcome[0])
         self.last_save_time = time.monotonic()
-        steps = sorted(set(position[1]))
-        self._say(f"checkpoint {self.last_path} (epoch {position[0]} step {'-'.join(map(str, steps))}, {reason})")
+        self._say(saved_line(self.last_path, position[0], sorted(set(position[1])), reason))
         return self.last_path
 
     # -- resume

@@ -2,16 +2,15 @@
 
 The loop is the seed's (DDP, Adam, sampled mini-batches, a barrier per epoch) with what a
 long multi-node run needs: seeds split without loss, per-step seeding so a run is
-reproducible, evaluation sharded over all ranks, and metrics written by rank 0. The run
+reproducible, and evaluation sharded over all ranks. It emits a record per step and per epoch
+(train/loop/records.py) to the sinks of train/loop/outputs.py (metrics.jsonl, the progress display). The run
 around it (process group, run directory, checkpoints, stop and finish) is train/loop/run.py.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +30,8 @@ from train.graph.epoch_split import derive_seed, epoch_order, rank_shard
 from train.graph.sampling_plan import plan_sampling
 from train.loop.evaluate import evaluate
 from train.loop.models import ModelStep, hop_counts, layerwise, resolve
+from train.loop.outputs import Outputs
+from train.loop.records import EpochRecord, StepRecord
 from train.loop.rng import ProcessRng
 from train.loop.timing import AllReduceProbe, PhaseTimer, reduce_mean
 
@@ -91,35 +92,6 @@ class FitResult:
     summary: dict  # `Trainer.summary()`: the run's figures so far
 
 
-class Progress:
-    """A progress bar on rank 0 when stdout is a terminal; a plain line every N steps in log files."""
-
-    def __init__(self, config: Config, env: DistEnv, total_steps: int, epoch: int):
-        self.enabled = env.is_main
-        mode = config.output.progress
-        use_bar = mode == "bar" or (mode == "auto" and sys.stdout.isatty())
-        self.every = config.trainer.log_every
-        self.epoch, self.total = epoch, total_steps
-        self.bar = None
-        if self.enabled and use_bar:
-            from tqdm import tqdm
-
-            self.bar = tqdm(total=total_steps, desc=f"epoch {epoch}", leave=False)
-
-    def update(self, step: int, loss: float) -> None:
-        if not self.enabled:
-            return
-        if self.bar is not None:
-            self.bar.update(1)
-            self.bar.set_postfix(loss=f"{loss:.4f}")
-        elif step % self.every == 0 or step == self.total:
-            print(f"epoch {self.epoch} step {step}/{self.total} loss {loss:.4f}", flush=True)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-
-
 class Trainer:
     """Owns the model, optimizer and data of one rank; `fit` runs the epochs."""
 
@@ -140,6 +112,7 @@ class Trainer:
         self.sampling = plan_sampling(data, config.sampler, device)  # sampler.device: where batches are sampled
         self.timer = PhaseTimer(device)  # where each epoch's time goes (train/loop/timing.py)
         self.allreduce_probe = AllReduceProbe(self.model, device)
+        self.outputs = Outputs(config, env, out_dir)  # rank 0's sinks: metrics.jsonl, the progress display, ...
         if self.sampling.fell_back:  # each rank decides on its own GPU's free memory: each one that falls back says so
             print(f"rank {env.rank}: {self.sampling.note}", flush=True)
         if env.is_main:
@@ -197,11 +170,13 @@ class Trainer:
 
     # ---- one epoch -----------------------------------------------------------------------------
     def train_epoch(self, epoch: int, on_step_end=None) -> EpochStats:
-        """Train from `state.step` to the end of the epoch (or until a stop is requested)."""
+        """Train from `state.step` to the end of the epoch (or until a stop is requested).
+
+        After each step its record goes to the sinks, then to `on_step_end(trainer, record)`; True: leave the epoch.
+        """
         self.ddp.train()
         total = self.steps_in_epoch(epoch)
         shard = self.epoch_shard(epoch)[self.state.step * self.config.sampler.batch_size :]
-        progress = Progress(self.config, self.env, total, epoch)
         stats = self.state.stats
         with Join([self.ddp, *self.joinables]):  # ranks may have one batch more or less than others
             for batch in self.batches(shard, epoch):
@@ -226,10 +201,10 @@ class Trainer:
                 stats.seeds += batch.batch_size
                 stats.steps += 1
                 self.state.step += 1
-                progress.update(self.state.step, loss_value)
-                if on_step_end is not None and on_step_end(self):
+                record = StepRecord(epoch, self.state.step, total, loss_value, batch.batch_size)
+                self.outputs.step(record)
+                if on_step_end is not None and on_step_end(self, record):
                     break
-        progress.close()
         return stats
 
     def _maybe_fail(self) -> None:
@@ -247,47 +222,49 @@ class Trainer:
 
     # ---- the run -------------------------------------------------------------------------------
     def fit(self, on_step_end=None, on_epoch_end=None) -> FitResult:
+        """The epochs from the run state on; each epoch's record goes to the sinks, then to
+        `on_epoch_end(trainer, record)`."""
+        self.outputs.start([EpochRecord.from_row(row) for row in self.state.history])
+        try:
+            while self.state.epoch < self.config.trainer.epochs:
+                if self.stop_requested:  # agreed at the end of the previous epoch
+                    return self._result(stopped=True)
+                record = self.run_epoch(on_step_end)
+                if record is None:
+                    return self._result(stopped=True)
+                self.outputs.epoch(record)
+                if on_epoch_end is not None:
+                    on_epoch_end(self, record)
+            return self._result(stopped=False)
+        finally:
+            self.outputs.close()
+
+    def run_epoch(self, on_step_end=None) -> EpochRecord | None:
+        """Train the epoch in progress and evaluate when due: its record, alike on every rank (None: stopped)."""
         cfg = self.config.trainer
-        metrics_path = self.out_dir / "metrics.jsonl"
-        while self.state.epoch < cfg.epochs:
-            if self.stop_requested:  # agreed at the end of the previous epoch
-                return self._result(stopped=True)
-            epoch = self.state.epoch
-            started = time.perf_counter()
-            self.timer.reset()
-            stats = self.train_epoch(epoch, on_step_end)
-            if self.stop_requested:
-                return self._result(stopped=True)
-            totals = stats.reduce(self.device)
-            seconds = time.perf_counter() - started
-            row = {
-                "epoch": epoch,
-                "loss": totals.loss_sum / max(totals.seeds, 1),
-                "train_acc": totals.correct / max(totals.seeds, 1),
-                "val_acc": None,
-                "test_acc": None,
-                "epoch_seconds": seconds,
-                "seeds_per_second": totals.seeds / seconds if seconds > 0 else None,
-                "world_size": self.env.world_size,
-            }
-            if (epoch + 1) % cfg.eval_every == 0 or epoch + 1 == cfg.epochs:
-                with self.timer.phase("eval"):
-                    row.update(self.evaluate())
-            wall = time.perf_counter() - started  # training and evaluation; phases below add up to it
-            row["phase_seconds"] = reduce_mean(self.timer.totals(wall), self.env.world_size, self.device)
-            row["wall_seconds"] = sum(row["phase_seconds"].values())
-            dist.barrier()
-            self.state.history.append(row)
-            if self.env.is_main:
-                with metrics_path.open("a") as fh:
-                    fh.write(json.dumps(row) + "\n")
-                acc = "" if row["val_acc"] is None else f" val_acc {row['val_acc']:.4f} test_acc {row['test_acc']:.4f}"
-                print(f"epoch {epoch:3d} loss {row['loss']:.4f} train_acc {row['train_acc']:.4f}{acc} "
-                      f"({seconds:.1f} s, {row['seeds_per_second']:.0f} seeds/s)", flush=True)
-            self.state.epoch, self.state.step, self.state.stats = epoch + 1, 0, EpochStats()
-            if on_epoch_end is not None:
-                on_epoch_end(self)
-        return self._result(stopped=False)
+        epoch = self.state.epoch
+        started = time.perf_counter()
+        self.timer.reset()
+        stats = self.train_epoch(epoch, on_step_end)
+        if self.stop_requested:
+            return None
+        totals = stats.reduce(self.device)
+        seconds = time.perf_counter() - started
+        accuracies = {"val_acc": None, "test_acc": None}
+        if (epoch + 1) % cfg.eval_every == 0 or epoch + 1 == cfg.epochs:
+            with self.timer.phase("eval"):
+                accuracies = self.evaluate()
+        wall = time.perf_counter() - started  # training and evaluation; phases below add up to it
+        phases = reduce_mean(self.timer.totals(wall), self.env.world_size, self.device)
+        record = EpochRecord(
+            epoch=epoch, loss=totals.loss_sum / max(totals.seeds, 1), train_acc=totals.correct / max(totals.seeds, 1),
+            val_acc=accuracies["val_acc"], test_acc=accuracies["test_acc"], epoch_seconds=seconds,
+            seeds_per_second=totals.seeds / seconds if seconds > 0 else None, world_size=self.env.world_size,
+            phase_seconds=phases, wall_seconds=sum(phases.values()))
+        dist.barrier()
+        self.state.history.append(record.row())
+        self.state.epoch, self.state.step, self.state.stats = epoch + 1, 0, EpochStats()
+        return record
 
     def _result(self, stopped: bool) -> FitResult:
         return FitResult(stopped, self.state.epoch, self.state.step, self.summary())
@@ -306,6 +283,7 @@ class Trainer:
             "final_loss": history[-1]["loss"] if history else None,
             "mean_epoch_seconds": sum(r["epoch_seconds"] for r in history) / len(history) if history else None,
             "world_size": self.env.world_size,
+            "device": self.device.type,  # cpu or cuda: what "per rank" means in the report
             "model": self.config.model.name,
             "model_class": self.model_description["class"],
             "model_trim": self.step.trim_mode if self.config.model.trim else "off",

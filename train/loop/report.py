@@ -94,6 +94,7 @@ def summarize(rows: list[dict], summary: dict | None = None, config: dict | None
         "dataset": (config.get("data") or {}).get("name") or (summary or {}).get("dataset"),
         "model": (config.get("model") or {}).get("name") or (summary or {}).get("model"),
         "world_size": world,
+        "device": (summary or {}).get("device"),  # known once the run has finished
         "best_val_acc": best["val_acc"] if best else None,
         "best_val_epoch": best["epoch"] if best else None,
         "test_acc_at_best_val": best.get("test_acc") if best else None,
@@ -125,7 +126,8 @@ def format_summary(s: dict, run_dir: str) -> str:
         ("time per epoch", "-" if s["mean_epoch_seconds"] is None
          else f"{s['mean_epoch_seconds']:.2f} s (mean; {s['total_seconds']:.1f} s in all)"),
         ("throughput", "-" if s["seeds_per_second"] is None
-         else f"{s['seeds_per_second']:.0f} seeds/s, {s['seeds_per_second_per_rank']:.0f} per GPU (rank)"),
+         else f"{s['seeds_per_second']:.0f} seeds/s, {s['seeds_per_second_per_rank']:.0f} "
+              f"{'per GPU (rank)' if s['device'] == 'cuda' else 'per rank'}"),
     ]
     rows.append(("step time", format_phases(s["phase_seconds"])))
     width = max(len(k) for k, _ in rows)
@@ -142,10 +144,12 @@ def format_phases(phases: dict | None) -> str:
 
 
 # ---- drawing ------------------------------------------------------------------------------------
-def plot_curves(rows: list[dict], path: Path, title: str) -> Path:
-    """Loss, train/val/test accuracy, seeds per second and where the time went, per epoch, as one PNG of
-    FIGSIZE*DPI pixels.
-    Written to a temporary file and renamed, so a viewer never sees half a picture."""
+# Legends outside their panel (a short run's curves fill all of it), in a font as large as the ticks'.
+BELOW = {"loc": "upper center", "bbox_to_anchor": (0.5, -0.2), "ncol": 3, "fontsize": "small", "frameon": False}
+RIGHT = {"loc": "center left", "bbox_to_anchor": (1.02, 0.5), "fontsize": "small", "frameon": False}
+
+
+def _pyplot(path: Path):
     try:
         import matplotlib
 
@@ -154,7 +158,26 @@ def plot_curves(rows: list[dict], path: Path, title: str) -> Path:
     except ImportError:
         raise UserError(f"drawing {path} needs matplotlib, which is not installed: "
                         "pip install matplotlib (or pip install '.[report]').") from None
+    return plt
 
+
+def plot_curves(rows: list[dict], path: Path, title: str) -> Path:
+    """Loss, train/val/test accuracy, seeds per second and where the time went, per epoch, as one PNG of
+    FIGSIZE*DPI pixels.
+    Written to a temporary file and renamed, so a viewer never sees half a picture."""
+    plt = _pyplot(path)
+    fig = draw_curves(plt, rows, title)
+    try:
+        tmp = path.with_name(f".{path.name}.tmp")
+        fig.savefig(tmp, format="png", dpi=DPI)
+        os.replace(tmp, path)
+    finally:
+        plt.close(fig)
+    return path
+
+
+def draw_curves(plt, rows: list[dict], title: str):
+    """The figure of `plot_curves` (closed by the caller)."""
     def series(key):
         points = [(r["epoch"], _number(r.get(key))) for r in rows]
         return [e for e, v in points if v is not None], [v for _, v in points if v is not None]
@@ -162,27 +185,26 @@ def plot_curves(rows: list[dict], path: Path, title: str) -> Path:
     fig, (ax_loss, ax_acc, ax_rate, ax_time) = plt.subplots(1, 4, figsize=FIGSIZE, dpi=DPI)
     try:
         ax_loss.plot(*series("loss"), marker="o", color="tab:red")
-        ax_loss.set(title="training loss", xlabel="epoch", ylabel="cross-entropy")
+        ax_loss.set(title="training loss (epoch mean)", xlabel="epoch", ylabel="cross-entropy")
         for key, label in (("train_acc", "train"), ("val_acc", "val"), ("test_acc", "test")):
             epochs, values = series(key)
             if values:
                 ax_acc.plot(epochs, values, marker="o", label=label)
         ax_acc.set(title="accuracy", xlabel="epoch", ylabel="accuracy")
-        ax_acc.legend(loc="lower right")
+        ax_acc.legend(**BELOW)
         ax_rate.plot(*series("seeds_per_second"), marker="o", color="tab:purple")
         ax_rate.set(title="throughput (all ranks)", xlabel="epoch", ylabel="seeds / s")
+        ax_rate.set_ylim(0, max(ax_rate.get_ylim()[1] * 1.05, 1.0))  # from 0: noise does not look like swings
         plot_phases(ax_time, rows)
         for ax in (ax_loss, ax_acc, ax_rate, ax_time):
             ax.grid(alpha=0.3)
             ax.xaxis.get_major_locator().set_params(integer=True)
         fig.suptitle(title)
         fig.tight_layout()
-        tmp = path.with_name(f".{path.name}.tmp")
-        fig.savefig(tmp, format="png", dpi=DPI)
-        os.replace(tmp, path)
-    finally:
+    except BaseException:
         plt.close(fig)
-    return path
+        raise
+    return fig
 
 
 def plot_phases(ax, rows: list[dict]) -> None:
@@ -198,8 +220,8 @@ def plot_phases(ax, rows: list[dict]) -> None:
         heights = [_number(t.get(name)) or 0.0 for _, t in timed]
         ax.bar(epochs, heights, bottom=bottom, label=name, width=0.8)
         bottom = [b + h for b, h in zip(bottom, heights)]
-    ax.set_ylim(0, max(bottom) * 1.6 or 1.0)  # room above the bars for the legend
-    ax.legend(loc="upper center", fontsize="xx-small", ncol=3, handlelength=1.0, columnspacing=0.8)
+    ax.set_ylim(0, max(bottom) * 1.05 or 1.0)
+    ax.legend(reverse=True, **RIGHT)  # top to bottom, as the bars stack
 
 
 # ---- entry points -------------------------------------------------------------------------------

@@ -199,7 +199,8 @@ def prepare(config: Config, env: DistEnv, backend: str, device: torch.device) ->
 
 
 def resume(run: Run) -> None:
-    """Resume from a checkpoint if there is one (trainer.resume), then write the run directory.
+    """Resume from a checkpoint if there is one (trainer.resume), then write the run directory. The sinks
+    (metrics.jsonl) get the restored epochs from `Trainer.fit`.
 
     Only now: a refused run (data, checkpoint) leaves no run directory, and no config.yaml over another's.
     """
@@ -211,8 +212,6 @@ def resume(run: Run) -> None:
         if env.job_id and not run.config.output.dir:  # whose directory this is (train/loop/rundir.py)
             write_identity(out_dir, job_identity(env.job_id, env.cluster_name, env.submission_id))
     settle_gradient_buckets(trainer.ddp, trainer.optimizer, trainer.data.num_features, trainer.device)
-    if env.is_main:  # metrics.jsonl lists exactly the epochs of the run state (none on a fresh start)
-        atomic_write_text(out_dir / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in trainer.state.history))
 
 
 def train(run: Run, signals: StopSignals) -> tuple[StepAgreement, FitResult]:
@@ -224,8 +223,8 @@ def train(run: Run, signals: StopSignals) -> tuple[StepAgreement, FitResult]:
         every_epochs=cfg.checkpoint_every, every_minutes=cfg.checkpoint_every_minutes,
         step_delay=cfg.step_delay_seconds)
     trainer.joinables.append(agreement)
-    result = trainer.fit(on_step_end=lambda _trainer: agreement.on_step_end(),
-                         on_epoch_end=lambda tr: agreement.on_epoch_end(tr.state.epoch))
+    result = trainer.fit(on_step_end=lambda _trainer, _record: agreement.on_step_end(),
+                         on_epoch_end=lambda tr, _record: agreement.on_epoch_end(tr.state.epoch))
     return agreement, result
 
 
@@ -244,12 +243,11 @@ def stop(run: Run, agreement: StepAgreement, result: FitResult) -> int:
 
 def finish(run: Run, result: FitResult) -> int:
     """All epochs done: the last checkpoint, the final weights, summary.json and the report."""
-    env, out_dir, model, summary = run.env, run.out_dir, run.trainer.model, result.summary
+    env, out_dir, model = run.env, run.out_dir, run.trainer.model
     run.checkpointer.save("end of training")  # a no-op when the last epoch's checkpoint is this state
-    # Every rank states what it ends with, so a log shows that all ranks agree.
-    print(f"rank {env.rank} final " + json.dumps({"weights_sha256": weights_digest(model),
-                                                  "test_acc": summary["final_test_acc"],
-                                                  "val_acc": summary["final_val_acc"]}), flush=True)
+    digests: list = [None] * env.world_size
+    dist.all_gather_object(digests, weights_digest(model))  # all ranks must end with the same weights
+    summary = {**result.summary, "weights_sha256": digests[0], "weights_same_on_all_ranks": len(set(digests)) == 1}
     if env.is_main:
         buffer = io.BytesIO()
         torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, buffer)
@@ -257,5 +255,16 @@ def finish(run: Run, result: FitResult) -> int:
         atomic_write_text(out_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
         print(f"final test accuracy {summary['final_test_acc']:.4f} (best val {summary['best_val_acc']:.4f} at epoch "
               f"{summary['best_val_epoch']}, test there {summary['test_acc_at_best_val']:.4f})", flush=True)
+        same = summary["weights_same_on_all_ranks"]
+        print(weights_line(out_dir / "model.pt", digests), file=sys.stdout if same else sys.stderr, flush=True)
         write_report(out_dir)  # curves.png and a summary table; a failure to draw only warns
     return 0
+
+
+def weights_line(path: Path, digests: list[str]) -> str:
+    """Where the final weights are and their SHA-256 (summary.json holds it whole); ranks that differ are a bug."""
+    if len(set(digests)) == 1:
+        return f"final weights {path} (sha256 {digests[0][:16]}, the same on all {len(digests)} ranks)"
+    apart = ", ".join(f"rank {rank} {digest[:16]}" for rank, digest in enumerate(digests) if digest != digests[0])
+    return (f"warning: the ranks ended with different weights: rank 0 {digests[0][:16]}, {apart}; "
+            f"{path} holds rank 0's. Please report this as a bug.")

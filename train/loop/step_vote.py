@@ -60,7 +60,7 @@ class StepAgreement:
         if signum:
             return True
         if due and not joined:
-            self.save("time interval (trainer.checkpoint_every_minutes)")
+            self.save("time interval, trainer.checkpoint_every_minutes")
         return False
 
     def on_epoch_end(self, done: int) -> None:

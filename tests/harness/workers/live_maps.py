@@ -36,7 +36,7 @@ def main(eval_mode: str, overrides: list[str]) -> None:
         trainer = Trainer(config, env, device, data, Path(out))
         gc.collect()
         gc.disable()
-        trainer.fit(on_epoch_end=lambda _trainer: counts.append(live_maps()))
+        trainer.fit(on_epoch_end=lambda _trainer, _record: counts.append(live_maps()))
         gc.enable()
     print("maps " + json.dumps(counts), flush=True)
 

@@ -1,0 +1,42 @@
+"""Where the loop's records go: the sinks that subscribe to them, on rank 0.
+
+`SINKS` is the list: a new output (TensorBoard, ...) is one `Sink` class (train/loop/records.py)
+added to it. Each is built as `cls(config, env, out_dir)`; the loop calls `Outputs`, which hands
+every record to every sink in order.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from train.cluster.distenv import DistEnv
+from train.config import Config
+from train.loop.metrics_file import MetricsFile
+from train.loop.progress import ProgressDisplay
+from train.loop.records import EpochRecord, Sink, StepRecord
+
+SINKS: list[type[Sink]] = [MetricsFile, ProgressDisplay]
+
+
+class Outputs:
+    """The run's sinks, one call each per record; none on ranks other than 0 (their records are alike or
+    rank 0's stands for them)."""
+
+    def __init__(self, config: Config, env: DistEnv, out_dir: Path):
+        self.sinks: list[Sink] = [cls(config, env, out_dir) for cls in SINKS] if env.is_main else []
+
+    def start(self, history: list[EpochRecord]) -> None:
+        for sink in self.sinks:
+            sink.start(history)
+
+    def step(self, record: StepRecord) -> None:
+        for sink in self.sinks:
+            sink.step(record)
+
+    def epoch(self, record: EpochRecord) -> None:
+        for sink in self.sinks:
+            sink.epoch(record)
+
+    def close(self) -> None:
+        for sink in self.sinks:
+            sink.close()

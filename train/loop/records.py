@@ -1,0 +1,64 @@
+"""What the training loop emits: one record per step and one per epoch, and what a sink that receives them is.
+
+The loop (train/loop/fit.py) knows nothing of files or terminals: it hands each record to the run's
+sinks (train/loop/outputs.py: metrics.jsonl, the progress display, ...), and the step record to its
+callbacks (the per-step vote). A sink is a class with the four methods of `Sink`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One training step of this rank."""
+
+    epoch: int  # from 0, as metrics.jsonl and the progress display number them
+    step: int  # steps of `epoch` done on this rank, this one included (1 for the first)
+    steps_in_epoch: int
+    loss: float  # this batch's loss on this rank (the epoch's loss is the mean over all ranks' seeds)
+    seeds: int  # the batch's seed nodes
+
+
+@dataclass(frozen=True)
+class EpochRecord:
+    """One finished epoch, alike on every rank: a line of metrics.jsonl (the fields in this order)."""
+
+    epoch: int
+    loss: float  # mean over the epoch's seeds of all ranks
+    train_acc: float
+    val_acc: float | None  # None: not evaluated this epoch (trainer.eval_every)
+    test_acc: float | None
+    epoch_seconds: float  # training only
+    seeds_per_second: float | None  # all ranks together
+    world_size: int
+    phase_seconds: dict | None = None  # where the time went, mean over ranks (train/loop/timing.py)
+    wall_seconds: float | None = None  # training and evaluation: the phases add up to it
+
+    def row(self) -> dict:
+        """The record as a metrics.jsonl row (and an entry of the run's history in checkpoints)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_row(cls, row: dict) -> EpochRecord:
+        """A row of the history back as a record (runs recorded before the phase times lack them)."""
+        return cls(**{f.name: row[f.name] for f in dataclasses.fields(cls) if f.name in row})
+
+
+class Sink:
+    """What subscribes to the loop's records; a subclass overrides what it needs. Built on rank 0 as
+    `cls(config, env, out_dir)` by train/loop/outputs.py."""
+
+    def start(self, history: list[EpochRecord]) -> None:
+        """The run so far, before its first step: the epochs a resumed run restored, none on a fresh start."""
+
+    def step(self, record: StepRecord) -> None:
+        """After each training step of rank 0."""
+
+    def epoch(self, record: EpochRecord) -> None:
+        """After each epoch, its metrics reduced over all ranks (and evaluated when due)."""
+
+    def close(self) -> None:
+        """The loop ended (all epochs done, or stopped): release what is open."""
