@@ -24,6 +24,14 @@ from collections import defaultdict
 from pathlib import Path
 
 from bench.common import emit, launch_local_ranks, table
+from bench.training_loops import (
+    first_at_target,
+    overrides,
+    passthrough,
+    project_steps,
+    race_to_target,
+    target_overrides,
+)
 
 LOOPS = ("project", "PyG trim_to_layer")
 
@@ -132,7 +140,6 @@ def worker(args) -> None:
     import torch
     import torch.distributed as dist
 
-    from bench.training import _project_steps, overrides, race_to_target, target_overrides
     from train.cluster.distenv import resolve
     from train.cluster.procgroup import process_group
     from train.config import load_config
@@ -166,7 +173,7 @@ def worker(args) -> None:
                 for name in LOOPS:
                     dist.barrier()
                     if name == "project":
-                        seeds, seconds = _project_steps(trainer, round_, args.steps)
+                        seeds, seconds = project_steps(trainer, round_, args.steps)
                         for phase, value in trainer.timer.totals().items():  # includes the warm-up step
                             phases[phase] = phases.get(phase, 0.0) + value
                     else:
@@ -194,15 +201,13 @@ def worker(args) -> None:
 
 def run(args) -> dict:
     """Launch the ranks for the throughput and the time to target; print the tables; the figures for the JSON."""
-    from bench.training import _passthrough, first_at_target
-
     models = [m for m in args.anchor_models.split(",") if m]
     if not models:
         return {}
     common = ["--worker", "--anchor-run", "--anchor-models", args.anchor_models, "--gat-heads", str(args.gat_heads)]
     print(f"\ntraining: the project's model step against PyG's own models with trim_to_layer ({', '.join(models)}; "
           f"same batches, same initial weights) ...", flush=True)
-    throughput = launch_local_ranks("bench.training", [*common, *_passthrough(args), "--target-acc", "0"],
+    throughput = launch_local_ranks("bench.training", [*common, *passthrough(args), "--target-acc", "0"],
                                     args.ranks, timeout=args.timeout)["ranks"]
     result: dict[str, dict] = {}
     rows, layer_rows = [], []
@@ -228,7 +233,7 @@ def run(args) -> dict:
     if args.target_acc > 0:
         print(f"\ntime to val_acc >= {args.target_acc} (same initial weights and batches; training seconds) ...",
               flush=True)
-        curves = launch_local_ranks("bench.training", [*common, *_passthrough(args)], args.ranks,
+        curves = launch_local_ranks("bench.training", [*common, *passthrough(args)], args.ranks,
                                     timeout=args.timeout)["ranks"][0]
         target_rows = []
         for model in models:
