@@ -9,14 +9,13 @@ import platform
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from bench.localranks import ROOT, LocalRanks, torchrun_env
 from train.cluster.distenv import free_port  # also for bench.gpu, which imports it from here
 
-ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(os.environ.get("BENCH_RESULTS") or ROOT / "bench" / "results")  # BENCH_RESULTS: e.g. a test's tmp dir
 RESULT_TAG = "BENCH_RESULT "
 EXIT_GRACE_S = 120  # after rank 0 has reported, the other ranks only have to exit
@@ -136,34 +135,22 @@ def _wait_for_ranks(procs: list[subprocess.Popen], timeout: float) -> tuple[bool
 
 def launch_local_ranks(module: str, args: Sequence[str], nprocs: int, timeout: float,
                        extra_env: dict[str, str] | None = None) -> dict:
-    """Start `nprocs` real processes as the local ranks of one node (torchrun's variables) and
-    return the JSON that rank 0 prints after RESULT_TAG. `BENCH_T0` is each process's start time."""
+    """Start `nprocs` real processes as the local ranks of one node (torchrun's variables, bench/localranks.py)
+    and return the JSON that rank 0 prints after RESULT_TAG. `BENCH_T0` is each process's start time."""
     port = free_port()
     threads = max(1, len(os.sched_getaffinity(0)) // nprocs)
-    base = {k: v for k, v in os.environ.items()
-            if not k.startswith(("SLURM_", "MASTER_", "TORCHELASTIC_"))
-            and k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK")}
-    base.update(PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1", OMP_NUM_THREADS=str(threads), **(extra_env or {}))
-    procs, logs = [], []
-    for rank in range(nprocs):
-        env = {**base, "WORLD_SIZE": str(nprocs), "RANK": str(rank), "LOCAL_RANK": str(rank),
-               "LOCAL_WORLD_SIZE": str(nprocs), "GROUP_RANK": "0", "MASTER_ADDR": "127.0.0.1",
-               "MASTER_PORT": str(port), "BENCH_T0": repr(time.time())}
-        logs.append(tempfile.TemporaryFile("w+"))  # a file, not a pipe: a chatty rank never blocks
-        procs.append(subprocess.Popen([sys.executable, "-m", module, *args], cwd=ROOT, env=env, text=True,
-                                      stdout=logs[-1], stderr=subprocess.STDOUT))
-    try:
-        timed_out, hung = _wait_for_ranks(procs, timeout)
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    outputs = []
-    for log in logs:
-        log.seek(0)
-        outputs.append(log.read())
-        log.close()
+
+    def rank_vars(rank: int) -> dict[str, str]:
+        return {**torchrun_env(rank, nprocs, 1, port), "BENCH_T0": repr(time.time())}
+
+    with LocalRanks([sys.executable, "-m", module, *args], nprocs, rank_vars, extra_env=extra_env or {},
+                    threads=threads) as ranks:
+        try:
+            timed_out, hung = _wait_for_ranks(ranks.procs, timeout)
+        finally:
+            ranks.kill()
+        outputs = ranks.outputs()
+        procs = ranks.procs
     failed = [r for r, p in enumerate(procs) if p.returncode and r not in hung]
     detail = "\n".join(f"--- rank {r} (exit {p.returncode}) ---\n{o[-3000:]}" for r, (p, o) in
                        enumerate(zip(procs, outputs)))

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from bench.common import bench_main, free_port, table, write_result
+from bench.training_loops import project_steps
 
 
 def precision_settings() -> dict:
@@ -27,21 +28,6 @@ def precision_settings() -> dict:
         "cuda_matmul_allow_tf32": torch.backends.cuda.matmul.allow_tf32,
         "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32,
     }
-
-
-def _steps(trainer, epoch: int, steps: int) -> tuple[int, float]:
-    import torch
-
-    marks: list[tuple[float, int]] = []
-
-    def on_step_end(tr, _record) -> bool:
-        torch.cuda.synchronize()
-        marks.append((time.perf_counter(), tr.state.stats.seeds))
-        return len(marks) > steps
-
-    trainer.state.step = 0
-    trainer.train_epoch(epoch, on_step_end=on_step_end)
-    return marks[-1][1] - marks[0][1], marks[-1][0] - marks[0][0]
 
 
 def run(args) -> dict:
@@ -84,7 +70,7 @@ def run(args) -> dict:
         measured = {"cpu": [0, 0.0], "cuda": [0, 0.0]}
         for round_ in range(args.rounds):
             for where, trainer in trainers.items():
-                seeds, seconds = _steps(trainer, round_, args.steps)
+                seeds, seconds = project_steps(trainer, round_, args.steps, torch.cuda.synchronize)
                 measured[where][0] += seeds
                 measured[where][1] += seconds
         training = {w: m[0] / m[1] for w, m in measured.items()}

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -28,6 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bench.common import free_port
+from bench.localranks import LocalRanks, scrubbed_env, torchrun_env
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--config", "tiny", "dist.backend=nccl", "output.progress=lines"]
@@ -62,66 +62,22 @@ def need_gpus(count: int, why: str) -> None:
 
 def clean_env(extra: dict[str, str | None]) -> dict[str, str]:
     """This environment without SLURM or launcher variables, this repository importable, `extra` applied
-    (a None value unsets)."""
-    drop = ("SLURM_", "MASTER_", "TORCHELASTIC_", "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
-    path = os.environ.get("PYTHONPATH")
-    env.update(PYTHONPATH=f"{ROOT}:{path}" if path else str(ROOT), PYTHONUNBUFFERED="1")
-    for key, value in extra.items():
-        if value is None:
-            env.pop(key, None)
-        else:
-            env[key] = value
-    return env
+    (a None value unsets): bench/localranks.py's."""
+    return scrubbed_env(os.environ, extra)
 
 
-class Job:
+class Job(LocalRanks):
     """`python -m train fit ARGS` as `ranks` processes of `nodes` nodes on this machine, each logging to a file."""
 
     def __init__(self, args: list[str], ranks: int, logs: Path, nodes: int = 1,
                  rank_env: Callable[[int], dict] | None = None):
-        port, per_node = free_port(), ranks // nodes
-        self.logs = [logs / f"rank{r}.log" for r in range(ranks)]
-        self.procs = []
-        for r in range(ranks):
-            env = {"WORLD_SIZE": str(ranks), "RANK": str(r), "LOCAL_RANK": str(r % per_node),
-                   "LOCAL_WORLD_SIZE": str(per_node), "GROUP_RANK": str(r // per_node),
-                   "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), **(rank_env(r) if rank_env else {})}
-            with self.logs[r].open("w") as log:
-                self.procs.append(subprocess.Popen([sys.executable, "-m", "train", "fit", *args], cwd=ROOT,
-                                                   env=clean_env(env), stdout=log, stderr=subprocess.STDOUT))
-        self.started = time.monotonic()
+        port = free_port()
+        super().__init__([sys.executable, "-m", "train", "fit", *args], ranks,
+                         lambda r: {**torchrun_env(r, ranks, nodes, port), **(rank_env(r) if rank_env else {})},
+                         logs)
 
-    def output(self, rank: int) -> str:
-        return self.logs[rank].read_text(errors="replace")
-
-    def wait_for(self, pattern: str, rank: int, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while not re.search(pattern, self.output(rank), re.M):
-            if time.monotonic() > deadline or self.procs[rank].poll() is not None:
-                raise RuntimeError(f"rank {rank} never printed {pattern!r}:\n{self.output(rank)[-2000:]}")
-            time.sleep(0.2)
-
-    def wait(self, timeout: float) -> list[int | None]:
-        """Exit statuses (None: still running at `timeout`, then killed)."""
-        deadline = self.started + timeout
-        for proc in self.procs:
-            try:
-                proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
-            except subprocess.TimeoutExpired:
-                pass
-        codes = [proc.poll() for proc in self.procs]
-        self.kill()
-        return codes
-
-    def kill(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-
-    def tail(self) -> str:
-        return "\n".join(f"--- rank {r}\n{self.output(r)[-1500:]}" for r in range(len(self.procs)))
+    def tail(self, chars: int = 1500) -> str:
+        return super().tail(chars)
 
 
 def final_weights(run_dir: Path) -> str:

@@ -23,6 +23,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from bench import training_loops as loops
 from bench.common import emit, launch_local_ranks, table
 
 LOOPS = ("project", "PyG trim_to_layer")
@@ -132,7 +133,6 @@ def worker(args) -> None:
     import torch
     import torch.distributed as dist
 
-    from bench.training import _project_steps, overrides, race_to_target, target_overrides
     from train.cluster.distenv import resolve
     from train.cluster.procgroup import process_group
     from train.config import load_config
@@ -143,7 +143,7 @@ def worker(args) -> None:
 
     models = [m for m in args.anchor_models.split(",") if m]
     target = args.target_acc > 0
-    graph = target_overrides(args) if target else overrides(args)
+    graph = loops.target_overrides(args) if target else loops.overrides(args)
     env = resolve(os.environ)
     config = load_config("synthetic", graph)
     rows: dict[str, dict] = {}
@@ -157,8 +157,9 @@ def worker(args) -> None:
                 def anchor_epoch(epoch: int, trainer=trainer, ddp=ddp, optimizer=optimizer) -> None:
                     anchor_steps(trainer, ddp, optimizer, epoch, None)
 
-                rows[model_name] = {"curves": race_to_target(trainer, {LOOPS[1]: (anchor_epoch, ModelStep(model))},
-                                                             args.max_epochs, args.target_acc, device)}
+                others = {LOOPS[1]: (anchor_epoch, ModelStep(model))}
+                rows[model_name] = {"curves": loops.race_to_target(trainer, others, args.max_epochs, args.target_acc,
+                                                                   device)}
                 continue
             measured = {name: [0, 0.0] for name in LOOPS}
             phases: dict[str, float] = {}
@@ -166,7 +167,7 @@ def worker(args) -> None:
                 for name in LOOPS:
                     dist.barrier()
                     if name == "project":
-                        seeds, seconds = _project_steps(trainer, round_, args.steps)
+                        seeds, seconds = loops.project_steps(trainer, round_, args.steps)
                         for phase, value in trainer.timer.totals().items():  # includes the warm-up step
                             phases[phase] = phases.get(phase, 0.0) + value
                     else:
@@ -194,15 +195,13 @@ def worker(args) -> None:
 
 def run(args) -> dict:
     """Launch the ranks for the throughput and the time to target; print the tables; the figures for the JSON."""
-    from bench.training import _passthrough, first_at_target
-
     models = [m for m in args.anchor_models.split(",") if m]
     if not models:
         return {}
     common = ["--worker", "--anchor-run", "--anchor-models", args.anchor_models, "--gat-heads", str(args.gat_heads)]
     print(f"\ntraining: the project's model step against PyG's own models with trim_to_layer ({', '.join(models)}; "
           f"same batches, same initial weights) ...", flush=True)
-    throughput = launch_local_ranks("bench.training", [*common, *_passthrough(args), "--target-acc", "0"],
+    throughput = launch_local_ranks("bench.training", [*common, *loops.passthrough(args), "--target-acc", "0"],
                                     args.ranks, timeout=args.timeout)["ranks"]
     result: dict[str, dict] = {}
     rows, layer_rows = [], []
@@ -228,11 +227,11 @@ def run(args) -> dict:
     if args.target_acc > 0:
         print(f"\ntime to val_acc >= {args.target_acc} (same initial weights and batches; training seconds) ...",
               flush=True)
-        curves = launch_local_ranks("bench.training", [*common, *_passthrough(args)], args.ranks,
+        curves = launch_local_ranks("bench.training", [*common, *loops.passthrough(args)], args.ranks,
                                     timeout=args.timeout)["ranks"][0]
         target_rows = []
         for model in models:
-            reached = {name: first_at_target(curves[model]["curves"][name], args.target_acc) for name in LOOPS}
+            reached = {name: loops.first_at_target(curves[model]["curves"][name], args.target_acc) for name in LOOPS}
             ratio = (reached["PyG trim_to_layer"]["train_seconds"] / reached["project"]["train_seconds"]
                      if all(reached.values()) else None)
             result[model]["time_to_target"] = {"curves": curves[model]["curves"], "ratio": ratio}

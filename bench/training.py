@@ -34,34 +34,16 @@ import time
 from pathlib import Path
 
 from bench.common import emit, launch_local_ranks, table, write_result
+from bench.training_loops import (
+    first_at_target,
+    overrides,
+    passthrough,
+    project_steps,
+    race_to_target,
+    target_overrides,
+)
 
 LOOPS = ("project", "project untrimmed", "baseline")  # baseline: the seed's loop
-
-
-def overrides(args) -> list[str]:
-    return [f"data.num_nodes={args.nodes}", f"data.avg_degree={args.degree}", f"data.num_features={args.features}",
-            "sampler.num_neighbors=[25,10]", f"sampler.batch_size={args.batch_size}", "model.hidden=256",
-            "trainer.epochs=1", "output.progress=lines", "trainer.log_every=1000000"]
-
-
-def target_overrides(args) -> list[str]:
-    return [f"data.num_nodes={args.target_nodes}", f"data.num_features={args.target_features}",
-            f"sampler.batch_size={args.target_batch_size}", "sampler.num_neighbors=[25,10]", "model.hidden=256",
-            f"trainer.epochs={args.max_epochs}", "output.progress=lines", "trainer.log_every=1000000"]
-
-
-def _project_steps(trainer, epoch: int, steps: int) -> tuple[int, float]:
-    """`steps` steps of the project's loop after one untimed warm-up step; (seeds, seconds)."""
-    marks: list[tuple[float, int]] = []
-
-    def on_step_end(tr, _record) -> bool:
-        marks.append((time.perf_counter(), tr.state.stats.seeds))
-        return len(marks) > steps
-
-    trainer.state.step = 0
-    trainer.timer.reset()
-    trainer.train_epoch(epoch, on_step_end=on_step_end)
-    return marks[-1][1] - marks[0][1], marks[-1][0] - marks[0][0]
 
 
 def seed_model(data, config, device):
@@ -157,16 +139,6 @@ def _baseline_steps(data, config, env, device, epoch: int, steps: int) -> tuple[
     return seed_loop(ddp, optimizer, seed_loader(data, config, env, epoch), device, steps)
 
 
-def _slowest(seconds: float, device) -> float:
-    """The largest of every rank's `seconds` (collective): DDP ranks finish an epoch together."""
-    import torch
-    import torch.distributed as dist
-
-    value = torch.tensor([seconds], dtype=torch.float64, device=device)
-    dist.all_reduce(value, op=dist.ReduceOp.MAX)
-    return float(value)
-
-
 def to_target(args) -> None:
     """Time to a target validation accuracy: the project's `train_epoch` against the seed's loop,
     each from the same initial weights, evaluated after every epoch by the same exact evaluation."""
@@ -193,43 +165,6 @@ def to_target(args) -> None:
                                 args.target_acc, device)
         if env.rank == 0:
             emit({"curves": curves})
-
-
-def race_to_target(trainer, others: dict, max_epochs: int, target: float, device) -> dict[str, list[dict]]:
-    """The project's `train_epoch` and each other loop (name -> (epoch function, model step to evaluate)),
-    one after the other, each epoch timed on the slowest rank and evaluated alike, until val_acc >= target
-    or max_epochs: {loop: [{epoch, train_seconds, val_acc, ...}]}."""
-    import torch.distributed as dist
-
-    from train.loop.evaluate import evaluate
-    from train.loop.fit import EpochStats
-
-    curves: dict[str, list[dict]] = {}
-    for name in ("project", *others):
-        curves[name], elapsed = [], 0.0
-        for epoch in range(max_epochs):
-            dist.barrier()
-            started = time.perf_counter()
-            if name == "project":
-                trainer.state.step, trainer.state.stats = 0, EpochStats()
-                trainer.train_epoch(epoch)
-                seconds = time.perf_counter() - started
-                accuracy = trainer.evaluate()
-            else:
-                run_epoch, step = others[name]
-                run_epoch(epoch)
-                seconds = time.perf_counter() - started
-                accuracy = evaluate(step, trainer.data, trainer.config, trainer.env, device, trainer.sampling)
-            elapsed += _slowest(seconds, device)
-            curves[name].append({"epoch": epoch, "train_seconds": elapsed, **accuracy})
-            if accuracy["val_acc"] >= target:
-                break
-    return curves
-
-
-def first_at_target(curve: list[dict], target: float) -> dict | None:
-    """The first epoch whose validation accuracy reached `target`, or None."""
-    return next((row for row in curve if row["val_acc"] >= target), None)
 
 
 def worker(args) -> None:
@@ -265,9 +200,9 @@ def worker(args) -> None:
             for name in LOOPS:
                 dist.barrier()
                 if name == "project untrimmed":
-                    seeds, seconds = _project_steps(untrimmed, round_, args.steps)
+                    seeds, seconds = project_steps(untrimmed, round_, args.steps)
                 elif name == "project":
-                    seeds, seconds = _project_steps(trainer, round_, args.steps)
+                    seeds, seconds = project_steps(trainer, round_, args.steps)
                     for phase, value in trainer.timer.totals().items():  # includes the untimed warm-up step
                         phases[phase] = phases.get(phase, 0.0) + value
                 else:
@@ -294,7 +229,7 @@ def run(args) -> dict:
                        f"(no pyg-lib: {args.anchor_reason or 'not installed'})")
     print(f"training: {args.ranks} local ranks, project loop against the seed's loop ({baseline_loader}) ...",
           flush=True)
-    result = launch_local_ranks("bench.training", ["--worker", *_passthrough(args)], args.ranks, timeout=args.timeout)
+    result = launch_local_ranks("bench.training", ["--worker", *passthrough(args)], args.ranks, timeout=args.timeout)
     rows, per_loop = [], {}
     for name in LOOPS:
         rates = [r[name]["seeds"] / r[name]["seconds"] for r in result["ranks"]]
@@ -343,7 +278,7 @@ def time_to_target(args) -> dict:
     print(f"\ntraining: time to val_acc >= {args.target_acc} on {args.target_nodes:,} nodes "
           f"({args.target_features} features, batch {args.target_batch_size}, at most {args.max_epochs} epochs) ...",
           flush=True)
-    result = launch_local_ranks("bench.training", ["--worker", "--target-run", *_passthrough(args)], args.ranks,
+    result = launch_local_ranks("bench.training", ["--worker", "--target-run", *passthrough(args)], args.ranks,
                                 timeout=args.timeout)
     reached = {name: first_at_target(curve, args.target_acc) for name, curve in result["curves"].items()}
     rows = [[name, len(result["curves"][name]), *(["-", "-"] if row is None else
@@ -357,14 +292,6 @@ def time_to_target(args) -> dict:
     else:
         print(f"not reached by: {', '.join(n for n, r in reached.items() if r is None)} (raise --max-epochs)")
     return {"target_val_acc": args.target_acc, "curves": result["curves"], "ratio": ratio}
-
-
-def _passthrough(args) -> list[str]:
-    return ["--nodes", str(args.nodes), "--degree", str(args.degree), "--features", str(args.features),
-            "--batch-size", str(args.batch_size), "--steps", str(args.steps), "--rounds", str(args.rounds),
-            "--target-acc", str(args.target_acc), "--target-nodes", str(args.target_nodes),
-            "--target-features", str(args.target_features), "--target-batch-size", str(args.target_batch_size),
-            "--max-epochs", str(args.max_epochs)]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -8,11 +8,9 @@ has 7 batches, rank 1 has 6, so DDP's Join is part of every epoch.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -20,7 +18,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.harness.localjob import ROOT, WORKERS, free_port, srun_env
+from bench.localranks import LocalRanks, srun_env, torchrun_env
+from tests.harness.localjob import WORKERS, free_port
 from train.errors import EXIT_FAILED, EXIT_REQUEUE, EXIT_STOPPED
 from train.loop import checkpoint as ck
 from train.loop.failure_report import is_peer_failure
@@ -32,59 +31,28 @@ CONFIG = ["fit", "--config", "tiny", "data.num_nodes=2002", "sampler.batch_size=
 SLOW = ["trainer.step_delay_seconds=0.5"]  # long enough to interrupt in the middle of an epoch
 
 
-class Job:
-    """N ranks of one local job; each rank's output goes to `logs/rank-R.log`."""
+class Job(LocalRanks):
+    """N ranks of one local job with srun's variables (bench/localranks.py); each rank's output goes to
+    `logs/rank-R.log`."""
 
     def __init__(self, args: list[str], world_size: int, logs: Path, job_id: str = "4242",
                  extra_env: dict[str, str] | None = None):
-        logs.mkdir(parents=True, exist_ok=True)
         port = free_port()
-        base = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "MASTER_", "WORLD_SIZE", "RANK",
-                                                                           "LOCAL_RANK", "LOCAL_WORLD_SIZE"))}
-        base.update(PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", **(extra_env or {}))
-        self.logs = [logs / f"rank-{r}.log" for r in range(world_size)]
-        self.procs = []
-        for rank, log in enumerate(self.logs):
-            with log.open("w") as out:
-                self.procs.append(subprocess.Popen(
-                    [sys.executable, "-m", "train", *args], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
-                    env={**base, **srun_env(rank, world_size, 1, job_id, port)}))
-        self.ended_at: dict[int, float] = {}
-
-    def output(self, rank: int) -> str:
-        return self.logs[rank].read_text(errors="replace")
+        super().__init__([sys.executable, "-m", "train", *args], world_size,
+                         lambda rank: srun_env(rank, world_size, 1, job_id, port), logs, extra_env or {}, threads=1)
 
     def wait_for(self, pattern: str, rank: int = 0, timeout: float = 120) -> None:
-        deadline = time.monotonic() + timeout
-        while not re.search(pattern, self.output(rank), re.M):
-            if time.monotonic() > deadline or any(p.poll() is not None for p in self.procs):
-                self.kill()
-                pytest.fail(f"never saw {pattern!r} on rank {rank}:\n{self.output(rank)}")
-            time.sleep(0.02)
+        try:
+            super().wait_for(pattern, rank, timeout)
+        except RuntimeError as exc:
+            self.kill()
+            pytest.fail(str(exc))
 
-    def signal(self, rank: int, signum: int) -> float:
-        os.kill(self.procs[rank].pid, signum)
-        return time.monotonic()
-
-    def wait(self, timeout: float = 180) -> list[int]:
-        deadline = time.monotonic() + timeout
-        while len(self.ended_at) < len(self.procs) and time.monotonic() < deadline:
-            for rank, proc in enumerate(self.procs):
-                if rank not in self.ended_at and proc.poll() is not None:
-                    self.ended_at[rank] = time.monotonic()
-            time.sleep(0.02)
-        codes = [p.poll() for p in self.procs]
-        self.kill()
-        return codes
-
-    def kill(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+    def wait(self, timeout: float = 180) -> list[int | None]:
+        return super().wait(timeout)
 
     def outputs(self) -> str:
-        return "\n".join(f"--- rank {r}\n{self.output(r)}" for r in range(len(self.procs)))
+        return "\n".join(f"--- rank {r}\n{out}" for r, out in enumerate(super().outputs()))
 
 
 def run(args: list[str], world_size: int, logs: Path, **kwargs) -> Job:
@@ -249,13 +217,11 @@ def test_a_hung_rank_ends_the_others_within_the_collective_timeout(tmp_path):
 
 # ---- the vote with ranks that already joined (the worker: tests/harness/workers/join_vote.py) --------
 def test_ranks_that_joined_still_vote_and_share_the_optimizer_state(tmp_path):
-    port = str(free_port())
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "MASTER_PORT": port}
-    procs = [subprocess.Popen([sys.executable, str(WORKERS / "join_vote.py")], cwd=ROOT,
-                              env={**env, "RANK": str(r)},
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(2)]
-    outs = [p.communicate(timeout=120)[0] for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], outs
+    port = free_port()
+    with LocalRanks([sys.executable, str(WORKERS / "join_vote.py")], 2,
+                    lambda r: torchrun_env(r, 2, 1, port), tmp_path / "logs") as ranks:
+        codes, outs = ranks.wait(120), ranks.outputs()
+    assert codes == [0, 0], outs
     assert "rank 0 steps 3 stop True same_state True" in outs[0], outs  # stopped at rank 1's signal
     assert "rank 1 steps 2 stop True same_state True" in outs[1], outs
 

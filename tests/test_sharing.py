@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from bench.localranks import scrubbed_env
 from tests.harness.localjob import ROOT, WORKERS, final_summary, free_port, run_local_job, srun_env
 from train.config import DataConfig, SamplerConfig, load_config
 from train.errors import UserError
@@ -383,9 +384,7 @@ def test_leader_failure_reaches_every_rank_as_a_clear_error(tmp_path):
 
 def _start_job(args: list[str], job_id: str, port: int, envs: list[dict] | None = None) -> list[subprocess.Popen]:
     """Ranks running `python ARGS...` with srun's variables (default: 2 ranks on one node), a fixed job id and port."""
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "MASTER_", "WORLD_SIZE", "RANK",
-                                                                       "LOCAL_RANK", "LOCAL_WORLD_SIZE"))}
-    base.update(PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    base = scrubbed_env(os.environ, threads=1)  # bench/localranks.py: no other launch's variables
     envs = envs or [srun_env(rank, 2, 1, job_id, port) for rank in range(2)]
     return [subprocess.Popen([sys.executable, *args], cwd=ROOT, text=True, stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, env={**base, **env}) for env in envs]
