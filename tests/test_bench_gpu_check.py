@@ -12,7 +12,7 @@ import time
 import pytest
 import torch
 
-from bench import gpu_check
+from bench import gpu_check, gpu_imports
 from tests.harness.localjob import ROOT
 
 CUDA_CHECKS = ("cuda_tests", "nccl", "shared_gpu", "resume_layout", "late_node", "dead_rank", "pinned")
@@ -82,6 +82,47 @@ def test_a_bad_gpu_python_is_a_message(value, message, tmp_path):
                 timeout=60)
     assert proc.returncode != 0 and message in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "x.json").exists()
+
+
+# A Python that finds every module but one: `hostlist` refused by a finder run at start-up (sitecustomize).
+BLOCKER = """import sys
+
+
+class Blocked:
+    def find_spec(self, name, path=None, target=None):
+        if name == "hostlist":
+            raise ModuleNotFoundError("no module named 'hostlist' (blocked by the test)")
+
+
+sys.meta_path.insert(0, Blocked())
+"""
+
+
+def test_a_python_lacking_a_package_the_train_package_imports_is_refused_naming_it(tmp_path):
+    (tmp_path / "sitecustomize.py").write_text(BLOCKER)
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\nPYTHONPATH="{tmp_path}${{PYTHONPATH:+:$PYTHONPATH}}" '
+                      f'exec "{ROOT}/.venv/bin/python" "$@"\n')
+    python.chmod(0o755)
+    proc = make("gpu-check", f"GPU_PYTHON={python}", f"GPU_CHECK_ARGS=--small --json {tmp_path / 'x.json'}",
+                timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "lacks what the train package imports: hostlist (imported by train/cluster/envvalues.py; pip install " \
+           "'python-hostlist" in proc.stderr and "Traceback" not in proc.stderr
+    assert "torch_geometric" not in proc.stderr and not (tmp_path / "x.json").exists()
+
+
+def test_the_imports_checked_are_the_packages_load_time_ones_each_a_pyproject_dependency():
+    modules = gpu_imports.imported_modules(ROOT / "train")
+    assert {"torch", "torch_geometric", "yaml", "hostlist", "numpy"} <= set(modules)
+    assert not {"ogb", "matplotlib", "train", "os"} & set(modules)  # optional (imported in a function), ours, stdlib
+    requirements = gpu_imports.dependencies((ROOT / "pyproject.toml").read_text())
+    assert {m: gpu_imports.distribution_of(m, requirements) for m in ("yaml", "hostlist", "torch")} == {
+        "yaml": "pyyaml>=6.0", "hostlist": "python-hostlist>=1.23", "torch": "torch>=2.1"}
+    unprovided = [m for m in modules if gpu_imports.distribution_of(m, requirements) is None]
+    assert unprovided == [], "imported by train/ but not in pyproject's dependencies"
+    lines = gpu_imports.missing(modules, requirements, importable=lambda m: m != "numpy")
+    assert lines == [f"numpy (imported by {modules['numpy']}; pip install 'numpy>=1.24')"]
 
 
 @pytest.mark.parametrize("argv, message", [
