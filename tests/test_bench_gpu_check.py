@@ -12,10 +12,11 @@ import time
 import pytest
 import torch
 
-from bench import gpu_check, gpu_imports
+from bench import gpu_check, gpu_imports, gpu_numerics
 from tests.harness.localjob import ROOT
 
-CUDA_CHECKS = ("cuda_tests", "nccl", "shared_gpu", "resume_layout", "late_node", "dead_rank", "pinned")
+CUDA_CHECKS = ("cuda_tests", "nccl", "shared_gpu", "resume_layout", "late_node", "dead_rank", "pinned",
+               "determinism")
 GPU_FORMS = ("shared_gpu", "resume_layout", "late_node")  # two tasks on one GPU, another layout, a late node
 
 
@@ -192,3 +193,21 @@ def test_only_modules_with_gpu_tests_are_collected():
     files = gpu_check.gpu_test_files()
     assert "tests/test_timing.py" in files and "tests/test_sampler.py" in files
     assert "tests/test_report.py" not in files  # no GPU test there (and it imports PIL)
+
+
+# ---- issue 30 §7: what determinism costs; the default follows the figure ------------------------------------
+@pytest.mark.parametrize("ratio, default", [(1.04, "the default stays true"), (1.10, "the default stays true"),
+                                            (1.31, "the default should become false")])
+def test_the_determinism_verdict_follows_the_ratio(ratio, default):
+    said = gpu_numerics.verdict(ratio)
+    assert default in said and f"{ratio - 1:+.1%}" in said
+    assert ("bit-exact resume on a GPU then needs trainer.deterministic=true" in said) == (ratio > 1.10)
+
+
+def test_the_determinism_worker_times_training_steps_on_presampled_batches():
+    """The CPU form of what each of the check's two processes measures (on a GPU: its run's numerics)."""
+    measured = gpu_numerics.measure(nodes=600, features=8, degree=6.0, batch_size=64, steps=2, device_name="cpu",
+                                    deterministic=True)
+    assert measured["steps"] == 2 and measured["step_ms"] > 0 and measured["deterministic"] is True
+    command = gpu_numerics._worker_command(gpu_check.parse_args(["--small"]), deterministic=False)
+    assert command[1:5] == ["-m", "bench.gpu_numerics", "--deterministic", "false"] and command[-1] == "cuda"
