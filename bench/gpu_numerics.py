@@ -1,4 +1,5 @@
-"""gpu-check's `determinism` check: what trainer.deterministic=true costs on the GPU (issue 30 §7).
+"""gpu-check's numerics checks: what trainer.deterministic=true costs on the GPU (issue 30 §7), and what
+16-bit features (data.feature_dtype) cost in accuracy (§1).
 
 The same training steps (SAGE 256, [25, 10], the seed's settings on gpu-check's graph) are timed in two
 processes: one with the switches a `trainer.deterministic=true` run sets before CUDA starts (train/loop/numerics.py:
@@ -8,15 +9,21 @@ the part the switches change. The ratio decides the default: above DEFAULT_LIMIT
 and bit-exact resume on a GPU then needs trainer.deterministic=true (docs/training.md).
 
 `python -m bench.gpu_numerics --deterministic true|false ...` is one such process: it prints one JSON line.
+
+`feature_dtype`: the synthetic config trained on one GPU with the default sampler.device=auto, once with float32
+features and once with bfloat16: the accuracies side by side, and where auto put the graph (its log line).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 from bench.gpu_forms import ROOT, clean_env, need_gpus
 
@@ -99,6 +106,47 @@ def check_determinism(args, budget: float) -> dict:
     return {"deterministic_step_ms": steps[True]["step_ms"], "fast_step_ms": steps[False]["step_ms"],
             "deterministic_over_fast": ratio, "steps_each": steps[True]["steps"], "verdict": verdict(ratio),
             "numerics": {"true": steps[True]["numerics"], "false": steps[False]["numerics"]}}
+
+
+FEATURE_DTYPES = ("float32", "bfloat16")
+FEATURE_RUN = ["--config", "synthetic", "trainer.epochs=3", "dist.backend=nccl", "output.progress=lines",
+               "trainer.checkpoint_every=0"]
+
+
+def placement_line(output: str) -> str:
+    """Rank 0's line saying where sampler.device=auto put the graph and why (train/loop/fit.py)."""
+    found = re.search(r"^rank 0: (sampler\.device=auto: .*)$", output, re.M)
+    return found.group(1) if found else "rank 0 said nothing about sampler.device=auto"
+
+
+def feature_dtype_figures(runs: dict[str, dict]) -> dict:
+    """Each feature dtype's accuracies and placement, and each 16-bit one's difference from float32."""
+    out: dict = {}
+    for dtype, run in runs.items():
+        out[f"{dtype}_val_acc"], out[f"{dtype}_test_acc"] = run["best_val_acc"], run["test_acc_at_best_val"]
+        out[f"{dtype}_placement"] = run["placement"]
+    for dtype in runs:
+        if dtype != "float32" and "float32" in runs:
+            out[f"{dtype}_minus_float32_test_acc"] = (runs[dtype]["test_acc_at_best_val"]
+                                                      - runs["float32"]["test_acc_at_best_val"])
+    return out
+
+
+def check_feature_dtype(args, budget: float) -> dict:
+    """The synthetic config on one GPU, float32 against bfloat16 features, from the same seed."""
+    need_gpus(1, "")
+    runs = {}
+    for dtype in FEATURE_DTYPES:
+        with tempfile.TemporaryDirectory() as out:
+            proc = subprocess.run([sys.executable, "-m", "train", "fit", *FEATURE_RUN, f"data.feature_dtype={dtype}",
+                                   f"output.dir={out}"], cwd=ROOT, env=clean_env({}), capture_output=True, text=True,
+                                  timeout=max(budget / len(FEATURE_DTYPES), 1.0))
+            if proc.returncode != 0:
+                raise RuntimeError(f"data.feature_dtype={dtype}: fit exited {proc.returncode}:\n"
+                                   f"{(proc.stdout + proc.stderr)[-2000:]}")
+            summary = json.loads(Path(out, "summary.json").read_text())
+        runs[dtype] = {**summary, "placement": placement_line(proc.stdout)}
+    return feature_dtype_figures(runs)
 
 
 def main(argv=None) -> int:

@@ -16,7 +16,7 @@ from bench import gpu_check, gpu_imports, gpu_numerics
 from tests.harness.localjob import ROOT
 
 CUDA_CHECKS = ("cuda_tests", "nccl", "shared_gpu", "resume_layout", "late_node", "dead_rank", "pinned",
-               "determinism")
+               "determinism", "feature_dtype")
 GPU_FORMS = ("shared_gpu", "resume_layout", "late_node")  # two tasks on one GPU, another layout, a late node
 
 
@@ -211,3 +211,16 @@ def test_the_determinism_worker_times_training_steps_on_presampled_batches():
     assert measured["steps"] == 2 and measured["step_ms"] > 0 and measured["deterministic"] is True
     command = gpu_numerics._worker_command(gpu_check.parse_args(["--small"]), deterministic=False)
     assert command[1:5] == ["-m", "bench.gpu_numerics", "--deterministic", "false"] and command[-1] == "cuda"
+
+
+def test_the_feature_dtype_figures_put_accuracy_beside_accuracy_with_where_auto_put_the_graph():
+    said = "sampler.device=auto: sampling on cuda:0: the graph structure (0.01 GiB) and features (0.00 GiB) need ..."
+    log = f"run dir x  world_size 1  backend nccl  device cuda:0\nrank 0: {said}\nepoch 0 step 1/10 loss 2.0\n"
+    assert gpu_numerics.placement_line(log) == said
+    assert gpu_numerics.placement_line("no such line") == "rank 0 said nothing about sampler.device=auto"
+    runs = {"float32": {"best_val_acc": 0.91, "test_acc_at_best_val": 0.9, "placement": said},
+            "bfloat16": {"best_val_acc": 0.9, "test_acc_at_best_val": 0.875, "placement": said}}
+    figures = gpu_numerics.feature_dtype_figures(runs)
+    assert figures["float32_test_acc"] == 0.9 and figures["bfloat16_val_acc"] == 0.9
+    assert figures["bfloat16_minus_float32_test_acc"] == pytest.approx(-0.025)
+    assert figures["bfloat16_placement"] == said and "float32_minus_float32_test_acc" not in figures
