@@ -25,6 +25,12 @@ def have_pyg_lib() -> bool:
     return bool(torch_geometric.typing.WITH_PYG_LIB)
 
 
+def cuda_here() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
 def anchor_python(venv: Path = ANCHOR_VENV) -> tuple[Path | None, str]:
     """(python, "") when the anchor venv is built for the current sources, else (None, why not)."""
     if os.environ.get("BENCH_ANCHOR") == "none":
@@ -44,6 +50,9 @@ def run_in_anchor(module: str, argv: list[str]) -> tuple[int | None, str]:
     """
     if os.environ.get(IN_ANCHOR) or have_pyg_lib():
         return None, ""
+    if cuda_here():
+        return None, ("this Python sees a GPU and the anchor's torch is requirements.lock's CPU build: measured here, "
+                      "on the GPU")
     python, reason = anchor_python()
     if python is None:
         return None, reason

@@ -71,6 +71,31 @@ def machine() -> dict:
     return info
 
 
+CPU_RANKS = 2  # local CPU ranks of a benchmark on a machine without a GPU (sized for the 2-core machine)
+
+
+def local_ranks(cuda_devices: int, requested: int = 0) -> tuple[int, str]:
+    """(ranks, backend) of a benchmark's local ranks: one per GPU over NCCL where GPUs are visible (`requested`
+    of them, when given), else `requested` (or CPU_RANKS) CPU ranks over gloo."""
+    if requested < 0:
+        raise BenchError(f"--ranks {requested} must be >= 0 (0: one per visible GPU, else {CPU_RANKS} CPU ranks).")
+    if cuda_devices > 0:
+        if requested > cuda_devices:
+            raise BenchError(f"--ranks {requested}: this machine has {cuda_devices} visible GPU(s), one rank each; "
+                             f"give at most {cuda_devices} (0: one per GPU).")
+        return requested or cuda_devices, "nccl"
+    return requested or CPU_RANKS, "gloo"
+
+
+def machine_summary(info: dict) -> str:
+    """The machine a figure was measured on, in one line: its GPUs (name, memory) where the run used them, its
+    cores and CPU."""
+    cores = f"{info['usable_cores']} cores ({info['cpu_model']})"
+    if info.get("cuda"):
+        return f"{info['gpu_count']} x {info['gpu']} ({info['gpu_memory_gib']} GiB), {cores}"
+    return f"{cores}, no GPU"
+
+
 def write_result(name: str, payload: dict) -> Path:
     """bench/results/<name>-<time>.json: the figures plus the machine they were measured on."""
     RESULTS.mkdir(parents=True, exist_ok=True)

@@ -15,6 +15,10 @@ Checks, each bounded in time and isolated (a failure is recorded, the next check
   sampler        sampled edges/s, `sampler.device=cuda` against the CPU sampler, fanouts [25, 10], batch 1024
   training       `python -m train fit` on one GPU at the seed's settings (configs/reddit.yaml: SAGE 256,
                  [25, 10], batch 1024, 4 loader workers): seeds/s, epoch time, where the time goes
+  determinism    the training step with trainer.deterministic=true against false, and the ratio that decides
+                 its default (bench/gpu_numerics.py)
+  feature_dtype  the synthetic config on one GPU with float32 and with bfloat16 features: accuracy beside
+                 accuracy, and where sampler.device=auto put the graph
 Graph (sampler, pinned, training): Reddit's nodes (232,965) and features (602) with a tenth of its edges
 (avg degree 50, ~11.6M), so that the whole check stays under 8 minutes on one GPU with 16 cores. Without
 CUDA the checks that need it are skipped with the reason and the others run on the small graph of
@@ -43,6 +47,7 @@ from bench.gpu_forms import (  # noqa: F401 - Skip is this module's too (its che
     clean_env,
     need_gpus,
 )
+from bench.gpu_numerics import check_determinism, check_feature_dtype
 
 ROOT = Path(__file__).resolve().parents[1]
 REDDIT_NODES, REDDIT_FEATURES, REDDIT_CLASSES = 232_965, 602, 41
@@ -260,11 +265,13 @@ def check_training(args, budget: float) -> dict:
 
 CHECKS = {"env": check_env, "cuda_tests": check_cuda_tests, "nccl": check_nccl, "shared_gpu": check_shared_gpu,
           "resume_layout": check_resume_layout, "late_node": check_late_node, "dead_rank": check_dead_rank,
-          "pinned": check_pinned, "sampler": check_sampler, "training": check_training}
+          "pinned": check_pinned, "sampler": check_sampler, "training": check_training,
+          "determinism": check_determinism, "feature_dtype": check_feature_dtype}
 # Seconds each check may take at most (the overall --budget caps them all together). On one H200 with 16 cores
 # the checks that run there (late_node and dead_rank need two GPUs) add up to well under the budget.
 LIMITS = {"env": 30, "cuda_tests": 150, "nccl": 60, "shared_gpu": 60, "resume_layout": 120, "late_node": 120,
-          "dead_rank": 100, "pinned": 30, "sampler": 90, "training": 150}
+          "dead_rank": 100, "pinned": 30, "sampler": 90, "training": 150, "determinism": 90,
+          "feature_dtype": 80}
 
 
 def run_checks(args, checks=CHECKS, limits=LIMITS, clock=time.monotonic) -> dict:

@@ -29,13 +29,8 @@ else
     exit 2
   fi
 fi
-missing=$("$py" -c '
-import importlib.util
-print(" ".join(m for m in ("torch_geometric", "yaml") if importlib.util.find_spec(m) is None))')
-if [ -n "$missing" ]; then
-  echo "error: $py lacks: $missing (pip install torch-geometric PyYAML, or set GPU_PYTHON to a Python that has them)" >&2
-  exit 2
-fi
+# Every package the train package imports when it loads, derived from the package itself (bench/gpu_imports.py).
+(cd "$ROOT" && PYTHONPATH="$ROOT" "$py" -m bench.gpu_imports) || exit 2
 echo "gpu-check: using $py ($("$py" -c 'import torch; print("torch", torch.__version__, "CUDA", torch.cuda.is_available())'))"
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 cd "$ROOT"

@@ -227,8 +227,15 @@ def run(args) -> dict:
                        if have_native_sampler() else
                        "stand-in: TorchNeighborSampler with its own CSC "
                        f"(no pyg-lib: {args.anchor_reason or 'not installed'})")
-    print(f"training: {args.ranks} local ranks, project loop against the seed's loop ({baseline_loader}) ...",
-          flush=True)
+    import torch
+
+    from bench.common import local_ranks, machine, machine_summary
+
+    # every launch below (throughput, time to target, the anchor's) takes these ranks
+    args.ranks, backend = local_ranks(torch.cuda.device_count(), args.ranks)
+    where = machine_summary(machine())
+    print(f"training: {args.ranks} local ranks ({backend}) on {where}, project loop against the seed's loop "
+          f"({baseline_loader}) ...", flush=True)
     result = launch_local_ranks("bench.training", ["--worker", *passthrough(args)], args.ranks, timeout=args.timeout)
     rows, per_loop = [], {}
     for name in LOOPS:
@@ -241,8 +248,9 @@ def run(args) -> dict:
     untrimmed_ratio = (per_loop["project untrimmed"]["seeds_per_s_per_rank"]
                        / per_loop["baseline"]["seeds_per_s_per_rank"])
     print()
-    print(f"Training throughput: {args.ranks} ranks (gloo, CPU), synthetic graph {args.nodes:,} nodes, avg degree "
-          f"{args.degree}, {args.features} features, SAGE hidden 256, fanouts [25, 10], batch {args.batch_size}")
+    print(f"Training throughput: {args.ranks} ranks ({backend}) on {where}, synthetic graph {args.nodes:,} nodes, "
+          f"avg degree {args.degree}, {args.features} features, SAGE hidden 256, fanouts [25, 10], batch "
+          f"{args.batch_size}")
     print(table(["loop", "timed steps/rank", "seeds/s per rank", "slowest rank", "fastest rank"], rows))
     print(f"\nproject/baseline seeds per second = {ratio:.3f} (model.trim=false: {untrimmed_ratio:.3f}); "
           f"baseline loader: {baseline_loader}")
@@ -259,7 +267,8 @@ def run(args) -> dict:
     from bench.pyg_anchor import run as run_anchor
 
     anchor = run_anchor(args)
-    path = write_result("training", {"params": {**vars(args)}, "loops": per_loop, "baseline_loader": baseline_loader,
+    path = write_result("training", {"params": {**vars(args)}, "backend": backend, "measured_on": where,
+                                      "loops": per_loop, "baseline_loader": baseline_loader,
                                       "project_phase_seconds": phases, "baseline_split_seconds": split,
                                       "time_to_target": target, "pyg_trim_to_layer_anchor": anchor,
                                       "ratios": {"project_over_baseline": ratio,
@@ -295,7 +304,8 @@ def time_to_target(args) -> dict:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--ranks", type=int, default=2)
+    parser.add_argument("--ranks", type=int, default=0,
+                        help="local ranks (default 0: one per visible GPU over NCCL, else 2 CPU ranks over gloo)")
     parser.add_argument("--nodes", type=int, default=100_000)
     parser.add_argument("--degree", type=float, default=25.0)
     parser.add_argument("--features", type=int, default=128)

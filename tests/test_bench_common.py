@@ -1,13 +1,16 @@
 """bench/common.py's launcher of local ranks: a failing rank ends the launch at once, with what it printed; the
-caller's PYTHONPATH reaches the ranks."""
+caller's PYTHONPATH reaches the ranks; where a benchmark's ranks go (one per GPU, else CPU ranks), and the machine
+its figures name."""
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
+import torch
 
-from bench.common import ROOT, BenchError, launch_local_ranks
+from bench.common import CPU_RANKS, ROOT, BenchError, launch_local_ranks, local_ranks, machine, machine_summary
 
 
 def test_a_rank_that_fails_while_rank_0_waits_ends_the_launch_at_once():
@@ -32,3 +35,37 @@ def test_the_ranks_import_the_callers_packages_from_pythonpath(tmp_path, monkeyp
                                 extra_env={"CALLER_MODULE": "callers_package"})
     assert result["value"] == 42
     assert result["pythonpath"].split(":") == [str(ROOT), str(tmp_path)]
+
+
+# ---- issue 30 §8: a benchmark's ranks go where the machine's GPUs are, and its output names the machine -------
+@pytest.mark.parametrize("gpus, requested, expected", [
+    (0, 0, (CPU_RANKS, "gloo")), (0, 4, (4, "gloo")),  # no GPU: CPU ranks over gloo, as before
+    (1, 0, (1, "nccl")), (8, 0, (8, "nccl")), (8, 2, (2, "nccl")),  # one rank per GPU
+])
+def test_local_ranks_take_one_gpu_each_where_gpus_are_visible(gpus, requested, expected):
+    assert local_ranks(gpus, requested) == expected
+
+
+@pytest.mark.parametrize("gpus, requested, needle", [(2, 3, "has 2 visible GPU(s)"), (0, -1, "must be >= 0")])
+def test_more_ranks_than_gpus_is_refused(gpus, requested, needle):
+    with pytest.raises(BenchError, match=re.escape(needle)):
+        local_ranks(gpus, requested)
+
+
+def test_the_machine_summary_names_the_gpu_or_the_cores():
+    cpu = {"usable_cores": 16, "cpu_model": "AMD EPYC 9534", "cuda": False}
+    assert machine_summary(cpu) == "16 cores (AMD EPYC 9534), no GPU"
+    gpu = {**cpu, "cuda": True, "gpu_count": 1, "gpu": "NVIDIA H200", "gpu_memory_gib": 139.8}
+    assert machine_summary(gpu) == "1 x NVIDIA H200 (139.8 GiB), 16 cores (AMD EPYC 9534)"
+    assert machine_summary(machine()).endswith(", no GPU") != torch.cuda.is_available()
+
+
+def test_where_this_python_sees_a_gpu_the_benchmark_stays_here_not_in_the_cpu_anchor(monkeypatch):
+    from bench import anchor
+
+    monkeypatch.delenv(anchor.IN_ANCHOR, raising=False)
+    monkeypatch.setattr(anchor, "have_pyg_lib", lambda: False)
+    monkeypatch.setattr(anchor, "cuda_here", lambda: True)
+    monkeypatch.setattr(anchor, "anchor_python", lambda: pytest.fail("the CPU anchor must not be asked"))
+    code, reason = anchor.run_in_anchor("bench.training", [])
+    assert code is None and "sees a GPU" in reason and "CPU build" in reason

@@ -12,10 +12,11 @@ import time
 import pytest
 import torch
 
-from bench import gpu_check
+from bench import gpu_check, gpu_imports, gpu_numerics
 from tests.harness.localjob import ROOT
 
-CUDA_CHECKS = ("cuda_tests", "nccl", "shared_gpu", "resume_layout", "late_node", "dead_rank", "pinned")
+CUDA_CHECKS = ("cuda_tests", "nccl", "shared_gpu", "resume_layout", "late_node", "dead_rank", "pinned",
+               "determinism", "feature_dtype")
 GPU_FORMS = ("shared_gpu", "resume_layout", "late_node")  # two tasks on one GPU, another layout, a late node
 
 
@@ -82,6 +83,47 @@ def test_a_bad_gpu_python_is_a_message(value, message, tmp_path):
                 timeout=60)
     assert proc.returncode != 0 and message in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "x.json").exists()
+
+
+# A Python that finds every module but one: `hostlist` refused by a finder run at start-up (sitecustomize).
+BLOCKER = """import sys
+
+
+class Blocked:
+    def find_spec(self, name, path=None, target=None):
+        if name == "hostlist":
+            raise ModuleNotFoundError("no module named 'hostlist' (blocked by the test)")
+
+
+sys.meta_path.insert(0, Blocked())
+"""
+
+
+def test_a_python_lacking_a_package_the_train_package_imports_is_refused_naming_it(tmp_path):
+    (tmp_path / "sitecustomize.py").write_text(BLOCKER)
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\nPYTHONPATH="{tmp_path}${{PYTHONPATH:+:$PYTHONPATH}}" '
+                      f'exec "{ROOT}/.venv/bin/python" "$@"\n')
+    python.chmod(0o755)
+    proc = make("gpu-check", f"GPU_PYTHON={python}", f"GPU_CHECK_ARGS=--small --json {tmp_path / 'x.json'}",
+                timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "lacks what the train package imports: hostlist (imported by train/cluster/envvalues.py; pip install " \
+           "'python-hostlist" in proc.stderr and "Traceback" not in proc.stderr
+    assert "torch_geometric" not in proc.stderr and not (tmp_path / "x.json").exists()
+
+
+def test_the_imports_checked_are_the_packages_load_time_ones_each_a_pyproject_dependency():
+    modules = gpu_imports.imported_modules(ROOT / "train")
+    assert {"torch", "torch_geometric", "yaml", "hostlist", "numpy"} <= set(modules)
+    assert not {"ogb", "matplotlib", "train", "os"} & set(modules)  # optional (imported in a function), ours, stdlib
+    requirements = gpu_imports.dependencies((ROOT / "pyproject.toml").read_text())
+    assert {m: gpu_imports.distribution_of(m, requirements) for m in ("yaml", "hostlist", "torch")} == {
+        "yaml": "pyyaml>=6.0", "hostlist": "python-hostlist>=1.23", "torch": "torch>=2.1"}
+    unprovided = [m for m in modules if gpu_imports.distribution_of(m, requirements) is None]
+    assert unprovided == [], "imported by train/ but not in pyproject's dependencies"
+    lines = gpu_imports.missing(modules, requirements, importable=lambda m: m != "numpy")
+    assert lines == [f"numpy (imported by {modules['numpy']}; pip install 'numpy>=1.24')"]
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -151,3 +193,34 @@ def test_only_modules_with_gpu_tests_are_collected():
     files = gpu_check.gpu_test_files()
     assert "tests/test_timing.py" in files and "tests/test_sampler.py" in files
     assert "tests/test_report.py" not in files  # no GPU test there (and it imports PIL)
+
+
+# ---- issue 30 §7: what determinism costs; the default follows the figure ------------------------------------
+@pytest.mark.parametrize("ratio, default", [(1.04, "the default stays true"), (1.10, "the default stays true"),
+                                            (1.31, "the default should become false")])
+def test_the_determinism_verdict_follows_the_ratio(ratio, default):
+    said = gpu_numerics.verdict(ratio)
+    assert default in said and f"{ratio - 1:+.1%}" in said
+    assert ("bit-exact resume on a GPU then needs trainer.deterministic=true" in said) == (ratio > 1.10)
+
+
+def test_the_determinism_worker_times_training_steps_on_presampled_batches():
+    """The CPU form of what each of the check's two processes measures (on a GPU: its run's numerics)."""
+    measured = gpu_numerics.measure(nodes=600, features=8, degree=6.0, batch_size=64, steps=2, device_name="cpu",
+                                    deterministic=True)
+    assert measured["steps"] == 2 and measured["step_ms"] > 0 and measured["deterministic"] is True
+    command = gpu_numerics._worker_command(gpu_check.parse_args(["--small"]), deterministic=False)
+    assert command[1:5] == ["-m", "bench.gpu_numerics", "--deterministic", "false"] and command[-1] == "cuda"
+
+
+def test_the_feature_dtype_figures_put_accuracy_beside_accuracy_with_where_auto_put_the_graph():
+    said = "sampler.device=auto: sampling on cuda:0: the graph structure (0.01 GiB) and features (0.00 GiB) need ..."
+    log = f"run dir x  world_size 1  backend nccl  device cuda:0\nrank 0: {said}\nepoch 0 step 1/10 loss 2.0\n"
+    assert gpu_numerics.placement_line(log) == said
+    assert gpu_numerics.placement_line("no such line") == "rank 0 said nothing about sampler.device=auto"
+    runs = {"float32": {"best_val_acc": 0.91, "test_acc_at_best_val": 0.9, "placement": said},
+            "bfloat16": {"best_val_acc": 0.9, "test_acc_at_best_val": 0.875, "placement": said}}
+    figures = gpu_numerics.feature_dtype_figures(runs)
+    assert figures["float32_test_acc"] == 0.9 and figures["bfloat16_val_acc"] == 0.9
+    assert figures["bfloat16_minus_float32_test_acc"] == pytest.approx(-0.025)
+    assert figures["bfloat16_placement"] == said and "float32_minus_float32_test_acc" not in figures

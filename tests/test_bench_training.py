@@ -9,6 +9,9 @@ import os
 import subprocess
 import sys
 
+import torch
+
+from bench.common import local_ranks, machine_summary
 from tests.harness.localjob import ROOT
 from train.loop.timing import PHASES
 
@@ -23,6 +26,9 @@ def test_quick_training_bench_names_its_baseline_splits_the_time_and_times_to_ta
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (path,) = tmp_path.glob("training-*.json")
     result = json.loads(path.read_text())
+    ranks, backend = local_ranks(torch.cuda.device_count())  # 2 CPU ranks over gloo here; one per GPU on a GPU node
+    assert result["backend"] == backend and result["measured_on"] == machine_summary(result["machine"])
+    assert f"Training throughput: {ranks} ranks ({backend}) on {result['measured_on']}, synthetic graph" in proc.stdout
     assert result["baseline_loader"].startswith("stand-in: TorchNeighborSampler")
     assert "BENCH_ANCHOR=none" in result["baseline_loader"]
     loops = result["loops"]

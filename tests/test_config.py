@@ -47,6 +47,8 @@ def test_overrides_are_typed():
     ("sampler.num_neighbors=5", "sampler.num_neighbors", "list"),
     ("sampler.num_neighbors=[5]", "sampler.num_neighbors", "model.num_layers"),
     ("data.share=everywhere", "data.share", "node, process"),
+    ("sampler.device=gpu", "sampler.device='gpu'", "auto, cpu, cuda"),
+    ("data.feature_dtype=fp8", "data.feature_dtype='fp8'", "float32, bfloat16, float16"),
     ("epochs=3", "epochs=3", "section.key=value"),
     ("trainer.epochs", "trainer.epochs", "section.key=value"),
     ("model.dropout=1.5", "model.dropout", "[0, 1)"),
@@ -55,6 +57,13 @@ def test_mistakes_are_named(override, must_name, must_list):
     with pytest.raises(UserError) as info:
         load_config("synthetic", [override])
     assert must_name in str(info.value) and must_list in str(info.value)
+
+
+def test_placement_defaults_auto_with_float32_features_and_takes_the_options():
+    config = load_config("synthetic")
+    assert (config.sampler.device, config.data.feature_dtype) == ("auto", "float32")
+    chosen = load_config("synthetic", ["sampler.device=cuda", "data.feature_dtype=bfloat16"])
+    assert (chosen.sampler.device, chosen.data.feature_dtype) == ("cuda", "bfloat16")
 
 
 def test_model_kwargs_from_yaml_and_the_command_line(tmp_path):

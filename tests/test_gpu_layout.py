@@ -6,21 +6,36 @@ error handling, and the deterministic switches of a GPU run."""
 from __future__ import annotations
 
 import datetime
+import os
 import pickle
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
 
-from train.cluster.devices import choose_device_index, one_gpu_per_task, refuse_shared_gpus, shared_gpus
+from train.cluster.devices import (
+    choose_device_index,
+    gpus_counted,
+    invisible_gpus,
+    one_gpu_per_task,
+    refuse_shared_gpus,
+    shared_gpus,
+    torch_gpu_view,
+)
+from train.cluster.distenv import resolve
 from train.cluster.procgroup import nccl_error_handling
-from train.errors import UserError
+from train.errors import EXIT_USER_ERROR, UserError
 from train.loop import rng
 from train.loop.checkpoint import FORMAT_VERSION, decode, encode
 from train.loop.failure_report import is_peer_failure
 from train.loop.numerics import numerics_env, set_gpu_numerics
 from train.loop.step_vote import on_cpu
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def gpu_test(test):
@@ -225,3 +240,70 @@ def test_deterministic_switches_make_a_gpu_scatter_repeat_bit_for_bit(torch_swit
     index = torch.randint(0, 1000, (200_000,), device="cuda", generator=gen)
     runs = [torch.zeros(1000, 64, device="cuda").index_add_(0, index, src) for _ in range(3)]
     assert all(torch.equal(runs[0], r) for r in runs[1:])
+
+
+# ---- issue 30 §11: GPUs that SLURM allocated but torch cannot see are refused, not trained beside -------------
+CPU_TORCH = {"torch_version": "2.9.0+cpu", "torch_cuda": None, "device_count": 0}
+CUDA_TORCH_NO_DEVICE = {"torch_version": "2.11.0+cu130", "torch_cuda": "13.0", "device_count": 0}
+
+
+@pytest.mark.parametrize("name, value, count", [
+    ("SLURM_GPUS_PER_TASK", "1", 1), ("SLURM_GPUS_PER_TASK", "h200:2", 2), ("SLURM_GPUS", "a100:1,v100:2", 3),
+    ("SLURM_GPUS_ON_NODE", "0", 0), ("SLURM_JOB_GPUS", "0,1", 2), ("SLURM_STEP_GPUS", "3", 1),
+    ("SLURM_GPUS_PER_NODE", "gpu:none", 0),
+])
+def test_the_gpus_a_slurm_variable_gives(name, value, count):
+    assert gpus_counted(name, value) == count
+
+
+def test_allocated_gpus_that_torch_cannot_see_are_refused_naming_slurm_torch_the_cause_and_the_way_out():
+    allocation = (("SLURM_GPUS_PER_TASK", "1"), ("SLURM_GPUS_ON_NODE", "2"))
+    refusal = invisible_gpus(allocation, "0,1", **CPU_TORCH)
+    for part in ("SLURM_GPUS_PER_TASK=1", "SLURM_GPUS_ON_NODE=2", "CUDA_VISIBLE_DEVICES='0,1'", "torch 2.9.0+cpu",
+                 "torch.version.cuda None", "torch.cuda.device_count() 0", "CPU build", "GPUS_PER_TASK=0"):
+        assert part in refusal
+    hook = invisible_gpus(allocation, "0,1", **CUDA_TORCH_NO_DEVICE)
+    assert "CUDA 13.0" in hook and "NVIDIA hook" in hook and "driver" in hook and "CPU build" not in hook
+
+
+@pytest.mark.parametrize("allocation, torch_view", [
+    ((), CPU_TORCH),  # no GPU asked for: a CPU job
+    ((("SLURM_GPUS_ON_NODE", "0"),), CPU_TORCH),  # SLURM says none
+    ((("SLURM_GPUS_PER_TASK", "1"),), {**CUDA_TORCH_NO_DEVICE, "device_count": 1}),  # asked for and seen
+])
+def test_no_refusal_without_allocated_gpus_or_with_visible_ones(allocation, torch_view):
+    assert invisible_gpus(allocation, None, **torch_view) is None
+
+
+def test_the_env_contract_reads_slurms_gpu_variables_at_the_entry():
+    env = resolve({"SLURM_GPUS_PER_TASK": "1", "SLURM_JOB_GPUS": "0,1", "CUDA_VISIBLE_DEVICES": "0,1",
+                   "SLURM_GPUS": ""}, pick_free_port=lambda: 29500)
+    assert env.gpu_allocation == (("SLURM_GPUS_PER_TASK", "1"), ("SLURM_JOB_GPUS", "0,1"))
+    assert env.sources["gpu_allocation"] == "SLURM_GPUS_PER_TASK, SLURM_JOB_GPUS"
+    assert resolve({}, pick_free_port=lambda: 29500).gpu_allocation == ()
+
+
+@pytest.mark.skipif(torch.cuda.device_count() > 0, reason="needs a torch that sees no GPU (the CPU machines)")
+def test_fit_with_slurms_gpus_unseen_refuses_before_the_rendezvous_without_a_traceback(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "MASTER_", "TORCHELASTIC_"))}
+    env.update(PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", SLURM_GPUS_PER_TASK="1", CUDA_VISIBLE_DEVICES="0,1")
+    done = subprocess.run([sys.executable, "-m", "train", "fit", "--config", "tiny"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == EXIT_USER_ERROR, done.stderr
+    assert "Traceback" not in done.stderr and "backend" not in done.stdout  # no process group, no training
+    assert done.stderr.count("\n") == 1 and "SLURM_GPUS_PER_TASK=1" in done.stderr
+    assert f"torch {torch.__version__}" in done.stderr and "GPUS_PER_TASK=0" in done.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.skipif(torch.cuda.device_count() > 0, reason="needs a torch that sees no GPU (the CPU machines)")
+def test_the_doctor_reports_the_same_refusal_on_every_rank():
+    from train.doctor.checks import check_devices
+    from train.doctor.probes import inspect_device
+
+    env = resolve({"SLURM_GPUS_PER_TASK": "1"}, pick_free_port=lambda: 29500)
+    device = inspect_device(env, "gloo")
+    assert device["error"] == invisible_gpus(env.gpu_allocation, None, **torch_gpu_view())
+    records = [{"rank": r, "host": f"node{r}", "device": device, "env": {}, "versions": {}} for r in range(2)]
+    failures = [f for f in check_devices(records) if device["error"] in f.message]
+    assert [f.message.split(":")[0] for f in failures] == ["rank 0 on node0", "rank 1 on node1"]

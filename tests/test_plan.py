@@ -69,7 +69,8 @@ def test_gpu_memory_from_nvidia_smi_and_a_gpu_that_is_too_small(tmp_path):
     assert "a GPU needs" in done.stderr and "but has 1.5 GiB (nvidia-smi here)" in done.stderr
     # the run would not sample where it was asked to: said, and refused, not planned as if it would
     assert "sampler.device=cuda falls back to sampling on the CPU: the graph structure" in done.stderr
-    assert "at most 60% of the 0.50 GiB of free GPU memory goes to the graph" in done.stderr
+    assert ("but 0.00 GiB of the 0.50 GiB of free GPU memory is left beside the training and evaluation working "
+            "sets (2.82 GiB) and a 10% headroom") in done.stderr
 
 
 def test_fits_only_when_the_gpu_memory_is_known_too(tmp_path):
@@ -207,22 +208,25 @@ def _real_graph(share: str):
 def test_the_plan_places_the_graph_with_the_runs_own_decision(share):
     """Same bytes (CSC with perm where the run keeps one, the sampler's node map), same decision, same words."""
     from train.graph.sampling_plan import gpu_placement, gpu_structure_bytes
-    from train.plan.terms import free_at_placement
+    from train.plan.terms import free_at_placement, gpu_working_bytes, graph_size_of
 
     data, (colptr, row, perm), size = _real_graph(share)
     config = load_config("tiny", [f"data.share={share}", "sampler.device=cuda"])
     run_structure = sum(t.nbytes for t in (colptr, row, perm) if t is not None) + data.num_nodes * 8
     assert gpu_structure_bytes(colptr.numel() - 1, row.numel(), perm is not None, row.element_size()) == run_structure
     assert row.dtype == (torch.int32 if share == "node" else torch.long)  # the node's copy: int32 ids
-    structure_only = int((run_structure + 1) / 0.6)  # room for the structure, not for the features too
+    working = gpu_working_bytes(config, size)
+    assert working == gpu_working_bytes(config, graph_size_of(data)) > 0  # the run's figures are the plan's
+    # room for the structure beside the working sets, not for the features too
+    structure_only = int((run_structure + working + 1) / 0.9) + (2**40 - free_at_placement(2**40, config, size))
     for gpu_bytes in (2**40, structure_only, run_structure):
         free = free_at_placement(gpu_bytes, config, size)
-        run = gpu_placement(run_structure, data.x.nbytes + data.y.nbytes, free)
+        run = gpu_placement(run_structure, data.x.nbytes + data.y.nbytes, free, working)
         plan = make_plan(config, size, 1, 2, gpus=True, gpu_bytes=gpu_bytes)
         assert plan.placement == run, gpu_bytes
         gpu_rows = plan.rows["GPU"]
         assert (gpu_rows.get("graph structure: CSC and the sampler's node map") == run_structure) == run.structure
-        assert ("features and labels (they fit)" in gpu_rows) == run.features
+        assert ("features (float32) and labels (they fit)" in gpu_rows) == run.features
         assert plan.sampling == ("cuda" if run.structure else "cpu")
         assert plan.fallback == ("" if run.structure else run.describe("the GPU"))
     assert [make_plan(config, size, 1, 2, gpus=True, gpu_bytes=b).placement.features for b in (2**40, structure_only)

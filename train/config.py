@@ -37,6 +37,9 @@ class DataConfig:
     load_delay_seconds: float = 0.0  # testing aid: node `load_delay_node` loads the graph this much later
     load_delay_node: int = 0
     normalize_features: bool = False  # scale each node's features to sum 1 (PyG's NormalizeFeatures; Planetoid's)
+    # How the features placed on the GPU are stored (sampler.device auto/cuda): bfloat16 or float16 halve their
+    # memory and the bandwidth of every gather; the model still computes in float32 (train/loop/models/step.py).
+    feature_dtype: str = "float32"
     # synthetic graph (a stochastic block model with noisy class-dependent features)
     num_nodes: int = 20000
     num_classes: int = 8
@@ -54,7 +57,9 @@ class SamplerConfig:
     num_neighbors: list[int] = field(default_factory=lambda: [25, 10])
     batch_size: int = 1024
     eval_batch_size: int = 2048
-    device: str = "cpu"  # cpu | cuda: where neighbour sampling runs
+    # auto: on a GPU when the graph's structure and features fit there beside the training and evaluation working
+    # sets (train/graph/sampling_plan.py), else the CPU; cuda: the structure on the GPU whenever it fits; cpu
+    device: str = "auto"
     num_workers: int = 0
     pin_memory: bool = True  # only used when training on CUDA with features on the host
 
@@ -147,7 +152,8 @@ class Config:
 
 CHOICES: dict[str, tuple[str, ...]] = {
     "data.share": ("node", "process"),
-    "sampler.device": ("cpu", "cuda"),
+    "sampler.device": ("auto", "cpu", "cuda"),
+    "data.feature_dtype": ("float32", "bfloat16", "float16"),
     "eval.mode": ("full", "sampled"),
     "dist.backend": ("auto", "nccl", "gloo"),
     "output.progress": ("auto", "bar", "lines"),

@@ -25,8 +25,10 @@ def main(args) -> int:
     config = load_config(args.config, args.overrides)  # config errors before any rendezvous
     env = resolve(os.environ, command=command_line())  # before torch: a refusal takes well under a second
     from train.cli.preflight import check_fit
+    from train.cluster.devices import refuse_invisible_gpus
     from train.loop.run import run_fit  # torch and PyG load only once the input is known to be good
 
+    refuse_invisible_gpus(env.gpu_allocation, env.cuda_visible_devices)  # never train on the CPU beside idle GPUs
     check_fit(config, env)  # before the rendezvous and before anything is written
     from train.cluster.procgroup import nccl_error_handling
     from train.loop.numerics import numerics_env

@@ -1,4 +1,5 @@
-"""Which GPU each rank uses, and the refusal when two tasks would share one (one home for `fit` and the doctor).
+"""Which GPU each rank uses, and the refusals when two tasks would share one or SLURM's GPUs are invisible
+(one home for `fit` and the doctor).
 
 `choose_device_index` decides from what one rank sees (GPUs visible, CUDA_VISIBLE_DEVICES, its local
 rank, its node's number of tasks). What it cannot see alone, two tasks that each see "their" one GPU
@@ -10,6 +11,7 @@ the process group exists, so every rank refuses at once with the srun line to us
 from __future__ import annotations
 
 import datetime
+from collections.abc import Sequence
 
 from train.errors import UserError
 
@@ -93,3 +95,56 @@ def refuse_shared_gpus(shared: list[str], tasks_per_node: int) -> None:
     if shared:
         raise UserError(f"two tasks would use the same GPU ({'; '.join(shared)}); NCCL refuses that "
                         f"(\"Duplicate GPU detected\"). {one_gpu_per_task(tasks_per_node)}.")
+
+
+def gpus_counted(name: str, value: str) -> int:
+    """How many GPUs one SLURM variable gives: a list of indices (SLURM_JOB_GPUS, SLURM_STEP_GPUS: "0,1"),
+    else counts as "[type:]count" parts ("2", "h200:1", "a100:1,v100:2"); what does not parse counts 0."""
+    parts = [part.strip() for part in value.split(",") if part.strip()]
+    if name.endswith(("_JOB_GPUS", "_STEP_GPUS")):
+        return len(parts)
+    counts = [part.rsplit(":", 1)[-1] for part in parts]
+    return sum(int(count) for count in counts if count.isdigit())
+
+
+def invisible_gpus(allocation: Sequence[tuple[str, str]], cuda_visible_devices: str | None, torch_version: str,
+                   torch_cuda: str | None, device_count: int) -> str | None:
+    """The refusal when SLURM allocated GPUs to this task but torch sees none, else None (pure: facts in).
+
+    `allocation`: SLURM's GPU variables that are set, as (name, value) (train/cluster/jobfacts.py);
+    the rest is what torch says: its version, `torch.version.cuda` (None: a CPU build), and
+    `torch.cuda.device_count()`. Training on the CPU there would burn the GPU allocation without a word.
+    """
+    given = [(name, value) for name, value in allocation if gpus_counted(name, value) > 0]
+    if not given or device_count > 0:
+        return None
+    slurm = ", ".join(f"{name}={value}" for name, value in given)
+    if torch_cuda is None:
+        cause = ("this torch is a CPU build: a CPU wheel installed over the image's CUDA torch (e.g. `pip install "
+                 "torch` without the image's constraints, or a requirements file that pins torch); use the image's "
+                 "torch")
+    else:
+        cause = (f"this torch is built for CUDA {torch_cuda} but finds no device: enroot's "
+                 "NVIDIA hook is off in the container (the image lacks NVIDIA_VISIBLE_DEVICES or "
+                 "enroot's hooks/98-nvidia.sh is disabled), or the driver (libcuda.so, /dev/nvidia*) is not "
+                 "mounted into it; `nvidia-smi` inside the container tells which")
+    return (f"SLURM allocated GPUs to this task ({slurm}; CUDA_VISIBLE_DEVICES={_shown(cuda_visible_devices)}) "
+            f"but torch sees none (torch {torch_version}, torch.version.cuda {torch_cuda}, "
+            f"torch.cuda.device_count() {device_count}): likely {cause}. Training on the CPU would leave the "
+            "allocated GPUs idle, so this run is refused. For a CPU job ask for no GPUs: GPUS_PER_TASK=0 "
+            "(make submit ... GPUS_PER_TASK=0).")
+
+
+def torch_gpu_view() -> dict:
+    """What this process's torch sees, as `invisible_gpus` takes it (the side effect at the edge)."""
+    import torch
+
+    return {"torch_version": torch.__version__, "torch_cuda": torch.version.cuda,
+            "device_count": torch.cuda.device_count()}
+
+
+def refuse_invisible_gpus(allocation: Sequence[tuple[str, str]], cuda_visible_devices: str | None) -> None:
+    """`fit` before the rendezvous: a UserError when SLURM's GPUs are not visible to torch."""
+    refusal = invisible_gpus(allocation, cuda_visible_devices, **torch_gpu_view())
+    if refusal is not None:
+        raise UserError(refusal)

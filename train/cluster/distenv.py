@@ -95,6 +95,7 @@ class DistEnv:
     cuda_visible_devices: str | None = None  # as the launcher left it; for messages about device binding
     cluster_name: str | None = None  # SLURM_CLUSTER_NAME: job ids repeat across clusters (train/loop/rundir.py)
     submission_id: str | None = None  # PYG_SUBMISSION_ID: one id for every requeue of a `make submit`
+    gpu_allocation: tuple[tuple[str, str], ...] = ()  # SLURM's GPU variables that are set, as (name, value)
     sources: Mapping[str, str] = field(default_factory=dict)
 
     @property

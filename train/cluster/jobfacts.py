@@ -1,4 +1,5 @@
-"""Facts of the job beside its ranks: restarts, the data root, node-local scratch, devices, whose job it is.
+"""Facts of the job beside its ranks: restarts, the data root, node-local scratch, devices (those visible and
+those SLURM allocated), whose job it is.
 
 Read once, at the entry, by `train.cluster.distenv.resolve` (into `DistEnv`, each with the variable that
 gave it in `sources`), so that no module below the entry reads os.environ. Unlike the rank, a
@@ -20,6 +21,10 @@ VARIABLES: dict[str, tuple[str, ...]] = {
     "cuda_visible_devices": ("CUDA_VISIBLE_DEVICES",),  # as the launcher left it, for messages on binding
     "cluster_name": ("SLURM_CLUSTER_NAME",),  # job ids repeat across clusters (train/loop/rundir.py)
     "submission_id": ("PYG_SUBMISSION_ID",),  # exported by jobs/submit.sh: one id for every requeue
+    # The GPUs SLURM gave the job, step or task (every one that is set, in this order): a run that sees none
+    # of them is refused (train/cluster/devices.py invisible_gpus), never left to train on the CPU.
+    "gpu_allocation": ("SLURM_GPUS_PER_TASK", "SLURM_GPUS_ON_NODE", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS",
+                       "SLURM_GPUS_PER_NODE", "SLURM_GPUS"),
 }
 
 
@@ -43,6 +48,12 @@ def _node_tmpdirs(environ: Mapping[str, str], _torchrun: bool) -> Fact:
     return tuple(value for _, value in found), ", ".join(name for name, _ in found) or "unset"
 
 
+def _gpu_allocation(environ: Mapping[str, str], _torchrun: bool) -> Fact:
+    names = VARIABLES["gpu_allocation"]
+    found = tuple((name, environ[name].strip()) for name in names if environ.get(name, "").strip())
+    return found, ", ".join(name for name, _ in found) or "unset"
+
+
 def _text(field_name: str, strip: bool) -> Callable[[Mapping[str, str], bool], Fact]:
     """A fact that is the value of its one variable (None when unset)."""
     (name,) = VARIABLES[field_name]
@@ -62,6 +73,7 @@ READERS: dict[str, Callable[[Mapping[str, str], bool], Fact]] = {
     "cuda_visible_devices": _text("cuda_visible_devices", strip=False),
     "cluster_name": _text("cluster_name", strip=True),
     "submission_id": _text("submission_id", strip=True),
+    "gpu_allocation": _gpu_allocation,
 }
 
 

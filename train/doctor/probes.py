@@ -215,10 +215,13 @@ def package_version(*names: str) -> str | None:
 def inspect_device(env: DistEnv, backend: str) -> dict:
     import torch
 
-    from train.cluster.devices import choose_device_index, gpu_identity
+    from train.cluster.devices import choose_device_index, gpu_identity, invisible_gpus, torch_gpu_view
 
     cpus = sorted(os.sched_getaffinity(0))
     out: dict = {"type": "cpu", "cpus": cpus, "ncpus": len(cpus), "threads": torch.get_num_threads()}
+    refusal = invisible_gpus(env.gpu_allocation, env.cuda_visible_devices, **torch_gpu_view())
+    if refusal is not None:  # the refusal `fit` would meet, on every rank that meets it
+        return {**out, "error": refusal}
     if backend != "nccl":
         return out
     out["type"] = "cuda"

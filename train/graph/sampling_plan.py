@@ -2,11 +2,15 @@
 
 CPU sampling: the loader's workers sample and gather the features (pinned when training on a
 GPU). GPU sampling: the CSC on the GPU, the features there too when they fit, else gathered on
-the host into pinned memory and copied without blocking.
+the host into pinned memory and copied without blocking. sampler.device=auto (the default) samples
+on the GPU when structure and features both fit beside the run's working sets, else on the CPU.
+Each rank's GPU holds a copy of its own: the graph is not split across a node's GPUs, so where each
+cannot hold one, every rank samples from the node's one copy in host memory.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -19,10 +23,12 @@ from train.errors import UserError
 from train.graph.sampler import build_csc, make_node_sampler, node_loader
 from train.graph.shared_graph import CSC, attach_csc, gib, graph_csc
 
-# Fraction of the free GPU memory the graph may take with sampler.device=cuda
-# (the rest is for the model, activations and the sampler's per-batch tensors).
-GPU_GRAPH_FRACTION = 0.6
+# Of the free GPU memory, what the graph never takes: the sampler's per-batch tensors, the allocator's blocks
+# beyond the planned working sets, and what other libraries (NCCL, cuBLAS) allocate on their first use.
+GPU_HEADROOM = 0.1
 INDEX_BYTES = 8  # int64 ids: the sampler's node map, and the CSC but where the node shares it in int32
+# data.feature_dtype: how the features placed on the GPU are stored (the model computes in float32).
+FEATURE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def gpu_structure_bytes(num_nodes: int, num_edges: int, with_perm: bool, csc_index_bytes: int = INDEX_BYTES) -> int:
@@ -32,40 +38,63 @@ def gpu_structure_bytes(num_nodes: int, num_edges: int, with_perm: bool, csc_ind
     return ((num_nodes + 1) + num_edges * (2 if with_perm else 1)) * csc_index_bytes + num_nodes * INDEX_BYTES
 
 
+def gpu_feature_bytes(num_nodes: int, num_features: int, feature_dtype: str) -> int:
+    """The features in data.feature_dtype and the int64 labels, as the GPU holds them."""
+    return num_nodes * (num_features * FEATURE_DTYPES[feature_dtype].itemsize + INDEX_BYTES)
+
+
 @dataclass(frozen=True)
 class Placement:
-    """Where sampler.device=cuda puts the graph, decided from the free GPU memory (the run's and the plan's)."""
+    """Where the graph goes on the GPU, decided from its free memory beside the run's working sets (the run's and
+    the plan's: both pass the same figures, train/plan/terms.py gpu_working_bytes)."""
 
-    structure: bool  # the CSC and the node map on the GPU (else: sampling falls back to the CPU)
-    features: bool  # x and y on the GPU too (else gathered on the host into pinned memory per batch)
+    structure: bool  # the CSC and the node map fit on the GPU
+    features: bool  # x and y fit there too
     structure_bytes: int
     feature_bytes: int
     free_bytes: int
-    fraction: float = GPU_GRAPH_FRACTION
+    working_bytes: int = 0  # the larger of the training and evaluation working sets on the GPU
+    headroom: float = GPU_HEADROOM
 
     @property
     def budget(self) -> int:
-        return int(self.free_bytes * self.fraction)
+        """What the graph may take: the free memory less the headroom and the working sets."""
+        return max(int(self.free_bytes * (1 - self.headroom)) - self.working_bytes, 0)
 
-    def describe(self, device: str) -> str:
-        """One line for the log (the run) or the plan: where the graph goes, and why when not on the GPU."""
-        room = f"at most {self.fraction:.0%} of the {gib(self.free_bytes)} of free GPU memory goes to the graph"
+    def _room(self) -> str:
+        return (f"{gib(self.budget)} of the {gib(self.free_bytes)} of free GPU memory is left beside the training "
+                f"and evaluation working sets ({gib(self.working_bytes)}) and a {self.headroom:.0%} headroom")
+
+    def describe(self, device: str, asked: str = "cuda") -> str:
+        """One line for the log (the run) or the plan: where sampler.device=`asked` puts the graph, and why."""
+        if asked == "auto":
+            return self._describe_auto(device)
         if not self.structure:
             return (f"sampler.device=cuda falls back to sampling on the CPU: the graph structure (CSC and the "
-                    f"sampler's node map) needs {gib(self.structure_bytes)}, but {room} ({gib(self.budget)}).")
+                    f"sampler's node map) needs {gib(self.structure_bytes)}, but {self._room()}.")
         if self.features:
             return f"sampler.device=cuda: graph structure and features on {device}."
         return (f"sampler.device=cuda: structure on {device}; features ({gib(self.feature_bytes)}) stay on the host, "
-                f"gathered into pinned memory and copied without blocking ({room}).")
+                f"gathered into pinned memory and copied without blocking ({self._room()}).")
+
+    def _describe_auto(self, device: str) -> str:
+        need = (f"the graph structure ({gib(self.structure_bytes)}) and features ({gib(self.feature_bytes)}) "
+                f"need {gib(self.structure_bytes + self.feature_bytes)}")
+        if self.features:
+            return f"sampler.device=auto: sampling on {device}: {need} and fit ({self._room()})."
+        return (f"sampler.device=auto: sampling on the CPU: {need}, but {self._room()}. Each GPU would hold a copy "
+                "of its own, so every rank of the node samples from the node's copy in host memory instead; "
+                "data.feature_dtype=bfloat16 halves the features, sampler.device=cuda puts the structure alone "
+                "on the GPU.")
 
 
-def gpu_placement(structure_bytes: int, feature_bytes: int, free: int,
-                  fraction: float = GPU_GRAPH_FRACTION) -> Placement:
-    """Structure on the GPU when it fits in `fraction` of the free GPU memory; features too when both fit."""
-    budget = free * fraction
-    structure = structure_bytes <= budget
-    features = structure and structure_bytes + feature_bytes <= budget
-    return Placement(structure, features, structure_bytes, feature_bytes, free, fraction)
+def gpu_placement(structure_bytes: int, feature_bytes: int, free: int, working_bytes: int = 0,
+                  headroom: float = GPU_HEADROOM) -> Placement:
+    """Structure on the GPU when it fits beside the working sets (and the headroom); features too when both fit."""
+    placement = Placement(False, False, structure_bytes, feature_bytes, free, working_bytes, headroom)
+    structure = structure_bytes <= placement.budget
+    features = structure and structure_bytes + feature_bytes <= placement.budget
+    return dataclasses.replace(placement, structure=structure, features=features)
 
 
 def gather_pinned(source: Tensor, index: Tensor) -> Tensor:
@@ -88,7 +117,8 @@ class SamplingPlan:
     pin_memory: bool  # DataLoader pinning: CPU sampling, GPU training
     num_workers: int
     note: str = ""
-    fell_back: bool = False  # sampler.device=cuda asked, sampling on the CPU: every rank says so in the log
+    fell_back: bool = False  # sampler.device=cuda asked, sampling on the CPU
+    each_rank: bool = False  # the note is this rank's own decision (auto, or a fallback): every rank says it
     _samplers: dict = field(default_factory=dict, repr=False, compare=False)  # built on first use, then reused
 
     def loader(self, seeds: Tensor, num_neighbors: Sequence[int], batch_size: int, *, seed: int | None,
@@ -138,10 +168,12 @@ def _nbytes(tensors) -> int:
     return sum(t.nbytes for t in tensors if t is not None)
 
 
-def plan_sampling(data: Data, config: SamplerConfig, device: torch.device,
-                  free_gpu_bytes: int | None = None) -> SamplingPlan:
+def plan_sampling(data: Data, config: SamplerConfig, device: torch.device, free_gpu_bytes: int | None = None,
+                  working_bytes: int = 0, feature_dtype: str = "float32") -> SamplingPlan:
     """CPU sampling (features gathered by the loader, pinned when training on a GPU), or GPU sampling with
-    the CSC on the GPU and the features there too when they fit, else gathered on the host into pinned memory."""
+    the CSC on the GPU and the features there too (in `feature_dtype`) when they fit beside `working_bytes`.
+    sampler.device=auto samples on the GPU only when both fit; cuda whenever the structure does, the features
+    then gathered on the host into pinned memory."""
     csc = graph_csc(data)
     if csc is None:
         csc = build_csc(data.edge_index, data.num_nodes)
@@ -152,19 +184,27 @@ def plan_sampling(data: Data, config: SamplerConfig, device: torch.device,
     if config.device == "cpu":
         return cpu_plan
     if device.type != "cuda":
+        if config.device == "auto":
+            cpu_plan.note = (f"sampler.device=auto: sampling on the CPU: this rank trains on {device} (no GPU visible, "
+                             "or dist.backend=gloo).")
+            cpu_plan.each_rank = True
+            return cpu_plan
         raise UserError(f"sampler.device='cuda' needs training on a GPU, but this rank trains on {device} "
-                        "(no GPU visible, or dist.backend=gloo); use sampler.device=cpu.")
+                        "(no GPU visible, or dist.backend=gloo); use sampler.device=auto or cpu.")
     if free_gpu_bytes is None:
         free_gpu_bytes, _total = torch.cuda.mem_get_info(device)
     colptr, row, perm = csc
     structure = gpu_structure_bytes(colptr.numel() - 1, row.numel(), perm is not None, row.element_size())
-    placement = gpu_placement(structure, _nbytes((data.x, data.y)), free_gpu_bytes)
-    if not placement.structure:
-        cpu_plan.note, cpu_plan.fell_back = placement.describe(str(device)), True
+    features = gpu_feature_bytes(data.num_nodes, data.num_features, feature_dtype)
+    placement = gpu_placement(structure, features, free_gpu_bytes, working_bytes)
+    auto = config.device == "auto"
+    note = placement.describe(str(device), config.device)
+    if not (placement.features if auto else placement.structure):
+        cpu_plan.note, cpu_plan.fell_back, cpu_plan.each_rank = note, not auto, True
         return cpu_plan
     gpu_csc = tuple(t.to(device) if t is not None else None for t in csc)
     if placement.features:
-        on_gpu = batch_source(device, x=data.x.to(device), y=data.y.to(device))
-        return SamplingPlan(device, on_gpu, gpu_csc, None, False, 0, placement.describe(str(device)))
+        on_gpu = batch_source(device, x=data.x.to(device, FEATURE_DTYPES[feature_dtype]), y=data.y.to(device))
+        return SamplingPlan(device, on_gpu, gpu_csc, None, False, 0, note, each_rank=auto)
     structure_only = batch_source(device, num_nodes=data.num_nodes)
-    return SamplingPlan(device, structure_only, gpu_csc, (data.x, data.y), False, 0, placement.describe(str(device)))
+    return SamplingPlan(device, structure_only, gpu_csc, (data.x, data.y), False, 0, note)

@@ -34,6 +34,7 @@ from train.loop.outputs import Outputs
 from train.loop.records import EpochRecord, StepRecord
 from train.loop.rng import ProcessRng
 from train.loop.timing import AllReduceProbe, PhaseTimer, reduce_mean
+from train.plan.terms import gpu_working_bytes, graph_size_of
 
 
 @dataclass
@@ -109,18 +110,21 @@ class Trainer:
         self.rank_state = RankState(self.state, ProcessRng())  # this rank's own part of a checkpoint
         self.stop_requested = False  # set by `request_stop` (the per-step vote); checked at step boundaries
         self.joinables: list = []  # more Joinables that take part in every step (step_vote.StepAgreement)
-        self.sampling = plan_sampling(data, config.sampler, device)  # sampler.device: where batches are sampled
+        # sampler.device: where batches are sampled; the graph on the GPU only beside the working sets the plan counts
+        working = gpu_working_bytes(config, graph_size_of(data)) if device.type == "cuda" else 0
+        self.sampling = plan_sampling(data, config.sampler, device, working_bytes=working,
+                                      feature_dtype=config.data.feature_dtype)
         self.timer = PhaseTimer(device)  # where each epoch's time goes (train/loop/timing.py)
         self.allreduce_probe = AllReduceProbe(self.model, device)
         self.outputs = Outputs(config, env, out_dir)  # rank 0's sinks: metrics.jsonl, the progress display, ...
-        if self.sampling.fell_back:  # each rank decides on its own GPU's free memory: each one that falls back says so
+        if self.sampling.each_rank:  # each rank decides on its own GPU's free memory: each one says what and why
             print(f"rank {env.rank}: {self.sampling.note}", flush=True)
         if env.is_main:
             params = sum(p.numel() for p in self.model.parameters())
             print(f"model {spec.class_path} ({params:,} parameters); model.trim: "
                   f"{self.step.trim_mode if config.model.trim else 'off (every sampled row in every layer)'}",
                   flush=True)
-            for note in (None if self.sampling.fell_back else self.sampling.note, self.eval_note):
+            for note in (None if self.sampling.each_rank else self.sampling.note, self.eval_note):
                 if note:
                     print(note, flush=True)
 

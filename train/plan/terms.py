@@ -88,6 +88,15 @@ class GraphSize:
         return self.nodes * (self.features * FLOAT + INDEX)  # x and y
 
 
+def graph_size_of(data) -> GraphSize:
+    """The size of a loaded graph (a run's own figures for the terms it shares with the plan)."""
+    from train.graph.data import num_classes
+    from train.graph.shared_graph import num_edges
+
+    split = tuple(int(getattr(data, f"{name}_idx").numel()) for name in ("train", "val", "test"))
+    return GraphSize(data.num_nodes, num_edges(data), data.num_features, num_classes(data), split)
+
+
 @dataclass(frozen=True)
 class Hops:
     """A sampled batch's size: new nodes per hop (seeds first) and sampled edges per hop, expected upper bounds."""
@@ -229,7 +238,7 @@ class Plan:
     node_capacity: tuple[int | None, str] = (None, "unknown")
     gpu_capacity: tuple[int | None, str] = (None, "unknown")
     sampling: str = "cpu"  # where batches are sampled: cpu or cuda (the graph structure on the GPU)
-    placement: object = None  # sampler.device=cuda on a GPU of known memory: the run's Placement
+    placement: object = None  # sampler.device auto or cuda on a GPU of known memory: the run's Placement
     fallback: str = ""  # why sampler.device=cuda would sample on the CPU ("" when it would not)
 
     @property
@@ -282,21 +291,43 @@ def _term(rows: dict[str, int], prefix: str) -> int:
     return sum(v for k, v in rows.items() if k.startswith(prefix))
 
 
+def gpu_working_bytes(config: Config, size: GraphSize) -> int:
+    """The larger of a training step's and an evaluation's working set on the GPU, with the allocator's blocks:
+    what the graph placed on the GPU must leave free (the run and the plan place it alike)."""
+    train = forward_bytes(config, size, sampled_hops(config.sampler.batch_size, config.sampler.num_neighbors, size),
+                          backward=True)
+    if config.eval.mode == "sampled":
+        fanouts = list(config.eval.fanouts or config.sampler.num_neighbors)
+        evaluation = forward_bytes(config, size, sampled_hops(config.sampler.eval_batch_size, fanouts, size),
+                                   backward=False)
+    else:
+        evaluation = full_eval_bytes(config, size, 1)[2]
+    return int(max(train, evaluation) * CUDA_CACHE_SLACK)
+
+
+def gpu_feature_bytes_of(config: Config, size: GraphSize) -> int:
+    """The features (in data.feature_dtype) and labels where the GPU holds them."""
+    from train.graph.sampling_plan import gpu_feature_bytes
+
+    return gpu_feature_bytes(size.nodes, size.features, config.data.feature_dtype)
+
+
 def free_at_placement(gpu_bytes: int, config: Config, size: GraphSize) -> int:
     """The free GPU memory the run sees when it places the graph (Trainer: after the model and DDP's buckets)."""
     return gpu_bytes - GPU_RUNTIME_BYTES - 2 * parameter_count(config, size) * FLOAT
 
 
 def placement_for(config: Config, size: GraphSize, sharing: bool, gpu_bytes: int | None):
-    """sampler.device=cuda on a GPU of `gpu_bytes`: the run's own decision (train/graph/sampling_plan.py), or
-    None where the GPU's memory is unknown."""
+    """sampler.device auto or cuda on a GPU of `gpu_bytes`: the run's own decision (train/graph/sampling_plan.py),
+    or None where the GPU's memory is unknown."""
     from train.graph.sampling_plan import gpu_placement, gpu_structure_bytes
 
     if gpu_bytes is None:
         return None
     structure = gpu_structure_bytes(size.nodes, size.edges, with_perm=not sharing,
                                     csc_index_bytes=csc_index_bytes(size, sharing))
-    return gpu_placement(structure, size.feature_bytes, free_at_placement(gpu_bytes, config, size))
+    return gpu_placement(structure, gpu_feature_bytes_of(config, size), free_at_placement(gpu_bytes, config, size),
+                         gpu_working_bytes(config, size))
 
 
 @dataclass(frozen=True)
@@ -308,12 +339,16 @@ class Setting:
     per_node: int
     gpus: bool
     sharing: bool  # data.share=node with more than one rank on the node
-    placement: object  # sampler.device=cuda on a GPU of known memory: the run's Placement, else None
+    placement: object  # sampler.device auto or cuda on a GPU of known memory: the run's Placement, else None
 
     @property
     def gpu_sampling(self) -> bool:
-        asked = self.gpus and self.config.sampler.device == "cuda"
-        return asked and (self.placement is None or self.placement.structure)
+        """cuda: wherever the structure fits (or the GPU is unknown); auto: where structure and features fit."""
+        if not self.gpus or self.config.sampler.device == "cpu":
+            return False
+        if self.config.sampler.device == "auto":
+            return self.features_on_gpu
+        return self.placement is None or self.placement.structure
 
     @property
     def features_on_gpu(self) -> bool:
@@ -390,7 +425,7 @@ def make_plan(config: Config, size: GraphSize, nodes: int, ranks: int, gpus: boo
     """Bytes per node, per rank and per GPU for `ranks` processes over `nodes` nodes (GPUs of `gpu_bytes`)."""
     per_node = ranks // nodes
     sharing = config.data.share == "node" and per_node > 1  # alone on its node, a rank keeps its own copy
-    asked = gpus and config.sampler.device == "cuda"
+    asked = gpus and config.sampler.device != "cpu"
     setting = Setting(config, ranks, per_node, gpus, sharing,
                       placement_for(config, size, sharing, gpu_bytes) if asked else None)
     train_hops = sampled_hops(config.sampler.batch_size, config.sampler.num_neighbors, size)
@@ -402,10 +437,12 @@ def make_plan(config: Config, size: GraphSize, nodes: int, ranks: int, gpus: boo
     placement = setting.placement
     plan.sampling, plan.placement = ("cuda" if setting.gpu_sampling else "cpu"), placement
     if asked:
-        plan.notes.append(placement.describe("the GPU") if placement is not None else
-                          "sampler.device=cuda: GPU memory unknown, so where the graph goes is decided on the node; "
-                          "give --gpu-memory GiB to know it now.")
-        plan.fallback = placement.describe("the GPU") if placement is not None and not placement.structure else ""
+        device = config.sampler.device
+        plan.notes.append(placement.describe("the GPU", device) if placement is not None else
+                          f"sampler.device={device}: GPU memory unknown, so where the graph goes is decided on the "
+                          "node; give --gpu-memory GiB to know it now.")
+        fell_back = device == "cuda" and placement is not None and not placement.structure
+        plan.fallback = placement.describe("the GPU") if fell_back else ""
     return plan
 
 
@@ -420,7 +457,8 @@ def gpu_rows(setting: Setting, size: GraphSize, train: int, evaluation: int) -> 
             size.nodes, size.edges, with_perm=not setting.sharing,
             csc_index_bytes=csc_index_bytes(size, setting.sharing))
         if setting.features_on_gpu:
-            rows["features and labels (they fit)"] = size.feature_bytes
+            rows[f"features ({setting.config.data.feature_dtype}) and labels (they fit)"] = gpu_feature_bytes_of(
+                setting.config, size)
     rows["training batch: features, activations, gradients"] = train
     if evaluation:
         rows["evaluation working set"] = evaluation

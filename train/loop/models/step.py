@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import inspect
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -22,6 +23,7 @@ import train.loop.models.trim as trim
 from train.config import ModelConfig
 
 HOP_ARGUMENTS = ("num_sampled_nodes_per_hop", "num_sampled_edges_per_hop")
+HALF_FEATURES = (torch.bfloat16, torch.float16)  # data.feature_dtype's storage forms, widened before the model
 
 
 def forward_parameters(model: nn.Module) -> tuple[set[str], bool]:
@@ -55,6 +57,8 @@ class ModelStep(nn.Module):
 
     def forward(self, x: Tensor, edge_index: Tensor | None = None, num_sampled_nodes: list[int] | None = None,
                 num_sampled_edges: list[int] | None = None) -> Tensor:
+        if x.dtype in HALF_FEATURES:  # data.feature_dtype stores them in 16 bits; the model computes in float32
+            x = x.float()
         if self.input_dropout:
             x = F.dropout(x, self.input_dropout, self.training)
         if not self.uses_graph:
