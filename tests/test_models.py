@@ -150,6 +150,16 @@ def test_a_plain_module_with_the_same_constructor_and_forward_works(user_code):
         resolve(ModelConfig(name=f"{module}:Plain", kwargs={"heads": 2}))
 
 
+@pytest.mark.parametrize("source,cls", [(None, "sage"), (SUBCLASS, "MySAGE"), (PLAIN, "Plain")])
+def test_a_common_knob_in_kwargs_is_refused_alike_for_every_kind_of_model(source, cls, user_code):
+    """One refusal (builtin.refuse_common) for a built-in, a PyG subclass and the user's own module."""
+    name = cls if source is None else f"{user_code(source)}:{cls}"
+    with pytest.raises(UserError) as info:
+        resolve(ModelConfig(name=name, kwargs={"num_layers": 3}))
+    assert str(info.value) == ("model.kwargs.num_layers is passed by the workflow itself (from model.num_layers); "
+                               "remove it from model.kwargs.")
+
+
 BAD_MODELS = {  # case -> (source or None, ClassName, what the message must say)
     "module-missing": (None, "Net", "no module named"),
     "import-raises": ("import torch\nraise RuntimeError('no GPU here')\n", "Net",

@@ -101,15 +101,20 @@ def valid_keywords(builtin: Builtin) -> list[str]:
     return sorted(names - set(COMMON) - _NOT_ARGUMENTS)
 
 
+def refuse_common(kwargs: dict[str, Any]) -> None:
+    """`UserError` for a model.kwargs entry the workflow passes itself (COMMON), for any model."""
+    common = [key for key in kwargs if key in COMMON]
+    if common:
+        raise UserError(f"model.kwargs.{common[0]} is passed by the workflow itself (from {COMMON[common[0]]}); "
+                        "remove it from model.kwargs.")
+
+
 def builtin_arguments(name: str, kwargs: dict[str, Any], shown: str = "") -> dict[str, Any]:
     """The built-in model's keyword arguments beyond the common ones; `UserError` naming a bad one.
     `shown`: how the model is named in messages (a user's subclass that keeps PyG's constructor)."""
     builtin = BUILTINS[name]
     shown = shown or f"{name} ({builtin.class_name})"
-    common = [key for key in kwargs if key in COMMON]
-    if common:
-        raise UserError(f"model.kwargs.{common[0]} is passed by the workflow itself (from {COMMON[common[0]]}); "
-                        "remove it from model.kwargs.")
+    refuse_common(kwargs)
     valid = valid_keywords(builtin)
     unknown = [key for key in kwargs if key not in valid]
     if unknown:
