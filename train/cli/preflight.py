@@ -14,13 +14,12 @@ from train.cluster.distenv import DistEnv
 from train.config import Config
 from train.errors import UserError
 from train.files import check_file
+from train.loop.rundir import decide
 
 
 def planned_run_dir(config: Config, env: DistEnv) -> Path:
-    """The run directory, or (a timestamped run) the folder it will be created in."""
-    if config.output.dir:
-        return Path(config.output.dir)
-    return Path("runs", env.job_id) if env.job_id else Path("runs")
+    """The run directory the run will take (train/loop/rundir.py decides; a timestamped one may differ by seconds)."""
+    return decide(config.output.dir, env)[0]
 
 
 def check_writable_dir(path: Path, what: str) -> None:

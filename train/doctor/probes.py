@@ -30,6 +30,7 @@ from train.doctor.findings import (
     synthetic_graph_bytes,
 )
 from train.errors import UserError
+from train.loop.rundir import decide
 
 
 def resolve_host(name: str, port: int, timeout: float) -> tuple[list[str], str | None]:
@@ -192,6 +193,11 @@ def probe_writable(path: Path) -> dict:
     return {**out, "writable": True, "free": shutil.disk_usage(existing).free, "detail": f"{existing} writable"}
 
 
+def probe_run_dir(config: Config, env: DistEnv) -> dict:
+    """`probe_writable` on the directory the run would take now (train/loop/rundir.py decides it)."""
+    return probe_writable(decide(config.output.dir, env)[0])
+
+
 def driver_version() -> str | None:
     try:
         text = Path("/proc/driver/nvidia/version").read_text()
@@ -273,12 +279,11 @@ def collect_record(env: DistEnv, config: Config, backend: str, net: dict, enviro
         shm.update(total=usage.total, free=usage.free)
     except OSError:
         pass
-    run_path = Path(config.output.dir) if config.output.dir else Path("runs")
     digest = hashlib.sha256(json.dumps(config.to_dict(), sort_keys=True).encode()).hexdigest()[:12]
     return {
         **env.to_dict(), "host": hostname, "pid": os.getpid(), "backend": backend,
         "env": {k: environ[k] for k in ENV_SHOWN if environ.get(k)},
         "cpu_count": os.cpu_count() or 0, "device": inspect_device(env, backend),
-        "network": network, "versions": versions, "data": data, "run_dir": probe_writable(run_path),
+        "network": network, "versions": versions, "data": data, "run_dir": probe_run_dir(config, env),
         "shm": shm, "config_digest": digest,
     }

@@ -11,20 +11,41 @@ PYG_SUBMISSION_ID, the same for every requeue of that submission). Without `outp
 - otherwise the directory is another job's: this one gets `runs/<jobid>-<cluster>-<n>` (the
   first free n; a requeue finds that one again by its job.json) and says so.
 
-`output.dir` is the user's explicit choice, resumed as given.
+`output.dir` is the user's explicit choice, resumed as given. Outside SLURM a run gets `runs/<timestamp>`.
+
+`decide` is the one rule: the run (train/loop/run.py), the checks before it (train/cli/preflight.py), the
+doctor's probe and the report's hint all ask it, each against the working directory (the job's --chdir).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from train.cluster.distenv import DistEnv
 from train.files import dir_problem, file_problem
 from train.loop.checkpoint import atomic_write_text
 
 IDENTITY_FILE = "job.json"
+RUNS = Path("runs")  # where runs go without output.dir, against the working directory
+
+
+def timestamp() -> str:
+    """The name of a run outside SLURM (runs/<timestamp>); rank 0's is the one every rank takes."""
+    return time.strftime("%Y%m%d-%H%M%S")
+
+
+def decide(output_dir: str, env: DistEnv, runs: Path = RUNS) -> tuple[Path, str | None]:
+    """(the run directory, a note when it is not the one the user would expect): output.dir as given; under SLURM
+    runs/<jobid> or this job's own sibling (`choose`); else runs/<timestamp>. Reads `runs`, writes nothing."""
+    if output_dir:
+        return Path(output_dir), None
+    if env.job_id:
+        return choose(runs, job_identity(env.job_id, env.cluster_name, env.submission_id), env.restart_count > 0)
+    return runs / timestamp(), None
 
 
 def job_identity(job_id: str, cluster_name: str | None, submission_id: str | None) -> dict[str, str]:
