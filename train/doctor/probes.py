@@ -5,6 +5,7 @@ Nothing here reads the process environment: the entry (train/doctor/cli.py) hand
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -15,7 +16,7 @@ import socket
 import tempfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from train.cluster.distenv import DistEnv
@@ -30,6 +31,7 @@ from train.doctor.findings import (
     synthetic_graph_bytes,
 )
 from train.errors import UserError
+from train.graph.segments import SHM, candidate_dirs, first_with_room, free_bytes, shares_graph
 from train.loop.rundir import decide
 
 
@@ -198,6 +200,31 @@ def probe_run_dir(config: Config, env: DistEnv) -> dict:
     return probe_writable(decide(config.output.dir, env)[0])
 
 
+def probe_share_dir(config: DataConfig, env: DistEnv, graph_bytes: int,
+                    free: Callable[[Path], int] = free_bytes) -> dict:
+    """Where this node would keep its shared graph, as the run decides (train/graph/segments.py): whether it shares
+    at all (`need`: 0 for a rank alone on its node), and the first folder with room, else the first folder (which
+    the run's refusal names); with that folder's room."""
+    need = graph_bytes if shares_graph(config.share, env.local_world_size) else 0
+    try:
+        candidates = candidate_dirs(config.share_dir, env.node_tmpdirs)
+    except UserError:  # a bad data.share_dir: preflight names it; here only its room, if any
+        candidates = [Path(config.share_dir)]
+    room = {}
+    for path in candidates:
+        with contextlib.suppress(OSError):
+            room[path] = free(path)
+    first = candidates[0] if candidates else SHM
+    path = (first_with_room(need, room) if need else None) or first  # nothing shared: the first is shown
+    out = {"path": str(path), "total": None, "free": None, "need": need}
+    try:
+        usage = shutil.disk_usage(path)
+        out.update(total=usage.total, free=usage.free)
+    except OSError:
+        pass
+    return out
+
+
 def driver_version() -> str | None:
     try:
         text = Path("/proc/driver/nvidia/version").read_text()
@@ -271,14 +298,8 @@ def collect_record(env: DistEnv, config: Config, backend: str, net: dict, enviro
         versions.update(cuda=torch.version.cuda, driver=driver_version(),
                         nccl=".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl))
     data = inspect_dataset(config.data, env.data_dir)
-    data["shm_need"] = data.get("bytes", 0) if config.data.share == "node" else 0
-    # where data.share=node maps the graph
-    shm = {"path": config.data.share_dir or "/dev/shm", "total": None, "free": None}
-    try:
-        usage = shutil.disk_usage(shm["path"])
-        shm.update(total=usage.total, free=usage.free)
-    except OSError:
-        pass
+    shm = probe_share_dir(config.data, env, data.get("bytes", 0))
+    data["shm_need"] = shm.pop("need")
     digest = hashlib.sha256(json.dumps(config.to_dict(), sort_keys=True).encode()).hexdigest()[:12]
     return {
         **env.to_dict(), "host": hostname, "pid": os.getpid(), "backend": backend,

@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass, field
 
 from train.config import Config
+from train.graph.segments import shares_graph
 
 GIB = 2**30
 MIB = 2**20
@@ -389,7 +390,7 @@ def make_plan(config: Config, size: GraphSize, nodes: int, ranks: int, gpus: boo
               gpu_bytes: int | None = None) -> Plan:
     """Bytes per node, per rank and per GPU for `ranks` processes over `nodes` nodes (GPUs of `gpu_bytes`)."""
     per_node = ranks // nodes
-    sharing = config.data.share == "node" and per_node > 1  # alone on its node, a rank keeps its own copy
+    sharing = shares_graph(config.data.share, per_node)  # alone on its node, a rank keeps its own copy
     asked = gpus and config.sampler.device == "cuda"
     setting = Setting(config, ranks, per_node, gpus, sharing,
                       placement_for(config, size, sharing, gpu_bytes) if asked else None)
