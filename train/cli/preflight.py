@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 from train.cluster.distenv import DistEnv
-from train.config import Config
+from train.config import Config, check_layer_fanouts
 from train.errors import UserError
 from train.files import check_file
 from train.loop.rundir import decide
@@ -53,4 +53,5 @@ def check_fit(config: Config, env: DistEnv) -> None:
                    "(e.g. runs/<id>/checkpoints/ckpt-e000002-s00000000.pt)")
     from train.loop.models.contract import check_model
 
-    check_model(config.model)  # imports the model, checks model.kwargs, runs it on a tiny sampled batch
+    step = check_model(config.model)  # imports the model, checks model.kwargs, runs it on a tiny sampled batch
+    check_layer_fanouts(config, step.uses_graph)  # the user's model: known only now, from its forward

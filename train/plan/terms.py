@@ -142,8 +142,11 @@ def parameter_count(config: Config, size: GraphSize) -> int:
     return built_count(config.model, size.features, size.classes)
 
 
-def _uses_graph(config: Config) -> bool:
-    return config.model.name != "mlp"
+def reads_graph(config: Config) -> bool:
+    """Whether model.name reads the graph, as the run decides it (train/loop/models/step.py's reads_graph)."""
+    from train.loop.models import resolve  # torch and PyG: only once a plan is made
+
+    return resolve(config.model).reads_graph
 
 
 def _message_width(config: Config, width_in: int, width_out: int) -> int:
@@ -169,13 +172,14 @@ def forward_bytes(config: Config, size: GraphSize, hops: Hops, backward: bool) -
     total = hops.total_nodes * size.features * FLOAT + hops.total_edges * EDGE_IDS * INDEX
     messages = 0
     rows_factor = LAYER_ROWS if backward else NO_GRAD_ROWS
+    graph = reads_graph(config)
     for index, (width_in, width_out) in enumerate(widths):
         reach = last - index + 1  # the hops whose nodes are this layer's targets
-        trimmed = config.model.trim and _uses_graph(config)
+        trimmed = config.model.trim and graph
         targets = sum(hops.nodes[:reach]) if trimmed else hops.total_nodes
         edges = sum(hops.edges[:reach]) if trimmed else hops.total_edges
         total += targets * (width_in + rows_factor * width_out) * FLOAT
-        if _uses_graph(config):
+        if graph:
             width = _message_width(config, width_in, width_out)
             messages = max(messages, edges * width * FLOAT * (2 if backward and index else 1))
     return total + messages + (STEP_FIXED_BYTES if backward else 0)

@@ -5,59 +5,24 @@ Each takes the common knobs (model.hidden, model.num_layers, model.dropout) as P
 the model's own arguments (jk, norm, act, ...; GAT's heads, concat, v2) and those of its layers
 (GATConv's negative_slope, GINConv's train_eps, SAGEConv's aggr, ...), which BasicGNN passes on to every
 layer. The valid names are read from PyG's signatures, so a PyG upgrade that adds an argument is taken.
+The table of the built-in models (names, PyG's classes, defaults, refusals) is train/builtin_models.py.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
-from dataclasses import dataclass, field
 from typing import Any
 
 from torch import nn
 
-from train.config import BUILTIN_MODELS
+from train.builtin_models import BUILTINS, Builtin
 from train.errors import UserError
 
 # The constructor arguments the workflow passes itself (train/loop/models/spec.py), never through model.kwargs.
 COMMON = {"in_channels": "the graph's features", "hidden_channels": "model.hidden", "num_layers": "model.num_layers",
           "out_channels": "the graph's classes", "dropout": "model.dropout"}
 _NOT_ARGUMENTS = {"self", "args", "kwargs", "channel_list", "nn"}  # channel_list: MLP's other form; nn: GINConv's MLP
-
-
-@dataclass(frozen=True)
-class Builtin:
-    """A built-in model: PyG's class, the layer class BasicGNN builds, and arguments it reads itself."""
-
-    class_name: str  # in torch_geometric.nn.models
-    convs: tuple[str, ...] = ()  # in torch_geometric.nn.conv: the layers whose arguments it passes on
-    own: tuple[str, ...] = ()  # arguments its init_conv takes out of **kwargs (not in any signature)
-    defaults: dict[str, Any] = field(default_factory=dict)  # the workflow's defaults, overridden by model.kwargs
-    refused: dict[str, tuple[Any, str]] = field(default_factory=dict)  # argument -> (value, why it cannot train)
-
-    def model_class(self) -> type[nn.Module]:
-        import torch_geometric.nn.models as models
-
-        return getattr(models, self.class_name)
-
-    def conv_classes(self) -> list[type]:
-        import torch_geometric.nn.conv as convs
-
-        return [getattr(convs, name) for name in self.convs]
-
-
-SAMPLED_GRAPHS = "every batch is another sampled graph"
-BUILTINS: dict[str, Builtin] = {
-    "sage": Builtin("GraphSAGE", ("SAGEConv",)),
-    "gcn": Builtin("GCN", ("GCNConv",), refused={"cached": (True, f"it keeps the first graph's normalisation; "
-                                                                  f"{SAMPLED_GRAPHS}")}),
-    "gat": Builtin("GAT", ("GATConv", "GATv2Conv"), own=("v2", "heads", "concat", "out_heads")),
-    "gin": Builtin("GIN", ("GINConv",)),
-    # PyG's MLP normalises with batch_norm unless told otherwise; the baseline is the plain
-    # Linear-ReLU-dropout stack of PyG's examples (model.kwargs.norm=batch_norm brings it back).
-    "mlp": Builtin("MLP", defaults={"norm": None}),
-}
-assert tuple(BUILTINS) == BUILTIN_MODELS, "train/config.py's BUILTIN_MODELS and BUILTINS name the same models"
 
 
 @functools.cache  # one class, however often it is asked for
