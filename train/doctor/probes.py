@@ -31,7 +31,7 @@ from train.doctor.findings import (
     synthetic_graph_bytes,
 )
 from train.errors import UserError
-from train.graph.segments import SHM, candidate_dirs, first_with_room, free_bytes, shares_graph
+from train.graph.segments import free_bytes, planned_dir, shares_graph
 from train.loop.rundir import decide
 
 
@@ -202,27 +202,14 @@ def probe_run_dir(config: Config, env: DistEnv) -> dict:
 
 def probe_share_dir(config: DataConfig, env: DistEnv, graph_bytes: int,
                     free: Callable[[Path], int] = free_bytes) -> dict:
-    """Where this node would keep its shared graph, as the run decides (train/graph/segments.py): whether it shares
-    at all (`need`: 0 for a rank alone on its node), and the first folder with room, else the first folder (which
-    the run's refusal names); with that folder's room."""
+    """Where this node would keep its shared graph, as the run decides (train/graph/segments.py): `need` 0 for a rank
+    alone on its node, and the folder the run would take, with its room."""
     need = graph_bytes if shares_graph(config.share, env.local_world_size) else 0
-    try:
-        candidates = candidate_dirs(config.share_dir, env.node_tmpdirs)
-    except UserError:  # a bad data.share_dir: preflight names it; here only its room, if any
-        candidates = [Path(config.share_dir)]
-    room = {}
-    for path in candidates:
-        with contextlib.suppress(OSError):
-            room[path] = free(path)
-    first = candidates[0] if candidates else SHM
-    path = (first_with_room(need, room) if need else None) or first  # nothing shared: the first is shown
-    out = {"path": str(path), "total": None, "free": None, "need": need}
-    try:
-        usage = shutil.disk_usage(path)
+    out = {"path": str(planned_dir(config.share_dir, env.node_tmpdirs, need, free)), "total": None, "free": None}
+    with contextlib.suppress(OSError):
+        usage = shutil.disk_usage(out["path"])
         out.update(total=usage.total, free=usage.free)
-    except OSError:
-        pass
-    return out
+    return {**out, "need": need}
 
 
 def driver_version() -> str | None:

@@ -105,6 +105,22 @@ def first_with_room(required: int, room: Mapping[Path, int]) -> Path | None:
     return next((path for path, free in room.items() if free >= required + HEADROOM_BYTES), None)
 
 
+def planned_dir(share_dir: str, node_tmpdirs: Sequence[str], required: int,
+                free: Callable[[Path], int] = free_bytes) -> Path:
+    """Where `choose_dir` would put `required` bytes, never refusing (for the doctor): the first folder with room,
+    else the first (which the refusal names); nothing to place (0): the first; a bad data.share_dir: itself."""
+    try:
+        candidates = candidate_dirs(share_dir, node_tmpdirs)
+    except UserError:  # preflight names it
+        return Path(share_dir)
+    room = {}
+    for path in candidates:
+        with contextlib.suppress(OSError):
+            room[path] = free(path)
+    first = candidates[0] if candidates else SHM
+    return (first_with_room(required, room) if required else None) or first
+
+
 def choose_dir(required: int, candidates: list[Path], free: Callable[[Path], int] = free_bytes) -> tuple[Path, str]:
     """The first candidate with room for `required` bytes, and a note when it is not the first."""
     if not candidates:
