@@ -13,8 +13,9 @@ PYG_SUBMISSION_ID, the same for every requeue of that submission). Without `outp
 
 `output.dir` is the user's explicit choice, resumed as given. Outside SLURM a run gets `runs/<timestamp>`.
 
-`decide` is the one rule: the run (train/loop/run.py), the checks before it (train/cli/preflight.py), the
-doctor's probe and the report's hint all ask it, each against the working directory (the job's --chdir).
+`decide` is the one rule: the run (train/loop/run.py), the checks before it (train/cli/preflight.py) and the
+doctor's probe ask it, each against the working directory (the job's --chdir); the report looks for runs in
+the same `RUNS` (`newest_run`, and its hint).
 """
 
 from __future__ import annotations
@@ -77,6 +78,12 @@ def belongs_to(directory: Path, identity: Mapping[str, str], requeued: bool) -> 
     if identity["submission"] or recorded.get("submission"):
         return recorded.get("submission") == identity["submission"]
     return requeued  # same cluster and id, no submission id: only a requeue is the same job
+
+
+def newest_run(runs: Path = RUNS) -> Path | None:
+    """The run under `runs` whose metrics.jsonl changed last (`make report` without RUN); None when there is none."""
+    found = [(p.stat().st_mtime, p.parent) for p in runs.glob("*/metrics.jsonl") if file_problem(p) is None]
+    return max(found)[1] if found else None
 
 
 def choose(runs: Path, identity: Mapping[str, str], requeued: bool) -> tuple[Path, str | None]:
