@@ -21,12 +21,8 @@ else
 endif
 
 report: check-report setup ## Draw RUN/curves.png and print the run's summary (RUN=runs/<id>; default: the newest run)
-	@run=$$RUN; \
-	if [[ -z $$run ]]; then \
-		run=$$(find runs -mindepth 2 -maxdepth 2 -name metrics.jsonl -printf '%T@ %h\n' 2>/dev/null | sort -rn | sed -n '1s/^[^ ]* //p' || true); \
-		[[ -n $$run ]] || { echo "make report: no run with metrics.jsonl under runs/; give RUN=runs/<id>" >&2; exit 2; }; \
-	fi; \
-	"$$VENV/bin/python" -m train report -- "$$run"
+	@run=(); [[ -z $$RUN ]] || run=(-- "$$RUN"); \
+	"$$VENV/bin/python" -m train report "$${run[@]}"
 
 logs: check-logs ## Print the newest job's log (the last job make submit submitted, else the newest log under LOG_DIR)
 	@dir=$${LOG_DIR:-logs}; [[ $$dir == /* ]] || dir=./$$dir; \

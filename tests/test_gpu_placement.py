@@ -9,7 +9,7 @@ import re
 import pytest
 import torch
 
-from tests.harness.localjob import run_local_job
+from tests.harness.localjob import final_summary, run_local_job
 from train.cli.plan import graph_size
 from train.config import SamplerConfig, load_config
 from train.errors import UserError
@@ -139,6 +139,6 @@ def test_make_runs_weights_are_unchanged_on_a_machine_without_a_gpu(tmp_path):
     auto = run_local_job([*args, f"output.dir={tmp_path / 'auto'}"], 2)
     cpu = run_local_job([*args, "sampler.device=cpu", f"output.dir={tmp_path / 'cpu'}"], 2)
     assert auto.returncodes == cpu.returncodes == [0, 0], auto.outputs
-    assert auto.final()[0]["weights_sha256"] == cpu.final()[0]["weights_sha256"]
+    assert final_summary(tmp_path / "auto")["weights_sha256"] == final_summary(tmp_path / "cpu")["weights_sha256"]
     for rank, out in enumerate(auto.outputs):
         assert len(re.findall(rf"^rank {rank}: sampler.device=auto: sampling on the CPU", out, re.M)) == 1, out

@@ -31,7 +31,7 @@ MAX_LINES = 500
 # cluster's layer.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("train.errors", "train.files", "train.heap"),  # files: the checks every reader of a user's file makes
-    ("train.config",),
+    ("train.config", "train.builtin_models"),  # builtin_models: the built-in models' table, torch-free
     ("train.cluster", "train.distenv"),
     ("train.graph",),
     ("train.loop.models",),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 import textwrap
+import types
 import uuid
 
 import pytest
@@ -13,6 +14,7 @@ import torch
 import torch_geometric.nn.models as pyg_models
 from torch_geometric.data import Data
 
+from train.builtin_models import BUILTINS
 from train.config import BUILTIN_MODELS, ModelConfig, load_config
 from train.errors import UserError
 from train.graph.data import synthetic_graph
@@ -32,7 +34,9 @@ def test_builtin_models_are_pygs_own_classes_and_pass_the_contract(name):
     model = build_model(config, 12, 5, seed=0)
     assert type(model) is getattr(pyg_models, PYG_CLASS[name])
     assert (model.in_channels, model.out_channels) == (12, 5)
-    assert check_model(config).uses_graph == (name != "mlp")
+    # step.reads_graph decides; the table holds its answer for PyG's class, for the config check without torch
+    reads = check_model(config).uses_graph
+    assert reads == resolve(config).reads_graph == BUILTINS[name].reads_graph == (name != "mlp")
 
 
 def test_model_kwargs_reach_the_model_and_its_layers():
@@ -125,6 +129,16 @@ PLAIN = """
             return x
 """
 
+FEATURES_ONLY = """
+    import torch
+    class Features(torch.nn.Module):
+        def __init__(self, in_channels, hidden_channels, num_layers, out_channels, dropout):
+            super().__init__()
+            self.lin = torch.nn.Linear(in_channels, out_channels)
+        def forward(self, x):
+            return self.lin(x)
+"""
+
 
 def test_a_subclass_of_a_pyg_model_works_with_no_glue_and_keeps_target_trimming(user_code):
     module = user_code(SUBCLASS)
@@ -148,6 +162,16 @@ def test_a_plain_module_with_the_same_constructor_and_forward_works(user_code):
     assert api is None and "falls back" not in note and "evaluating on sampled neighbourhoods" in note
     with pytest.raises(UserError, match="model.kwargs.heads is not an argument of .*Plain.*valid model.kwargs: aggr"):
         resolve(ModelConfig(name=f"{module}:Plain", kwargs={"heads": 2}))
+
+
+@pytest.mark.parametrize("source,cls", [(None, "sage"), (SUBCLASS, "MySAGE"), (PLAIN, "Plain")])
+def test_a_common_knob_in_kwargs_is_refused_alike_for_every_kind_of_model(source, cls, user_code):
+    """One refusal (builtin.refuse_common) for a built-in, a PyG subclass and the user's own module."""
+    name = cls if source is None else f"{user_code(source)}:{cls}"
+    with pytest.raises(UserError) as info:
+        resolve(ModelConfig(name=name, kwargs={"num_layers": 3}))
+    assert str(info.value) == ("model.kwargs.num_layers is passed by the workflow itself (from model.num_layers); "
+                               "remove it from model.kwargs.")
 
 
 BAD_MODELS = {  # case -> (source or None, ClassName, what the message must say)
@@ -189,17 +213,41 @@ def test_each_bad_model_is_one_clear_message_naming_it(case, user_code):
 
 
 def test_a_feature_only_forward_gets_the_features_alone(user_code):
-    module = user_code("""
-        import torch
-        class Features(torch.nn.Module):
-            def __init__(self, in_channels, hidden_channels, num_layers, out_channels, dropout):
-                super().__init__()
-                self.lin = torch.nn.Linear(in_channels, out_channels)
-            def forward(self, x):
-                return self.lin(x)
-    """)
+    module = user_code(FEATURES_ONLY)
     step = check_model(ModelConfig(name=f"{module}:Features"))
     assert not step.uses_graph and step.trim_mode.startswith("none (a feature-only model)")
+
+
+def check_with_preflight(config, overrides):
+    from train.cli.preflight import check_fit
+    from train.cluster.distenv import resolve as resolve_env
+
+    check_fit(config, resolve_env({}, pick_free_port=lambda: 29500))
+
+
+def check_with_model_command(config, overrides):
+    from train.cli.model import main
+
+    main(types.SimpleNamespace(config="tiny", overrides=overrides))
+
+
+@pytest.mark.parametrize("check", [check_with_preflight, check_with_model_command])
+@pytest.mark.parametrize("source,cls,reads", [(FEATURES_ONLY, "Features", False), (PLAIN, "Plain", True)])
+def test_whether_a_users_model_reads_the_graph_is_its_forwards_answer_everywhere(tmp_path, user_code, source, cls,
+                                                                              reads, check):
+    """One fanout per layer only for a model whose forward reads the graph: the config check (which once took every
+    model but mlp for a graph model), `fit`'s preflight, `python -m train model` and the memory plan agree."""
+    from train.plan.terms import reads_graph
+
+    overrides = [f"model.name={user_code(source)}:{cls}", "model.num_layers=2", "sampler.num_neighbors=[5]",
+                 f"output.dir={tmp_path / 'run'}"]
+    config = load_config("tiny", overrides)  # the config alone cannot tell: it is not refused here
+    assert reads_graph(config) == resolve(config.model).reads_graph == reads
+    if reads:
+        with pytest.raises(UserError, match=r"sampler.num_neighbors=\[5\] has 1 hops but model.num_layers=2"):
+            check(config, overrides)
+    else:
+        check(config, overrides)
 
 
 # ---- the exact evaluation's per-layer API ------------------------------------------------------------------

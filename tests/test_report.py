@@ -176,6 +176,25 @@ def test_bad_run_dir_is_a_message(tmp_path, setup, message):
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
 
 
+def test_without_a_run_dir_the_newest_run_under_runs_is_reported(tmp_path):
+    """`make report` without RUN: the run whose metrics.jsonl changed last, found where runs are made
+    (train/loop/rundir.py's RUNS, against the working directory); none yet is a message naming RUN."""
+    def newest(cwd: Path) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "train", "report", "--no-plot"], cwd=cwd, capture_output=True,
+                              text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+
+    empty = newest(tmp_path)
+    assert empty.returncode == 2 and "no run with metrics.jsonl under runs/" in empty.stderr
+    assert "make report RUN=runs/<id>" in empty.stderr and "Traceback" not in empty.stderr
+    write_run(tmp_path / "runs" / "9")
+    write_run(tmp_path / "runs" / "10")
+    os.utime(tmp_path / "runs" / "9" / "metrics.jsonl", (1, 1))
+    (tmp_path / "runs" / "11").mkdir()  # no metrics.jsonl: not a run to report
+    done = newest(tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "runs/10" in done.stdout and "runs/9" not in done.stdout
+
+
 def test_missing_matplotlib_is_a_message_after_the_summary(tmp_path):
     """A stand-in for a container without matplotlib: the import is blocked."""
     run = write_run(tmp_path / "run")

@@ -380,15 +380,15 @@ def test_one_node_map_lives_on_the_gpu_over_many_epochs(eval_mode):
 
 def test_a_reused_sampler_samples_as_a_fresh_one(data):
     """Reconfiguring one sampler (fanouts, seed, epoch) gives exactly the batches a new sampler gives."""
-    from train.graph.sampler import make_node_sampler, node_loader
+    from train.graph.sampler import make_node_sampler
 
     seeds = torch.arange(0, 60)
     shared = make_node_sampler(data, [5, 3], force_torch_sampler=True)
     for fanouts, seed, epoch in [([5, 3], 1, 0), ([2, 2], 9, 0), ([5, 3], 1, 1), ([-1, -1], None, 0), ([5, 3], 1, 0)]:
-        reused = list(node_loader(shared, data, seeds, fanouts, 20, seed=seed, epoch=epoch))
+        reused = list(make_node_loader(data, seeds, fanouts, 20, sampler=shared, seed=seed, epoch=epoch))
         fresh = list(make_node_loader(data, seeds, fanouts, 20, seed=seed, epoch=epoch, force_torch_sampler=True))
         assert len(reused) == len(fresh) == 3
         for a, b in zip(reused, fresh):
             assert torch.equal(a.n_id, b.n_id) and torch.equal(a.edge_index, b.edge_index)
     with pytest.raises(ValueError, match="num_neighbors"):
-        node_loader(shared, data, seeds, [5, -3], 20)
+        make_node_loader(data, seeds, [5, -3], 20, sampler=shared)

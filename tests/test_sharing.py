@@ -217,6 +217,58 @@ def test_share_dir_must_exist():
         candidate_dirs("/no/such/dir")
 
 
+def node_env(ranks_on_node: int, node_tmpdirs: tuple[str, ...] = ()):
+    import dataclasses
+
+    from train.cluster.distenv import resolve
+
+    return dataclasses.replace(resolve({}, pick_free_port=lambda: 29500), local_world_size=ranks_on_node,
+                               node_tmpdirs=node_tmpdirs)
+
+
+@pytest.mark.parametrize("share,ranks_on_node,shared", [("node", 1, False), ("node", 2, True), ("node", 8, True),
+                                                         ("process", 2, False), ("process", 1, False)])
+def test_a_rank_alone_on_its_node_shares_nothing_for_the_run_the_plan_and_the_doctor(share, ranks_on_node, shared):
+    """segments.shares_graph is asked by the run (share_graph), the memory plan and the doctor, which once counted
+    /dev/shm for a rank alone on its node."""
+    from train.cli.plan import graph_size, make_plan
+    from train.doctor.probes import probe_share_dir
+    from train.graph.segments import shares_graph
+
+    assert shares_graph(share, ranks_on_node) == shared
+    config = load_config("tiny", [f"data.share={share}"])
+    plan = make_plan(config, graph_size(config), 1, ranks_on_node, gpus=False)
+    assert any(item.startswith("graph, shared once") for item in plan.rows["node"]) == shared
+    doctor = probe_share_dir(config.data, node_env(ranks_on_node), 1 << 30)
+    assert doctor["need"] == (1 << 30 if shared else 0)
+
+
+# (graph GiB, room in /dev/shm, where the doctor looks, what the run does)
+DOCTOR_PLACES = [(1, True, "shm", "shares there"), (1, False, "scratch", "shares there"),
+                 (500, False, "shm", "refuses, naming it"), (0, False, "shm", "shares nothing")]
+
+
+@pytest.mark.parametrize("need_gib,roomy_shm,where,run", DOCTOR_PLACES)
+def test_the_doctor_looks_where_the_run_would_share_the_graph(tmp_path, need_gib, roomy_shm, where, run):
+    """The doctor once assumed /dev/shm; it now takes segments' choice among /dev/shm, the node's scratch and /tmp."""
+    from train.doctor.probes import probe_share_dir
+    from train.graph.segments import SHM, candidate_dirs
+
+    room = {SHM: (100 if roomy_shm else 0) << 30, tmp_path: 100 << 30}
+    free = lambda path: room.get(path, 0)  # noqa: E731
+    env = node_env(2, (str(tmp_path),))
+    doctor = probe_share_dir(DataConfig(share="node"), env, need_gib << 30, free=free)
+    assert doctor["path"] == str({"shm": SHM, "scratch": tmp_path}[where])
+    candidates = candidate_dirs("", env.node_tmpdirs)
+    if run == "shares there":
+        assert choose_dir(need_gib << 30, candidates, free=free)[0] == Path(doctor["path"])
+    elif run == "refuses, naming it":
+        with pytest.raises(UserError, match=f"{doctor['path']} has 0.00 GiB"):
+            choose_dir(need_gib << 30, candidates, free=free)
+    else:
+        assert doctor["need"] == 0 and doctor["path"] == str(candidates[0])
+
+
 def die_holding_a_segment(directory: Path, tag: str, uid: int) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(WORKERS / "dying_segment.py"), str(directory), tag, str(uid)], cwd=ROOT,
                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})

@@ -19,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from train.builtin_models import BUILTINS
 from train.errors import UserError
 from train.files import check_file, read_text
 
@@ -64,9 +65,9 @@ class SamplerConfig:
     pin_memory: bool = True  # only used when training on CUDA with features on the host
 
 
-# The models `model.name` names: PyG's GraphSAGE, GCN, GAT, GIN and MLP (train/loop/models/builtin.py builds them);
+# The models `model.name` names: PyG's GraphSAGE, GCN, GAT, GIN and MLP (their table: train/builtin_models.py);
 # any other name must be `package.module:ClassName`, the user's own torch.nn.Module (README: "Your own model").
-BUILTIN_MODELS: tuple[str, ...] = ("sage", "gcn", "gat", "gin", "mlp")
+BUILTIN_MODELS: tuple[str, ...] = tuple(BUILTINS)
 USER_MODEL_RE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 
 
@@ -321,25 +322,33 @@ def _check_model_name(name: str) -> None:
 
 
 def _check_fanouts(config: Config) -> None:
-    """The sampling fanouts for training and evaluation: valid, and one per layer of a graph model (all but mlp)."""
+    """The sampling fanouts for training and evaluation: valid, and one per layer of a built-in graph model (the
+    user's model: `check_layer_fanouts` once its forward is known, train/cli/preflight.py)."""
     fanouts = config.sampler.num_neighbors
     if not fanouts or any(n == 0 or n < -1 for n in fanouts):
         raise UserError(
             f"sampler.num_neighbors={fanouts!r} must be a non-empty list of positive fanouts (or -1 for all)."
         )
-    graph_model = config.model.name != "mlp"
-    if graph_model and len(fanouts) != config.model.num_layers:
-        raise UserError(
-            f"sampler.num_neighbors={fanouts!r} has {len(fanouts)} hops but model.num_layers="
-            f"{config.model.num_layers}; give one fanout per layer."
-        )
     eval_fanouts = config.eval.fanouts
     if any(n == 0 or n < -1 for n in eval_fanouts):
         raise UserError(f"eval.fanouts={eval_fanouts!r} must be positive fanouts (or -1 for all), or [] for "
                         "sampler.num_neighbors.")
-    if eval_fanouts and graph_model and len(eval_fanouts) != config.model.num_layers:
-        raise UserError(f"eval.fanouts={eval_fanouts!r} has {len(eval_fanouts)} hops but model.num_layers="
-                        f"{config.model.num_layers}; give one fanout per layer (or [] for sampler.num_neighbors).")
+    if config.model.name in BUILTINS:
+        check_layer_fanouts(config, BUILTINS[config.model.name].reads_graph)
+
+
+def check_layer_fanouts(config: Config, reads_graph: bool) -> None:
+    """One fanout per layer for a model that reads the graph (`reads_graph`: train/loop/models/step.py decides it;
+    a feature-only model's batches carry no neighbours, so its fanouts count nothing)."""
+    if not reads_graph:
+        return
+    fanouts, eval_fanouts, layers = config.sampler.num_neighbors, config.eval.fanouts, config.model.num_layers
+    if len(fanouts) != layers:
+        raise UserError(f"sampler.num_neighbors={fanouts!r} has {len(fanouts)} hops but model.num_layers={layers}; "
+                        "give one fanout per layer.")
+    if eval_fanouts and len(eval_fanouts) != layers:
+        raise UserError(f"eval.fanouts={eval_fanouts!r} has {len(eval_fanouts)} hops but model.num_layers={layers}; "
+                        "give one fanout per layer (or [] for sampler.num_neighbors).")
 
 
 def _check_model_and_data(config: Config) -> None:

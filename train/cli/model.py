@@ -10,7 +10,7 @@ image where it can: jobs/lib/code_dir.sh); exit status 2 with a message naming w
 from __future__ import annotations
 
 from train.cli.fit import add_config_arguments
-from train.config import load_config
+from train.config import check_layer_fanouts, load_config
 
 add_arguments = add_config_arguments
 
@@ -21,6 +21,7 @@ def main(args) -> int:
 
     config = load_config(args.config, args.overrides)
     step = check_model(config.model)
+    check_layer_fanouts(config, step.uses_graph)  # the user's model: one fanout per layer if it reads the graph
     spec = resolve(config.model)
     params = sum(p.numel() for p in step.model.parameters())
     print(f"model.name={config.model.name}: {spec.class_path} builds and answers a sampled batch as training "

@@ -11,16 +11,15 @@ import os
 from pathlib import Path
 
 from train.cluster.distenv import DistEnv
-from train.config import Config
+from train.config import Config, check_layer_fanouts
 from train.errors import UserError
 from train.files import check_file
+from train.loop.rundir import decide
 
 
 def planned_run_dir(config: Config, env: DistEnv) -> Path:
-    """The run directory, or (a timestamped run) the folder it will be created in."""
-    if config.output.dir:
-        return Path(config.output.dir)
-    return Path("runs", env.job_id) if env.job_id else Path("runs")
+    """The run directory the run will take (train/loop/rundir.py decides; a timestamped one may differ by seconds)."""
+    return decide(config.output.dir, env)[0]
 
 
 def check_writable_dir(path: Path, what: str) -> None:
@@ -54,4 +53,5 @@ def check_fit(config: Config, env: DistEnv) -> None:
                    "(e.g. runs/<id>/checkpoints/ckpt-e000002-s00000000.pt)")
     from train.loop.models.contract import check_model
 
-    check_model(config.model)  # imports the model, checks model.kwargs, runs it on a tiny sampled batch
+    step = check_model(config.model)  # imports the model, checks model.kwargs, runs it on a tiny sampled batch
+    check_layer_fanouts(config, step.uses_graph)  # the user's model: known only now, from its forward

@@ -5,6 +5,7 @@ Nothing here reads the process environment: the entry (train/doctor/cli.py) hand
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -15,7 +16,7 @@ import socket
 import tempfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from train.cluster.distenv import DistEnv
@@ -30,6 +31,8 @@ from train.doctor.findings import (
     synthetic_graph_bytes,
 )
 from train.errors import UserError
+from train.graph.segments import free_bytes, planned_dir, shares_graph
+from train.loop.rundir import decide
 
 
 def resolve_host(name: str, port: int, timeout: float) -> tuple[list[str], str | None]:
@@ -192,6 +195,23 @@ def probe_writable(path: Path) -> dict:
     return {**out, "writable": True, "free": shutil.disk_usage(existing).free, "detail": f"{existing} writable"}
 
 
+def probe_run_dir(config: Config, env: DistEnv) -> dict:
+    """`probe_writable` on the directory the run would take now (train/loop/rundir.py decides it)."""
+    return probe_writable(decide(config.output.dir, env)[0])
+
+
+def probe_share_dir(config: DataConfig, env: DistEnv, graph_bytes: int,
+                    free: Callable[[Path], int] = free_bytes) -> dict:
+    """Where this node would keep its shared graph, as the run decides (train/graph/segments.py): `need` 0 for a rank
+    alone on its node, and the folder the run would take, with its room."""
+    need = graph_bytes if shares_graph(config.share, env.local_world_size) else 0
+    out = {"path": str(planned_dir(config.share_dir, env.node_tmpdirs, need, free)), "total": None, "free": None}
+    with contextlib.suppress(OSError):
+        usage = shutil.disk_usage(out["path"])
+        out.update(total=usage.total, free=usage.free)
+    return {**out, "need": need}
+
+
 def driver_version() -> str | None:
     try:
         text = Path("/proc/driver/nvidia/version").read_text()
@@ -268,20 +288,13 @@ def collect_record(env: DistEnv, config: Config, backend: str, net: dict, enviro
         versions.update(cuda=torch.version.cuda, driver=driver_version(),
                         nccl=".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl))
     data = inspect_dataset(config.data, env.data_dir)
-    data["shm_need"] = data.get("bytes", 0) if config.data.share == "node" else 0
-    # where data.share=node maps the graph
-    shm = {"path": config.data.share_dir or "/dev/shm", "total": None, "free": None}
-    try:
-        usage = shutil.disk_usage(shm["path"])
-        shm.update(total=usage.total, free=usage.free)
-    except OSError:
-        pass
-    run_path = Path(config.output.dir) if config.output.dir else Path("runs")
+    shm = probe_share_dir(config.data, env, data.get("bytes", 0))
+    data["shm_need"] = shm.pop("need")
     digest = hashlib.sha256(json.dumps(config.to_dict(), sort_keys=True).encode()).hexdigest()[:12]
     return {
         **env.to_dict(), "host": hostname, "pid": os.getpid(), "backend": backend,
         "env": {k: environ[k] for k in ENV_SHOWN if environ.get(k)},
         "cpu_count": os.cpu_count() or 0, "device": inspect_device(env, backend),
-        "network": network, "versions": versions, "data": data, "run_dir": probe_writable(run_path),
+        "network": network, "versions": versions, "data": data, "run_dir": probe_run_dir(config, env),
         "shm": shm, "config_digest": digest,
     }

@@ -35,7 +35,6 @@ __all__ = [
     "have_native_sampler",
     "make_node_loader",
     "make_node_sampler",
-    "node_loader",
 ]
 
 # Floyd's method costs O(fanout^2) per node, independent of its degree; above
@@ -368,7 +367,7 @@ def make_node_sampler(
     num_workers: int = 0,
     force_torch_sampler: bool = False,
 ) -> BaseSampler:
-    """One sampler to reuse across loaders (`node_loader` configures it for each): its CSC and its
+    """One sampler to reuse across loaders (`make_node_loader(..., sampler=)` configures it for each): its CSC and its
     node map (N x 8 bytes, on `device`) are built once, not once per epoch or evaluation.
 
     PyG's native sampler (seeded per batch) when one exists, no ``csc`` is passed (or it needs no
@@ -384,35 +383,13 @@ def make_node_sampler(
     return TorchNeighborSampler(data, list(num_neighbors), csc=csc, device=device)
 
 
-def node_loader(
-    sampler: BaseSampler,
-    data: Data,
-    input_nodes: Tensor,
-    num_neighbors: Sequence[int],
-    batch_size: int,
-    *,
-    seed: int | None = None,
-    epoch: int = 0,
-    num_workers: int = 0,
-    pin_memory: bool = False,
-) -> NodeLoader:
-    """Mini-batches over input_nodes IN THE GIVEN ORDER (no shuffling, drop_last=False), sampled by
-    `sampler` (from `make_node_sampler`) with these fanouts and seeds. Use one loader at a time per
-    sampler: the next call reconfigures it (a loader's worker processes keep their own copy)."""
-    sampler.configure(list(num_neighbors), seed=seed, epoch=epoch)
-    kwargs = dict(input_nodes=input_nodes, batch_size=batch_size, shuffle=False, drop_last=False,
-                  num_workers=num_workers, pin_memory=pin_memory)
-    if isinstance(sampler, NeighborSampler):  # PyG's own loader around PyG's own sampler
-        return NeighborLoader(data, num_neighbors=list(num_neighbors), neighbor_sampler=sampler, **kwargs)
-    return NodeLoader(data, node_sampler=sampler, **kwargs)
-
-
 def make_node_loader(
     data: Data,
     input_nodes: Tensor,
     num_neighbors: Sequence[int],
     batch_size: int,
     *,
+    sampler: BaseSampler | None = None,
     seed: int | None = None,
     epoch: int = 0,
     csc: tuple[Tensor, Tensor, Tensor] | None = None,
@@ -421,12 +398,19 @@ def make_node_loader(
     pin_memory: bool = False,
     force_torch_sampler: bool = False,
 ) -> NodeLoader:
-    """A loader with a sampler of its own (`make_node_sampler` + `node_loader`), for one-off use;
-    a run reuses one sampler (train/graph/sampling_plan.py)."""
-    sampler = make_node_sampler(data, num_neighbors, csc=csc, device=device, num_workers=num_workers,
-                                force_torch_sampler=force_torch_sampler)
-    return node_loader(sampler, data, input_nodes, num_neighbors, batch_size, seed=seed, epoch=epoch,
-                       num_workers=num_workers, pin_memory=pin_memory)
+    """Mini-batches over input_nodes IN THE GIVEN ORDER (no shuffling, drop_last=False) with these fanouts
+    and seeds. `sampler`: one from `make_node_sampler` to reuse, as a run does (train/graph/sampling_plan.py;
+    one loader at a time per sampler: the next call reconfigures it, a loader's worker processes keep their
+    own copy); else a sampler of its own is made from `csc`, `device` and `force_torch_sampler`."""
+    if sampler is None:
+        sampler = make_node_sampler(data, num_neighbors, csc=csc, device=device, num_workers=num_workers,
+                                    force_torch_sampler=force_torch_sampler)
+    sampler.configure(list(num_neighbors), seed=seed, epoch=epoch)
+    kwargs = dict(input_nodes=input_nodes, batch_size=batch_size, shuffle=False, drop_last=False,
+                  num_workers=num_workers, pin_memory=pin_memory)
+    if isinstance(sampler, NeighborSampler):  # PyG's own loader around PyG's own sampler
+        return NeighborLoader(data, num_neighbors=list(num_neighbors), neighbor_sampler=sampler, **kwargs)
+    return NodeLoader(data, node_sampler=sampler, **kwargs)
 
 
 __doc__ += """

@@ -20,7 +20,7 @@ from torch_geometric.data import Data
 
 from train.config import SamplerConfig
 from train.errors import UserError
-from train.graph.sampler import build_csc, make_node_sampler, node_loader
+from train.graph.sampler import build_csc, make_node_loader, make_node_sampler
 from train.graph.shared_graph import CSC, attach_csc, gib, graph_csc
 
 # Of the free GPU memory, what the graph never takes: the sampler's per-batch tensors, the allocator's blocks
@@ -125,8 +125,8 @@ class SamplingPlan:
                epoch: int = 0):
         """Batches of `seeds` (in order) from the run's one sampler: every epoch and sampled evaluation."""
         sampler = self._sampler("batches", self.data, self.csc, self.device, num_neighbors)
-        return node_loader(sampler, self.data, seeds, num_neighbors, batch_size, seed=seed, epoch=epoch,
-                           num_workers=self.num_workers, pin_memory=self.pin_memory)
+        return make_node_loader(self.data, seeds, num_neighbors, batch_size, sampler=sampler, seed=seed, epoch=epoch,
+                                num_workers=self.num_workers, pin_memory=self.pin_memory)
 
     def host_loader(self, structure: Data, host_csc: CSC, nodes: Tensor, batch_size: int):
         """Full neighbourhoods of `nodes`, sampled on the host (full evaluation gathers its rows there):
@@ -134,7 +134,7 @@ class SamplingPlan:
         on_cpu = self.device.type == "cpu"
         sampler = self._sampler("batches" if on_cpu else "host", structure, self.csc if on_cpu else host_csc,
                                 torch.device("cpu"), [-1])
-        return node_loader(sampler, structure, nodes, [-1], batch_size)
+        return make_node_loader(structure, nodes, [-1], batch_size, sampler=sampler)
 
     def _sampler(self, key: str, data: Data, csc: CSC, device: torch.device, num_neighbors: Sequence[int]):
         if key not in self._samplers:

@@ -30,7 +30,7 @@ import shutil
 import stat
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from train.errors import UserError
@@ -82,6 +82,13 @@ def candidate_dirs(share_dir: str, node_tmpdirs: Sequence[str] = ()) -> list[Pat
     return found
 
 
+def shares_graph(share: str, ranks_on_node: int) -> bool:
+    """Whether a node's ranks map one copy of the graph: data.share=node with more than one rank on the node. A rank
+    alone on its node has no one to share with: it keeps its own copy and writes no segment. The one rule for the
+    run (train/graph/shared_graph.py), the memory plan (train/plan/terms.py) and the doctor."""
+    return share == "node" and ranks_on_node > 1
+
+
 def free_bytes(path: Path) -> int:
     stats = os.statvfs(path)
     return stats.f_bavail * stats.f_frsize
@@ -92,22 +99,42 @@ def gib(n: float) -> str:
     return f"{n / 2**30:.2f} GiB"
 
 
+def first_with_room(required: int, room: Mapping[Path, int]) -> Path | None:
+    """The first directory of `room` (directory -> free bytes, in `candidate_dirs`' order) that holds `required`
+    bytes and the headroom; None when none does. The run's choice (`choose_dir`) and the doctor's."""
+    return next((path for path, free in room.items() if free >= required + HEADROOM_BYTES), None)
+
+
+def planned_dir(share_dir: str, node_tmpdirs: Sequence[str], required: int,
+                free: Callable[[Path], int] = free_bytes) -> Path:
+    """Where `choose_dir` would put `required` bytes, never refusing (for the doctor): the first folder with room,
+    else the first (which the refusal names); nothing to place (0): the first; a bad data.share_dir: itself."""
+    try:
+        candidates = candidate_dirs(share_dir, node_tmpdirs)
+    except UserError:  # preflight names it
+        return Path(share_dir)
+    room = {}
+    for path in candidates:
+        with contextlib.suppress(OSError):
+            room[path] = free(path)
+    first = candidates[0] if candidates else SHM
+    return (first_with_room(required, room) if required else None) or first
+
+
 def choose_dir(required: int, candidates: list[Path], free: Callable[[Path], int] = free_bytes) -> tuple[Path, str]:
     """The first candidate with room for `required` bytes, and a note when it is not the first."""
     if not candidates:
         raise UserError("data.share=node found no directory to share the graph in (/dev/shm, $SLURM_TMPDIR, "
                         "$TMPDIR, /tmp); set data.share_dir to a node-local directory, or use data.share=process.")
     room = {path: free(path) for path in candidates}
-    for path in candidates:
-        if room[path] >= required + HEADROOM_BYTES:
-            note = ""
-            if path != candidates[0]:
-                note = (f"data.share=node: {candidates[0]} has {gib(room[candidates[0]])} free but the graph needs "
-                        f"{gib(required)}; sharing it from {path} (node-local disk) instead. To keep it in memory, "
-                        f"give the job a larger {candidates[0]} "
-                        f"(docker/podman --shm-size={-(-required // 2**30) + 1}g; "
-                        "enroot/pyxis mount the host's /dev/shm).")
-            return path, note
+    path = first_with_room(required, room)
+    if path == candidates[0]:
+        return path, ""
+    if path is not None:
+        return path, (f"data.share=node: {candidates[0]} has {gib(room[candidates[0]])} free but the graph needs "
+                      f"{gib(required)}; sharing it from {path} (node-local disk) instead. To keep it in memory, "
+                      f"give the job a larger {candidates[0]} (docker/podman --shm-size={-(-required // 2**30) + 1}g; "
+                      "enroot/pyxis mount the host's /dev/shm).")
     listing = ", ".join(f"{p} has {gib(n)}" for p, n in room.items())
     raise UserError(
         f"data.share=node needs {gib(required + HEADROOM_BYTES)} of node-local space for one copy of the graph, "

@@ -66,6 +66,7 @@ from train.graph.segments import (  # noqa: F401 (the place of the files: re-exp
     remove_stale,
     segment_name,
     shared_graphs,
+    shares_graph,
     user_dir,
 )
 
@@ -291,7 +292,7 @@ def share_graph(config: DataConfig, env: DistEnv, load: Callable[[DataConfig], D
     group, leader, size = node_group(env, timeout)  # every rank takes part, whatever its node's size
     segment = None
     try:
-        if size == 1:  # alone on its node: nothing to share
+        if not shares_graph(config.share, size):  # alone on its node: nothing to share
             remove_stale(candidate_dirs(config.share_dir, env.node_tmpdirs))
             return private_graph(config, load)
         status: list = [None]

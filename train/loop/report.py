@@ -19,6 +19,7 @@ import yaml
 
 from train.errors import UserError
 from train.files import dir_problem, file_problem, read_text
+from train.loop.rundir import RUNS
 from train.loop.timing import PHASES
 
 CURVES = "curves.png"
@@ -228,7 +229,7 @@ def plot_phases(ax, rows: list[dict]) -> None:
 def load_run(run_dir: Path) -> tuple[list[dict], dict | None, dict | None]:
     problem = dir_problem(run_dir)
     if problem is not None:
-        parent = run_dir.parent if run_dir.parent.is_dir() else Path("runs")
+        parent = run_dir.parent if run_dir.parent.is_dir() else RUNS
         known = sorted((p for p in parent.glob("*") if (p / "metrics.jsonl").is_file()),
                        key=lambda p: p.stat().st_mtime)
         hint = f" Runs under {parent}: {', '.join(p.name for p in known[-5:])}." if known else ""

@@ -38,30 +38,23 @@ from train.loop.failure_report import default_store, report_failure
 from train.loop.fit import FitResult, Trainer
 from train.loop.numerics import set_gpu_numerics
 from train.loop.report import write_report
-from train.loop.rundir import choose, job_identity, write_identity
+from train.loop.rundir import decide, job_identity, write_identity
 from train.loop.step_vote import StepAgreement
 from train.loop.stop_signals import STOP_SIGNALS, STOPPED, StopSignals, leave_in_order, signal_name, stop_outcome
 
 
 def run_dir(config: Config, env: DistEnv) -> Path:
-    """output.dir, else runs/$SLURM_JOB_ID under SLURM, else runs/<timestamp> agreed by all ranks."""
-    if config.output.dir:
-        path = config.output.dir
-    elif env.job_id:  # runs/<jobid> if it is this job's (a requeue resumes it), else its own (train/loop/rundir.py)
-        chosen = [None, None]
-        if env.is_main:
-            found, note = choose(Path("runs"), job_identity(env.job_id, env.cluster_name, env.submission_id),
-                                 env.restart_count > 0)
-            chosen = [str(found), note]
+    """The run directory `rundir.decide` gives; without output.dir rank 0 decides (it reads runs/ and the clock)
+    and every rank takes its answer. Collective unless output.dir is set."""
+    chosen = [None, None]
+    if env.is_main or config.output.dir:
+        found, note = decide(config.output.dir, env)
+        chosen = [str(found), note]
+    if not config.output.dir:
         dist.broadcast_object_list(chosen, src=0)
-        if env.is_main and chosen[1]:
-            print(chosen[1], flush=True)
-        path = chosen[0]
-    else:
-        stamp = [time.strftime("%Y%m%d-%H%M%S")]
-        dist.broadcast_object_list(stamp, src=0)
-        path = f"runs/{stamp[0]}"
-    return Path(path)
+    if env.is_main and chosen[1]:
+        print(chosen[1], flush=True)
+    return Path(chosen[0])
 
 
 def obtain_graph(config: Config, env: DistEnv) -> Data:

@@ -11,20 +11,42 @@ PYG_SUBMISSION_ID, the same for every requeue of that submission). Without `outp
 - otherwise the directory is another job's: this one gets `runs/<jobid>-<cluster>-<n>` (the
   first free n; a requeue finds that one again by its job.json) and says so.
 
-`output.dir` is the user's explicit choice, resumed as given.
+`output.dir` is the user's explicit choice, resumed as given. Outside SLURM a run gets `runs/<timestamp>`.
+
+`decide` is the one rule: the run (train/loop/run.py), the checks before it (train/cli/preflight.py) and the
+doctor's probe ask it, each against the working directory (the job's --chdir); the report looks for runs in
+the same `RUNS` (`newest_run`, and its hint).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from train.cluster.distenv import DistEnv
 from train.files import dir_problem, file_problem
 from train.loop.checkpoint import atomic_write_text
 
 IDENTITY_FILE = "job.json"
+RUNS = Path("runs")  # where runs go without output.dir, against the working directory
+
+
+def timestamp() -> str:
+    """The name of a run outside SLURM (runs/<timestamp>); rank 0's is the one every rank takes."""
+    return time.strftime("%Y%m%d-%H%M%S")
+
+
+def decide(output_dir: str, env: DistEnv, runs: Path = RUNS) -> tuple[Path, str | None]:
+    """(the run directory, a note when it is not the one the user would expect): output.dir as given; under SLURM
+    runs/<jobid> or this job's own sibling (`choose`); else runs/<timestamp>. Reads `runs`, writes nothing."""
+    if output_dir:
+        return Path(output_dir), None
+    if env.job_id:
+        return choose(runs, job_identity(env.job_id, env.cluster_name, env.submission_id), env.restart_count > 0)
+    return runs / timestamp(), None
 
 
 def job_identity(job_id: str, cluster_name: str | None, submission_id: str | None) -> dict[str, str]:
@@ -56,6 +78,12 @@ def belongs_to(directory: Path, identity: Mapping[str, str], requeued: bool) -> 
     if identity["submission"] or recorded.get("submission"):
         return recorded.get("submission") == identity["submission"]
     return requeued  # same cluster and id, no submission id: only a requeue is the same job
+
+
+def newest_run(runs: Path = RUNS) -> Path | None:
+    """The run under `runs` whose metrics.jsonl changed last (`make report` without RUN); None when there is none."""
+    found = [(p.stat().st_mtime, p.parent) for p in runs.glob("*/metrics.jsonl") if file_problem(p) is None]
+    return max(found)[1] if found else None
 
 
 def choose(runs: Path, identity: Mapping[str, str], requeued: bool) -> tuple[Path, str | None]:

@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass, field
 
 from train.config import Config
+from train.graph.segments import shares_graph
 
 GIB = 2**30
 MIB = 2**20
@@ -150,8 +151,11 @@ def parameter_count(config: Config, size: GraphSize) -> int:
     return built_count(config.model, size.features, size.classes)
 
 
-def _uses_graph(config: Config) -> bool:
-    return config.model.name != "mlp"
+def reads_graph(config: Config) -> bool:
+    """Whether model.name reads the graph, as the run decides it (train/loop/models/step.py's reads_graph)."""
+    from train.loop.models import resolve  # torch and PyG: only once a plan is made
+
+    return resolve(config.model).reads_graph
 
 
 def _message_width(config: Config, width_in: int, width_out: int) -> int:
@@ -177,13 +181,14 @@ def forward_bytes(config: Config, size: GraphSize, hops: Hops, backward: bool) -
     total = hops.total_nodes * size.features * FLOAT + hops.total_edges * EDGE_IDS * INDEX
     messages = 0
     rows_factor = LAYER_ROWS if backward else NO_GRAD_ROWS
+    graph = reads_graph(config)
     for index, (width_in, width_out) in enumerate(widths):
         reach = last - index + 1  # the hops whose nodes are this layer's targets
-        trimmed = config.model.trim and _uses_graph(config)
+        trimmed = config.model.trim and graph
         targets = sum(hops.nodes[:reach]) if trimmed else hops.total_nodes
         edges = sum(hops.edges[:reach]) if trimmed else hops.total_edges
         total += targets * (width_in + rows_factor * width_out) * FLOAT
-        if _uses_graph(config):
+        if graph:
             width = _message_width(config, width_in, width_out)
             messages = max(messages, edges * width * FLOAT * (2 if backward and index else 1))
     return total + messages + (STEP_FIXED_BYTES if backward else 0)
@@ -424,7 +429,7 @@ def make_plan(config: Config, size: GraphSize, nodes: int, ranks: int, gpus: boo
               gpu_bytes: int | None = None) -> Plan:
     """Bytes per node, per rank and per GPU for `ranks` processes over `nodes` nodes (GPUs of `gpu_bytes`)."""
     per_node = ranks // nodes
-    sharing = config.data.share == "node" and per_node > 1  # alone on its node, a rank keeps its own copy
+    sharing = shares_graph(config.data.share, per_node)  # alone on its node, a rank keeps its own copy
     asked = gpus and config.sampler.device != "cpu"
     setting = Setting(config, ranks, per_node, gpus, sharing,
                       placement_for(config, size, sharing, gpu_bytes) if asked else None)

@@ -5,59 +5,24 @@ Each takes the common knobs (model.hidden, model.num_layers, model.dropout) as P
 the model's own arguments (jk, norm, act, ...; GAT's heads, concat, v2) and those of its layers
 (GATConv's negative_slope, GINConv's train_eps, SAGEConv's aggr, ...), which BasicGNN passes on to every
 layer. The valid names are read from PyG's signatures, so a PyG upgrade that adds an argument is taken.
+The table of the built-in models (names, PyG's classes, defaults, refusals) is train/builtin_models.py.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
-from dataclasses import dataclass, field
 from typing import Any
 
 from torch import nn
 
-from train.config import BUILTIN_MODELS
+from train.builtin_models import BUILTINS, Builtin
 from train.errors import UserError
 
 # The constructor arguments the workflow passes itself (train/loop/models/spec.py), never through model.kwargs.
 COMMON = {"in_channels": "the graph's features", "hidden_channels": "model.hidden", "num_layers": "model.num_layers",
           "out_channels": "the graph's classes", "dropout": "model.dropout"}
 _NOT_ARGUMENTS = {"self", "args", "kwargs", "channel_list", "nn"}  # channel_list: MLP's other form; nn: GINConv's MLP
-
-
-@dataclass(frozen=True)
-class Builtin:
-    """A built-in model: PyG's class, the layer class BasicGNN builds, and arguments it reads itself."""
-
-    class_name: str  # in torch_geometric.nn.models
-    convs: tuple[str, ...] = ()  # in torch_geometric.nn.conv: the layers whose arguments it passes on
-    own: tuple[str, ...] = ()  # arguments its init_conv takes out of **kwargs (not in any signature)
-    defaults: dict[str, Any] = field(default_factory=dict)  # the workflow's defaults, overridden by model.kwargs
-    refused: dict[str, tuple[Any, str]] = field(default_factory=dict)  # argument -> (value, why it cannot train)
-
-    def model_class(self) -> type[nn.Module]:
-        import torch_geometric.nn.models as models
-
-        return getattr(models, self.class_name)
-
-    def conv_classes(self) -> list[type]:
-        import torch_geometric.nn.conv as convs
-
-        return [getattr(convs, name) for name in self.convs]
-
-
-SAMPLED_GRAPHS = "every batch is another sampled graph"
-BUILTINS: dict[str, Builtin] = {
-    "sage": Builtin("GraphSAGE", ("SAGEConv",)),
-    "gcn": Builtin("GCN", ("GCNConv",), refused={"cached": (True, f"it keeps the first graph's normalisation; "
-                                                                  f"{SAMPLED_GRAPHS}")}),
-    "gat": Builtin("GAT", ("GATConv", "GATv2Conv"), own=("v2", "heads", "concat", "out_heads")),
-    "gin": Builtin("GIN", ("GINConv",)),
-    # PyG's MLP normalises with batch_norm unless told otherwise; the baseline is the plain
-    # Linear-ReLU-dropout stack of PyG's examples (model.kwargs.norm=batch_norm brings it back).
-    "mlp": Builtin("MLP", defaults={"norm": None}),
-}
-assert tuple(BUILTINS) == BUILTIN_MODELS, "train/config.py's BUILTIN_MODELS and BUILTINS name the same models"
 
 
 @functools.cache  # one class, however often it is asked for
@@ -101,15 +66,20 @@ def valid_keywords(builtin: Builtin) -> list[str]:
     return sorted(names - set(COMMON) - _NOT_ARGUMENTS)
 
 
+def refuse_common(kwargs: dict[str, Any]) -> None:
+    """`UserError` for a model.kwargs entry the workflow passes itself (COMMON), for any model."""
+    common = [key for key in kwargs if key in COMMON]
+    if common:
+        raise UserError(f"model.kwargs.{common[0]} is passed by the workflow itself (from {COMMON[common[0]]}); "
+                        "remove it from model.kwargs.")
+
+
 def builtin_arguments(name: str, kwargs: dict[str, Any], shown: str = "") -> dict[str, Any]:
     """The built-in model's keyword arguments beyond the common ones; `UserError` naming a bad one.
     `shown`: how the model is named in messages (a user's subclass that keeps PyG's constructor)."""
     builtin = BUILTINS[name]
     shown = shown or f"{name} ({builtin.class_name})"
-    common = [key for key in kwargs if key in COMMON]
-    if common:
-        raise UserError(f"model.kwargs.{common[0]} is passed by the workflow itself (from {COMMON[common[0]]}); "
-                        "remove it from model.kwargs.")
+    refuse_common(kwargs)
     valid = valid_keywords(builtin)
     unknown = [key for key in kwargs if key not in valid]
     if unknown:

@@ -20,6 +20,7 @@ from torch import nn
 from train.config import ModelConfig
 from train.errors import UserError
 from train.loop.models.builtin import BUILTINS, builtin_arguments, out_heads_gat
+from train.loop.models.step import reads_graph
 from train.loop.models.user import import_model_class, user_arguments
 
 
@@ -34,6 +35,11 @@ class ModelSpec:
         return {"in_channels": in_channels, "hidden_channels": self.config.hidden,
                 "num_layers": self.config.num_layers, "out_channels": out_channels,
                 "dropout": self.config.dropout, **self.kwargs}
+
+    @property
+    def reads_graph(self) -> bool:
+        """Whether the model reads the graph (step.reads_graph on its class's forward), known before it is built."""
+        return reads_graph(self.cls.forward)
 
     @property
     def class_path(self) -> str:

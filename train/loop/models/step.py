@@ -26,9 +26,18 @@ HOP_ARGUMENTS = ("num_sampled_nodes_per_hop", "num_sampled_edges_per_hop")
 HALF_FEATURES = (torch.bfloat16, torch.float16)  # data.feature_dtype's storage forms, widened before the model
 
 
-def forward_parameters(model: nn.Module) -> tuple[set[str], bool]:
-    params = inspect.signature(model.forward).parameters.values()
+def forward_parameters(forward) -> tuple[set[str], bool]:
+    """The names `forward` takes and whether it takes **kwargs (a bound method or a class's function)."""
+    params = inspect.signature(forward).parameters.values()
     return {p.name for p in params}, any(p.kind == p.VAR_KEYWORD for p in params)
+
+
+def reads_graph(forward) -> bool:
+    """Whether a model reads the graph: its forward takes edge_index (or **kwargs). False: a feature-only model (PyG's
+    MLP), fed the features alone, whose batches carry no neighbours and whose fanouts count nothing. The one rule:
+    ModelStep, the memory plan and the fanout check (train/config.py's check_layer_fanouts) ask it."""
+    named, open_ended = forward_parameters(forward)
+    return "edge_index" in named or open_ended
 
 
 class ModelStep(nn.Module):
@@ -38,8 +47,8 @@ class ModelStep(nn.Module):
         super().__init__()
         self.model = model
         self.input_dropout = input_dropout  # model.input_dropout: on the features, before the model
-        named, open_ended = forward_parameters(model)
-        self.uses_graph = "edge_index" in named or open_ended  # False: a feature-only model (PyG's MLP)
+        named, _ = forward_parameters(model.forward)
+        self.uses_graph = reads_graph(model.forward)  # False: a feature-only model (PyG's MLP)
         self.not_target_trimmed = trim.unsupported(model)  # None: target trimming applies
         self.takes_hop_counts = all(name in named for name in HOP_ARGUMENTS)
 

@@ -17,7 +17,7 @@ from typing import Any
 from torch import nn
 
 from train.errors import UserError
-from train.loop.models.builtin import BUILTINS, COMMON, builtin_arguments, parameter_names
+from train.loop.models.builtin import BUILTINS, COMMON, builtin_arguments, parameter_names, refuse_common
 
 # Where the import looked, and how each way of running puts a folder there (make: jobs/lib/code_dir.sh and
 # login/launch.py; python: PYTHONPATH itself).
@@ -91,10 +91,7 @@ def user_arguments(name: str, cls: type[nn.Module], kwargs: dict[str, Any]) -> d
     if missing:
         raise UserError(f"model.name={name}: {cls.__name__}.__init__ does not take {', '.join(missing)}; the workflow "
                         f"passes {', '.join(COMMON)} by name (as PyG's BasicGNN takes them), then model.kwargs.")
-    common = [key for key in kwargs if key in COMMON]
-    if common:
-        raise UserError(f"model.kwargs.{common[0]} is passed by the workflow itself (from {COMMON[common[0]]}); "
-                        "remove it from model.kwargs.")
+    refuse_common(kwargs)
     valid = sorted(named - set(COMMON) - {"self"})
     unknown = [key for key in kwargs if key not in named]
     if unknown and not open_ended:

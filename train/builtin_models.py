@@ -1,0 +1,50 @@
+"""The built-in models `model.name` names, one row each: the one home of their names and facts.
+
+PyG's GraphSAGE, GCN, GAT, GIN and MLP, by the class name in `torch_geometric.nn.models`, with the layer
+classes BasicGNN builds, the arguments a model reads itself, the workflow's defaults and the values that
+cannot train on sampled batches. Plain data with no import of torch, so that the config check on a login
+node (train/config.py) knows the names and which models read the graph; train/loop/models/builtin.py
+builds them and checks their arguments.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Builtin:
+    """A built-in model: PyG's class, the layer class BasicGNN builds, and arguments it reads itself."""
+
+    class_name: str  # in torch_geometric.nn.models
+    convs: tuple[str, ...] = ()  # in torch_geometric.nn.conv: the layers whose arguments it passes on
+    own: tuple[str, ...] = ()  # arguments its init_conv takes out of **kwargs (not in any signature)
+    defaults: dict[str, Any] = field(default_factory=dict)  # the workflow's defaults, overridden by model.kwargs
+    refused: dict[str, tuple[Any, str]] = field(default_factory=dict)  # argument -> (value, why it cannot train)
+    # Its forward takes edge_index: the answer of train/loop/models/step.py's reads_graph for PyG's class, written
+    # here for the config check without torch (tests/test_models.py holds the two equal).
+    reads_graph: bool = True
+
+    def model_class(self) -> type:
+        import torch_geometric.nn.models as models
+
+        return getattr(models, self.class_name)
+
+    def conv_classes(self) -> list[type]:
+        import torch_geometric.nn.conv as convs
+
+        return [getattr(convs, name) for name in self.convs]
+
+
+SAMPLED_GRAPHS = "every batch is another sampled graph"
+BUILTINS: dict[str, Builtin] = {
+    "sage": Builtin("GraphSAGE", ("SAGEConv",)),
+    "gcn": Builtin("GCN", ("GCNConv",), refused={"cached": (True, f"it keeps the first graph's normalisation; "
+                                                                  f"{SAMPLED_GRAPHS}")}),
+    "gat": Builtin("GAT", ("GATConv", "GATv2Conv"), own=("v2", "heads", "concat", "out_heads")),
+    "gin": Builtin("GIN", ("GINConv",)),
+    # PyG's MLP normalises with batch_norm unless told otherwise; the baseline is the plain
+    # Linear-ReLU-dropout stack of PyG's examples (model.kwargs.norm=batch_norm brings it back).
+    "mlp": Builtin("MLP", defaults={"norm": None}, reads_graph=False),
+}
