@@ -14,8 +14,13 @@ VENV ?= .venv
 NPROC ?= 2
 # make test: pytest's arguments, e.g. '-k doctor -x'
 PYTEST_ARGS ?=
-# The job's knobs (CONFIG, ARGS, IMAGE, NODES, GPUS, ...): each default and its documentation, once.
-include jobs/knobs.mk
+# The job's settings (CONFIG, ARGS, IMAGE, NODES, GPUS, ...): one table, jobs/knobs.md, its rows read by
+# jobs/lib/knobs.sh; here each row becomes `NAME ?= default` (a default may name $(OTHER) settings).
+KNOB_DEFAULTS := $(shell bash jobs/lib/knobs.sh make-defaults)
+knob_name = $(firstword $(subst =, ,$(1)))
+KNOBS := $(foreach row,$(KNOB_DEFAULTS),$(call knob_name,$(row)))
+$(if $(KNOBS),,$(error jobs/knobs.md: no setting was read (bash jobs/lib/knobs.sh make-defaults failed)))
+$(foreach row,$(KNOB_DEFAULTS),$(eval $(call knob_name,$(row)) ?= $(patsubst $(call knob_name,$(row))=%,%,$(row))))
 export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
 
 # No user string is ever run by a shell: a make variable reaches a recipe as an environment variable
@@ -38,18 +43,21 @@ help: ## List every target and the variables it reads
 		END {n = split(order, names, " "); for (i = 1; i <= n; i++) {printf "  make %-10s %s\n", names[i], doc[names[i]]; \
 		delete doc[names[i]]} for (t in doc) printf "  make %-10s %s\n", t, doc[t]}' $(MAKEFILE_LIST)
 	@echo
-	@echo "Variables (make VAR=value; the job's knobs are defined in jobs/knobs.mk):"
-	@awk '/^# / {doc = substr($$0, 3); next} /^[A-Z_]+ \?=/ {sub(/ \?= */, "="); printf "  %-21s  %s\n", $$0, doc} \
-		{doc = ""}' $(MAKEFILE_LIST)
+	@echo "Variables (make VAR=value; each shown with its value):"
+	@awk '/^# / {doc = substr($$0, 3); next} /^[A-Z_]+ \?=/ {name = $$1; printf "  %-21s  %s\n", name "=" ENVIRON[name], \
+		doc} {doc = ""}' $(MAKEFILE_LIST)
+	@echo
+	@echo "The job's settings (make submit, make srun; one table: jobs/knobs.md):"
+	@bash jobs/lib/knobs.sh help
 
-# The venv is rebuilt only when the pinned dependency files change.
+# The venv is rebuilt only when the pinned dependency files change. Each command is printed as it runs, with
+# its values; pip's warning about a local index that a machine's pip config lists is dropped.
 $(VENV)/.stamp: requirements.lock requirements-dev.lock
 	@bash lib/checks.sh "make setup" $(setup_VARS)
-	"$$PYTHON" -m venv -- "$$VENV"
-	@echo "setting up $$VENV from requirements-dev.lock (pinned; CPU torch)"
-	"$$VENV/bin/pip" install --quiet --disable-pip-version-check -r requirements-dev.lock 2>&1 \
-		| { grep -v "^WARNING: Location 'file:" || true; }  # this machine's pip config lists local indexes
-	touch -- "$$VENV/.stamp"
+	@cmd=("$$PYTHON" -m venv -- "$$VENV"); echo "$${cmd[*]}"; "$${cmd[@]}"
+	@cmd=("$$VENV/bin/pip" install --quiet --disable-pip-version-check -r requirements-dev.lock); \
+	echo "$${cmd[*]}  (pinned; CPU torch)"; "$${cmd[@]}" 2>&1 | { grep -v "^WARNING: Location 'file:" || true; }
+	@touch -- "$$VENV/.stamp"
 
 setup: $(VENV)/.stamp ## Create the pinned local venv (.venv), idempotent
 
@@ -81,3 +89,11 @@ $(call export_for,submit srun,$(JOBS_VARS))
 $(call export_for,doctor,VENV NPROC CONFIG ARGS DOCTOR_TIMEOUT)
 $(call export_for,report,VENV RUN)
 $(call export_for,logs tail,LOG_DIR)
+# make help shows every variable's value: every variable a target reads (the lists above).
+SETTINGS := $(sort $(foreach list,$(filter %_VARS,$(.VARIABLES)),$($(list))))
+$(call export_for,help,$(SETTINGS))
+# A variable given on the command line that no target reads (a typo: NODE=2) stops make, naming the valid ones.
+UNKNOWN_SETTINGS := $(strip $(foreach v,$(.VARIABLES),$(if $(filter command line,$(origin $(v))),$(filter-out $(SETTINGS),$(v)))))
+$(if $(UNKNOWN_SETTINGS),$(error $(UNKNOWN_SETTINGS) $(if $(word 2,$(UNKNOWN_SETTINGS)),are,is) not a setting of \
+	this Makefile; the job's settings (jobs/knobs.md) are $(KNOBS); the others are $(filter-out $(KNOBS),$(SETTINGS)) \
+	(make help says what each is)))
