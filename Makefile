@@ -27,7 +27,8 @@ export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
 # holding its text as given ($(call export_for,TARGETS,VARS), after all defaults are set, at the end
 # of this file); recipes read "$$VAR", never '$(VAR)', and split word lists with `read -r -a`.
 raw_value = $(if $(filter command line environment environment override override,$(origin $(1))),$(value $(1)),$($(1)))
-export_for = $(foreach t,$(1),$(eval $(t)_VARS += $(2))$(foreach v,$(2),$(eval $(t): export $(v) := $$(call raw_value,$(v)))))
+export_to = $(foreach t,$(1),$(foreach v,$(2),$(eval $(t): export $(v) := $$(call raw_value,$(v)))))
+export_for = $(foreach t,$(1),$(eval $(t)_VARS += $(2)))$(call export_to,$(1),$(2))
 # check-TARGET, TARGET's first prerequisite (it sees TARGET's variables): the shape of every variable the
 # target reads (its export_for list), by lib/checks.sh, the one table of shapes that the scripts
 # (jobs/submit.sh, container/*.sh) use too; before anything is built.
@@ -89,9 +90,9 @@ $(call export_for,submit srun,$(JOBS_VARS))
 $(call export_for,doctor,VENV NPROC CONFIG ARGS DOCTOR_TIMEOUT)
 $(call export_for,report,VENV RUN)
 $(call export_for,logs tail,LOG_DIR)
-# make help shows every variable's value: every variable a target reads (the lists above).
+# make help shows the value of every variable a target reads (the lists above); it reads none itself.
 SETTINGS := $(sort $(foreach list,$(filter %_VARS,$(.VARIABLES)),$($(list))))
-$(call export_for,help,$(SETTINGS))
+$(call export_to,help,$(SETTINGS))
 # A variable given on the command line that no target reads (a typo: NODE=2) stops make, naming the valid ones.
 UNKNOWN_SETTINGS := $(strip $(foreach v,$(.VARIABLES),$(if $(filter command line,$(origin $(v))),$(filter-out $(SETTINGS),$(v)))))
 $(if $(UNKNOWN_SETTINGS),$(error $(UNKNOWN_SETTINGS) $(if $(word 2,$(UNKNOWN_SETTINGS)),are,is) not a setting of \

@@ -142,7 +142,8 @@ def test_each_shape_takes_what_it_must(name, value):
 
 def test_a_variable_without_a_shape_is_a_bug_not_a_pass():
     p = check({"NOSUCHVAR": "1"}, "NOSUCHVAR")
-    assert p.returncode == 2 and "knows no shape for NOSUCHVAR" in p.stderr
+    assert p.returncode == 2, p.stderr
+    assert "NOSUCHVAR is not a setting: the job's settings (jobs/knobs.md) are NODES GPUS" in p.stderr
 
 
 # ---- every target, every variable it reads at once: each named, nothing run -------------------------------
