@@ -93,8 +93,11 @@ $(call export_for,logs tail,LOG_DIR)
 # make help shows the value of every variable a target reads (the lists above); it reads none itself.
 SETTINGS := $(sort $(foreach list,$(filter %_VARS,$(.VARIABLES)),$($(list))))
 $(call export_to,help,$(SETTINGS))
-# A variable given on the command line that no target reads (a typo: NODE=2) stops make, naming the valid ones.
-UNKNOWN_SETTINGS := $(strip $(foreach v,$(.VARIABLES),$(if $(filter command line,$(origin $(v))),$(filter-out $(SETTINGS),$(v)))))
-$(if $(UNKNOWN_SETTINGS),$(error $(UNKNOWN_SETTINGS) $(if $(word 2,$(UNKNOWN_SETTINGS)),are,is) not a setting of \
-	this Makefile; the job's settings (jobs/knobs.md) are $(KNOBS); the others are $(filter-out $(KNOBS),$(SETTINGS)) \
-	(make help says what each is)))
+# A variable given on the command line that no target reads and that is a typo of one (NODE=2, nodes=2) stops
+# make, naming the valid ones; any other (NCCL_DEBUG=INFO) is an environment variable for the programs it starts.
+quoted = '$(subst ','"'"',$(1))'
+OTHER_VARS := $(foreach v,$(.VARIABLES),$(if $(filter command line,$(origin $(v))),$(filter-out $(SETTINGS),$(v))))
+TYPOS := $(if $(strip $(OTHER_VARS)),$(shell bash jobs/lib/knobs.sh near-misses $(SETTINGS) -- \
+	$(foreach v,$(OTHER_VARS),$(call quoted,$(v)))))
+$(if $(TYPOS),$(error $(TYPOS): not a setting of this Makefile; the job's settings (jobs/knobs.md) are $(KNOBS); \
+	the others are $(filter-out $(KNOBS),$(SETTINGS)) (make help says what each is)))

@@ -572,17 +572,28 @@ def test_what_make_passes_submit_checks_and_forwards_are_the_tables_rows(standin
     assert not record.exists()
 
 
-@pytest.mark.parametrize("call", [["submit", "NODE=2", "DRY_RUN=1"], ["help", "GPU=1"]])
-def test_an_unknown_setting_is_refused_naming_the_valid_ones(standin, call):
+@pytest.mark.parametrize("call, meant", [
+    (["submit", "NODE=2", "DRY_RUN=1"], "NODES"), (["submit", "nodes=2", "DRY_RUN=1"], "NODES"),
+    (["submit", "CPU_PER_TASK=2", "DRY_RUN=1"], "CPUS_PER_TASK"), (["help", "GPU=1"], "GPUS"),
+    (["help", "NPROCS=1"], "NPROC")])
+def test_a_mistyped_setting_is_refused_naming_the_valid_ones(standin, call, meant):
     env, record = standin
     p = make(env, *call)
     assert p.returncode == 2, p.stdout + p.stderr
     typo = call[1].split("=")[0]
-    assert f"{typo} is not a setting" in p.stderr and " ".join(knobs()) in p.stderr, p.stderr
+    assert f"{typo} ({meant}?): not a setting" in p.stderr and " ".join(knobs()) in p.stderr, p.stderr
     assert "NPROC" in p.stderr and not p.stdout  # the other variables too; and nothing ran
-    p = subprocess.run(["bash", str(ROOT / "jobs" / "lib" / "knobs.sh"), typo], capture_output=True, text=True)
-    assert p.returncode != 0 and f"{typo} is not a setting" in p.stderr and " ".join(knobs()) in p.stderr
     assert not record.exists()
+
+
+def test_another_variable_passes_to_the_job_and_a_typo_of_a_value_name_is_named(standin):
+    """NCCL_DEBUG=INFO on the command line is an environment variable for the job (--export=ALL), not a typo."""
+    env, record = standin
+    p = make(env, "submit", "IMAGE=none", "CONFIG=tiny", "NCCL_DEBUG=INFO", "HOME=/nonexistent-home")
+    assert p.returncode == 0 and "not a setting" not in p.stderr, p.stderr
+    assert "Submitted job 4242" in p.stdout and record.exists()
+    p = subprocess.run(["bash", str(ROOT / "jobs" / "lib" / "knobs.sh"), "NODE"], capture_output=True, text=True)
+    assert p.returncode != 0 and "NODE is not a setting" in p.stderr and " ".join(knobs()) in p.stderr
 
 
 def test_help_shows_every_value_expanded():

@@ -15,7 +15,8 @@
 #
 # `bash jobs/lib/knobs.sh NAME` prints NAME's value (PYG_TAG: the base image's tag, from the one reading of
 # container/Dockerfile's `ARG PYG_TAG=` line; mk/image.mk calls it), `make-defaults` each NAME=default for
-# the Makefile, `help` each setting with its value and documentation for `make help`.
+# the Makefile, `help` each setting with its value and documentation for `make help`, `near-misses VALID...
+# -- GIVEN...` the GIVEN names that are typos of VALID ones (the Makefile refuses them).
 
 # Sourced twice (lib/checks.sh sources it too), it reads the table once.
 [[ -z ${KNOB_TABLE:-} || ${BASH_SOURCE[0]} == "$0" ]] || return 0
@@ -118,15 +119,58 @@ knob_help() {
     done
 }
 
+# distance A B: the edit distance of A and B (Levenshtein: insertions, deletions, substitutions).
+distance() {
+    local a=$1 b=$2 i j cost
+    local -a row previous
+    for ((j = 0; j <= ${#b}; j++)); do previous[j]=$j; done
+    for ((i = 1; i <= ${#a}; i++)); do
+        row=("$i")
+        for ((j = 1; j <= ${#b}; j++)); do
+            cost=1
+            [[ ${a:i-1:1} != "${b:j-1:1}" ]] || cost=0
+            row[j]=$((previous[j - 1] + cost))
+            ((previous[j] + 1 >= row[j])) || row[j]=$((previous[j] + 1))
+            ((row[j - 1] + 1 >= row[j])) || row[j]=$((row[j - 1] + 1))
+        done
+        previous=("${row[@]}")
+    done
+    echo "${previous[${#b}]}"
+}
+
+# near_misses VALID... -- GIVEN...: each GIVEN name that is a typo of a VALID one (the same in capitals, or one
+# edit away; two for a name of 8 characters or more), with it: "GIVEN (VALID?)". A name far from all (NCCL_DEBUG)
+# is an environment variable for the programs make starts, and passes.
+near_misses() {
+    local -a valid=()
+    local name given limit
+    while (($#)) && [[ $1 != -- ]]; do valid+=("$1") && shift; done
+    shift
+    for given in "$@"; do
+        limit=$(((${#given} >= 8) + 1))
+        for name in "${valid[@]}"; do
+            ((${#given} - ${#name} <= limit && ${#name} - ${#given} <= limit)) || continue # no closer
+            if [[ ${given^^} == "$name" ]] || (($(distance "$given" "$name") <= limit)); then
+                printf '%s (%s?)\n' "$given" "$name"
+                break
+            fi
+        done
+    done
+}
+
 read_knob_table
 
-if [[ ${BASH_SOURCE[0]} == "$0" ]]; then # `bash jobs/lib/knobs.sh NAME|make-defaults|help`
+if [[ ${BASH_SOURCE[0]} == "$0" ]]; then # `bash jobs/lib/knobs.sh NAME|make-defaults|help|near-misses`
     set -euo pipefail
     case ${1:-} in
     make-defaults)
         for name in "${KNOBS[@]}"; do printf '%s=%s\n' "$name" "${KNOB_DEFAULT[$name]}"; done
         ;;
     help) knob_help ;;
+    near-misses)
+        shift
+        near_misses "$@"
+        ;;
     *)
         knob_value "$1"
         echo
