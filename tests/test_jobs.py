@@ -727,3 +727,20 @@ def test_launch_line_bare_mode_is_the_host_interpreter(tmp_path):
     assert launch("none", "/d", "", "", "", "/opt/py/bin/python3") == ["/opt/py/bin/python3"]
     assert launch("none", "/d") == [str(ROOT / ".venv" / "bin" / "python")]
     assert launch("none", "/d", project=tmp_path) == ["python3"]  # no .venv in that project
+
+
+# ---- what an IMAGE value names: one home, lib/image.sh ----------------------------------------------------
+
+@pytest.mark.parametrize("image, kind", [
+    ("none", "none"), ("/abs/pyg.sqsh", "file"), ("./pyg", "file"), ("images/pyg-train-25.05-py3.sqsh", "file"),
+    ("nvcr.io#nvidia/pyg:25.05-py3", "registry"), ("registry.example.com/team/pyg:1", "registry")])
+def test_the_image_kind_is_decided_in_one_function(image, kind):
+    p = subprocess.run(["bash", "-c", 'source "$1"; image_kind "$2"', "kind", str(ROOT / "lib" / "image.sh"), image],
+                       capture_output=True, text=True, check=True)
+    assert p.stdout == f"{kind}\n"
+    scripts = [*(ROOT / "jobs").rglob("*.sh"), ROOT / "jobs" / "train.sbatch", *(ROOT / "lib").glob("*.sh"),
+               *(ROOT / "container").glob("*.sh")]
+    homes = [s for s in scripts if re.search(r"^image_kind\(\)", s.read_text(), re.M)]
+    assert homes == [ROOT / "lib" / "image.sh"]
+    for script in scripts:  # no script tells the kinds apart by the value itself
+        assert not re.search(r"\$\{?(IMAGE|image|1)\}? [!=]= none", script.read_text()), script
