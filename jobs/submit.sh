@@ -2,13 +2,13 @@
 # `make submit` / `make srun`: check the request, then submit jobs/train.sbatch with sbatch, or
 # print the equivalent direct srun lines for an interactive allocation.
 #
-# Usage: jobs/submit.sh [submit|srun]     (make passes every knob as an environment variable)
+# Usage: jobs/submit.sh [submit|srun]     (make passes every setting as an environment variable)
 #
-# The settings (NODES, GPUS, CONFIG, IMAGE, TIME, ...):
-# their defaults, shapes, sbatch options and documentation have one home, the table jobs/knobs.md (`make help`
-# lists them; jobs/lib/knobs.sh reads it); a setting that is unset or empty gets its default. DRY_RUN=1 prints the memory
-# plan, the sbatch command and the job's steps (install, doctor, training) exactly as jobs/train.sbatch
-# will run them (jobs/lib/steps.sh builds them for both), and submits nothing.
+# The settings (NODES, GPUS, CONFIG, IMAGE, TIME, ...): their defaults, shapes, sbatch options and
+# documentation have one home, the table jobs/knobs.md (`make help` lists them; jobs/lib/knobs.sh reads it);
+# a setting that is unset or empty gets its default. DRY_RUN=1 prints the memory plan, the sbatch command
+# and the job's steps (install, doctor, training) exactly as jobs/train.sbatch will run them
+# (jobs/lib/steps.sh builds them for both), and submits nothing.
 #
 # Every check runs before sbatch, the same with DRY_RUN=1; each problem found names the bad value and what
 # is valid; then it exits 2 and submits nothing. Cheap and certain checks come first (shapes, files), then

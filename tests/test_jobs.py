@@ -744,3 +744,18 @@ def test_the_image_kind_is_decided_in_one_function(image, kind):
     assert homes == [ROOT / "lib" / "image.sh"]
     for script in scripts:  # no script tells the kinds apart by the value itself
         assert not re.search(r"\$\{?(IMAGE|image|1)\}? [!=]= none", script.read_text()), script
+
+
+def test_the_cluster_is_asked_once_and_each_limit_checked_on_that_answer(standin):
+    env, record = standin
+    bindir = Path(env["STANDIN_DIR"])
+    standin_bin.install(bindir, "sinfo", "fixed-output")  # records each call's arguments
+    (bindir / "sinfo.out").write_text("big*|n1|4|gpu:2|8000|1:00:00\nbig*|n2|4|gpu:2|8000|1:00:00\n")
+    p = make(env, "submit", "IMAGE=none", "CONFIG=tiny", "NODES=3", "GPUS=3", "MEM=9G", "TIME=2:00:00", "DRY_RUN=1")
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert "NODES=3: partition 'big' has only 2 node(s)" in p.stderr
+    assert "MEM='9G' is more than the nodes of partition 'big' have (at most 8000 MB each)" in p.stderr
+    assert "TIME='2:00:00' is above the time limit of partition 'big' (1:00:00)" in p.stderr
+    calls = (bindir / "sinfo.argv").read_text().splitlines()
+    assert calls == ["-h -N -o %P|%N|%c|%G|%m|%l"], calls  # one call (the memory plan runs only on a valid request)
+    assert not record.exists()
