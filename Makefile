@@ -14,15 +14,21 @@ VENV ?= .venv
 NPROC ?= 2
 # make test: pytest's arguments, e.g. '-k doctor -x'
 PYTEST_ARGS ?=
-# The job's knobs (CONFIG, ARGS, IMAGE, NODES, GPUS, ...): each default and its documentation, once.
-include jobs/knobs.mk
+# The job's settings (CONFIG, ARGS, IMAGE, NODES, GPUS, ...): one table, jobs/knobs.md, its rows read by
+# jobs/lib/knobs.sh; here each row becomes `NAME ?= default` (a default may name $(OTHER) settings).
+KNOB_DEFAULTS := $(shell bash jobs/lib/knobs.sh make-defaults)
+knob_name = $(firstword $(subst =, ,$(1)))
+KNOBS := $(foreach row,$(KNOB_DEFAULTS),$(call knob_name,$(row)))
+$(if $(KNOBS),,$(error jobs/knobs.md: no setting was read (bash jobs/lib/knobs.sh make-defaults failed)))
+$(foreach row,$(KNOB_DEFAULTS),$(eval $(call knob_name,$(row)) ?= $(patsubst $(call knob_name,$(row))=%,%,$(row))))
 export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
 
 # No user string is ever run by a shell: a make variable reaches a recipe as an environment variable
 # holding its text as given ($(call export_for,TARGETS,VARS), after all defaults are set, at the end
 # of this file); recipes read "$$VAR", never '$(VAR)', and split word lists with `read -r -a`.
 raw_value = $(if $(filter command line environment environment override override,$(origin $(1))),$(value $(1)),$($(1)))
-export_for = $(foreach t,$(1),$(eval $(t)_VARS += $(2))$(foreach v,$(2),$(eval $(t): export $(v) := $$(call raw_value,$(v)))))
+export_to = $(foreach t,$(1),$(foreach v,$(2),$(eval $(t): export $(v) := $$(call raw_value,$(v)))))
+export_for = $(foreach t,$(1),$(eval $(t)_VARS += $(2)))$(call export_to,$(1),$(2))
 # check-TARGET, TARGET's first prerequisite (it sees TARGET's variables): the shape of every variable the
 # target reads (its export_for list), by lib/checks.sh, the one table of shapes that the scripts
 # (jobs/submit.sh, container/*.sh) use too; before anything is built.
@@ -38,18 +44,21 @@ help: ## List every target and the variables it reads
 		END {n = split(order, names, " "); for (i = 1; i <= n; i++) {printf "  make %-10s %s\n", names[i], doc[names[i]]; \
 		delete doc[names[i]]} for (t in doc) printf "  make %-10s %s\n", t, doc[t]}' $(MAKEFILE_LIST)
 	@echo
-	@echo "Variables (make VAR=value; the job's knobs are defined in jobs/knobs.mk):"
-	@awk '/^# / {doc = substr($$0, 3); next} /^[A-Z_]+ \?=/ {sub(/ \?= */, "="); printf "  %-21s  %s\n", $$0, doc} \
-		{doc = ""}' $(MAKEFILE_LIST)
+	@echo "Variables (make VAR=value; each shown with its value):"
+	@awk '/^# / {doc = substr($$0, 3); next} /^[A-Z_]+ \?=/ {name = $$1; printf "  %-21s  %s\n", name "=" ENVIRON[name], \
+		doc} {doc = ""}' $(MAKEFILE_LIST)
+	@echo
+	@echo "The job's settings (make submit, make srun; one table: jobs/knobs.md):"
+	@bash jobs/lib/knobs.sh help
 
-# The venv is rebuilt only when the pinned dependency files change.
+# The venv is rebuilt only when the pinned dependency files change. Each command is printed as it runs, with
+# its values; pip's warning about a local index that a machine's pip config lists is dropped.
 $(VENV)/.stamp: requirements.lock requirements-dev.lock
 	@bash lib/checks.sh "make setup" $(setup_VARS)
-	"$$PYTHON" -m venv -- "$$VENV"
-	@echo "setting up $$VENV from requirements-dev.lock (pinned; CPU torch)"
-	"$$VENV/bin/pip" install --quiet --disable-pip-version-check -r requirements-dev.lock 2>&1 \
-		| { grep -v "^WARNING: Location 'file:" || true; }  # this machine's pip config lists local indexes
-	touch -- "$$VENV/.stamp"
+	@cmd=("$$PYTHON" -m venv -- "$$VENV"); echo "$${cmd[*]}"; "$${cmd[@]}"
+	@cmd=("$$VENV/bin/pip" install --quiet --disable-pip-version-check -r requirements-dev.lock); \
+	echo "$${cmd[*]}  (pinned; CPU torch)"; "$${cmd[@]}" 2>&1 | { grep -v "^WARNING: Location 'file:" || true; }
+	@touch -- "$$VENV/.stamp"
 
 setup: $(VENV)/.stamp ## Create the pinned local venv (.venv), idempotent
 
@@ -85,3 +94,14 @@ $(call export_for,submit srun,$(JOBS_VARS))
 $(call export_for,doctor,VENV NPROC CONFIG ARGS CODE_DIR DOCTOR_TIMEOUT)
 $(call export_for,report,VENV RUN)
 $(call export_for,logs tail,LOG_DIR)
+# make help shows the value of every variable a target reads (the lists above); it reads none itself.
+SETTINGS := $(sort $(foreach list,$(filter %_VARS,$(.VARIABLES)),$($(list))))
+$(call export_to,help,$(SETTINGS))
+# A variable given on the command line that no target reads and that is a typo of one (NODE=2, nodes=2) stops
+# make, naming the valid ones; any other (NCCL_DEBUG=INFO) is an environment variable for the programs it starts.
+quoted = '$(subst ','"'"',$(1))'
+OTHER_VARS := $(foreach v,$(.VARIABLES),$(if $(filter command line,$(origin $(v))),$(filter-out $(SETTINGS),$(v))))
+TYPOS := $(if $(strip $(OTHER_VARS)),$(shell bash jobs/lib/knobs.sh near-misses $(SETTINGS) -- \
+	$(foreach v,$(OTHER_VARS),$(call quoted,$(v)))))
+$(if $(TYPOS),$(error $(TYPOS): not a setting of this Makefile; the job's settings (jobs/knobs.md) are $(KNOBS); \
+	the others are $(filter-out $(KNOBS),$(SETTINGS)) (make help says what each is)))

@@ -15,14 +15,14 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../lib/cmd.sh" # root, prog, say, refuse, quote, run, host_python, DRY_RUN
 cd "$root"
 # shellcheck source=jobs/lib/knobs.sh
-source "$root/jobs/lib/knobs.sh" # IMAGE and DATA_DIR: the job's knobs, one home (jobs/knobs.mk)
-knob_defaults "$root/jobs/knobs.mk"
+source "$root/jobs/lib/knobs.sh" # IMAGE and DATA_DIR: the job's knobs, one table (jobs/knobs.md)
+knob_defaults
 DATASET=${DATASET:-}
 DATA_MODE=${DATA_MODE:-auto}
 # shellcheck source=lib/checks.sh
 source "$root/lib/checks.sh" # check_shapes, image_kind, squashfs_problem, dir_problem
 # shellcheck source=jobs/lib/steps.sh
-source "$root/jobs/lib/steps.sh" # image_path; launch_line: the pyxis flags of every step in the image
+source "$root/jobs/lib/steps.sh" # launch_line: the pyxis flags of every step in the image
 # shellcheck disable=SC2153 # IMAGE is set by knob_defaults
 
 # ---- checks: the same in a dry run as in a real one; nothing is created before they pass. Shapes first

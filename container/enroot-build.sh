@@ -32,9 +32,9 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../lib/cmd.sh" # root, prog, say, die, refuse, quote, run, DRY_RUN
 cd "$root"
 # shellcheck source=jobs/lib/knobs.sh
-source "$root/jobs/lib/knobs.sh" # IMAGE_DIR, IMAGE: the job's knobs, one home (jobs/knobs.mk)
+source "$root/jobs/lib/knobs.sh" # IMAGE_DIR, IMAGE: the job's knobs, one table (jobs/knobs.md)
 PYG_TAG=$(knob_value PYG_TAG)
-knob_defaults "$root/jobs/knobs.mk"
+knob_defaults
 BASE_SQSH=${BASE_SQSH:-$IMAGE_DIR/nvidia+pyg+$PYG_TAG.sqsh}
 BASE_URI=docker://nvcr.io#nvidia/pyg:$PYG_TAG
 

@@ -15,10 +15,10 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../lib/cmd.sh" # root, prog, say, die, refuse, quote, run, DRY_RUN
 cd "$root"
 # shellcheck source=jobs/lib/knobs.sh
-source "$root/jobs/lib/knobs.sh" # IMAGE_DIR, IMAGE: the job's knobs, one home (jobs/knobs.mk)
+source "$root/jobs/lib/knobs.sh" # IMAGE_DIR, IMAGE: the job's knobs, one table (jobs/knobs.md)
 default_tag=$(dockerfile_tag)
 PYG_TAG=$(knob_value PYG_TAG)
-knob_defaults "$root/jobs/knobs.mk"
+knob_defaults
 default_image=$(unset IMAGE IMAGE_DIR PYG_TAG && knob_value IMAGE) # what make submit runs when given no IMAGE
 export PYG_TAG IMAGE_DIR IMAGE # for container/enroot-build.sh
 BUILDER=${BUILDER:-auto}

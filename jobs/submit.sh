@@ -2,19 +2,19 @@
 # `make submit` / `make srun`: check the request, then submit jobs/train.sbatch with sbatch, or
 # print the equivalent direct srun lines for an interactive allocation.
 #
-# Usage: jobs/submit.sh [submit|srun]     (make passes every knob as an environment variable)
+# Usage: jobs/submit.sh [submit|srun]     (make passes every setting as an environment variable)
 #
-# The knobs (NODES, GPUS, CONFIG, ARGS, IMAGE, GPUS_PER_TASK, CPUS_PER_TASK, MEM, TIME, PARTITION, ...):
-# their defaults and documentation have one home, jobs/knobs.mk (`make help` lists them); a knob that is
-# unset or empty gets its default; their shapes have one home, lib/checks.sh. DRY_RUN=1 prints the memory
-# plan, the sbatch command and the job's steps (install, doctor, training) exactly as jobs/train.sbatch
-# will run them (jobs/lib/steps.sh builds them for both), and submits nothing.
+# The settings (NODES, GPUS, CONFIG, IMAGE, TIME, ...): their defaults, shapes, sbatch options and
+# documentation have one home, the table jobs/knobs.md (`make help` lists them; jobs/lib/knobs.sh reads it);
+# a setting that is unset or empty gets its default. DRY_RUN=1 prints the memory plan, the sbatch command
+# and the job's steps (install, doctor, training) exactly as jobs/train.sbatch will run them
+# (jobs/lib/steps.sh builds them for both), and submits nothing.
 #
 # Every check runs before sbatch, the same with DRY_RUN=1; each problem found names the bad value and what
 # is valid; then it exits 2 and submits nothing. Cheap and certain checks come first (shapes, files), then
 # the cluster's limits (sinfo), last the memory plan (`python -m train plan`): one that cannot fit is
 # refused the same way.
-# shellcheck disable=SC2153 # the knobs are set by knob_defaults (jobs/lib/knobs.sh)
+# shellcheck disable=SC2153 # the settings are set by knob_defaults (jobs/lib/knobs.sh)
 set -euo pipefail
 
 mode=${1:-submit}
@@ -29,17 +29,17 @@ esac
 source "$(dirname "${BASH_SOURCE[0]}")/../lib/cmd.sh" # root, say, die, quote, DRY_RUN
 cd "$root"                                              # relative paths are the project's
 script=$root/jobs/train.sbatch
-# shellcheck source=jobs/lib/knobs.sh
-source "$root/jobs/lib/knobs.sh"
-knob_defaults "$root/jobs/knobs.mk"
 # shellcheck source=lib/checks.sh
-source "$root/lib/checks.sh" # check_shapes, problem, report_problems, image_kind, squashfs_problem, dir_problem, check_config
+source "$root/lib/checks.sh" # the settings' table (jobs/lib/knobs.sh), check_shapes, problem, report_problems,
+# image_kind (lib/image.sh), squashfs_problem, dir_problem, check_config
+knob_defaults
 # shellcheck source=jobs/lib/steps.sh
-source "$root/jobs/lib/steps.sh" # image_path, installs_at_start, gpu_options, job_steps
+source "$root/jobs/lib/steps.sh" # gpu_options, job_steps
+# shellcheck source=jobs/lib/cluster.sh
+source "$root/jobs/lib/cluster.sh" # ask_sinfo and the checks of the request against its answer
 
 # ---- checks: shapes first (lib/checks.sh), then what each value names ---------------------------------
-check_shapes NODES GPUS CONFIG ARGS IMAGE GPUS_PER_TASK CPUS_PER_TASK MEM TIME PARTITION ACCOUNT QOS SBATCH_ARGS \
-    SRUN_ARGS DATA_DIR LOG_DIR JOB_NAME CONTAINER_MOUNTS CODE_DIR INSTALL_PROJECT BARE_PYTHON DOCTOR DOCTOR_TIMEOUT DRY_RUN
+check_shapes "${KNOBS[@]}" DRY_RUN
 
 per_node=1
 nodes_ok=0
@@ -139,72 +139,31 @@ if shape_ok CONTAINER_MOUNTS && [[ -n $CONTAINER_MOUNTS && $image_kind != none ]
 fi
 
 # ---- the cluster's real limits: a request no node can satisfy would pend forever -----------------
-# Asked of the cluster itself (sinfo); where it cannot be asked, say what was not checked.
-check_cluster() {
-    local part max_time limit name cpus gres gpus fit_cpu=0 fit_gpu=0 total=0 most_cpus=0 most_gpus=0
-    local cpus_each=${CPUS_PER_TASK:-1} need_gpus=$((per_node * GPUS_PER_TASK)) item count most_mem
-    local -a partitions items
+# Asked of the cluster itself, one sinfo call (jobs/lib/cluster.sh); where it cannot be asked, say what was not
+# checked, once. Where no controller answers, a real submit stops here (sbatch would fail the same way).
+job_partition=$PARTITION # the partition the memory plan asks about: the default one, where sinfo names it
+unreachable=             # sinfo's first error line, where no controller answers
+if [[ $mode == submit ]] && ((nodes_ok)) && shape_ok CPUS_PER_TASK && shape_ok GPUS_PER_TASK && shape_ok PARTITION; then
     if ! command -v sinfo >/dev/null 2>&1; then
         say "note: sinfo is not on PATH: the partition, the node count, CPUs, GPUs and memory per node and the time limit were not checked against the cluster."
-        return 0
-    fi
-    if ! mapfile -t partitions < <(sinfo -h -o '%P' 2>/dev/null | sort -u) || ((${#partitions[@]} == 0)); then
+    elif ! cluster=$(ask_sinfo); then
+        unreachable="no SLURM controller is reachable from this machine (sinfo: ${cluster:-no message})"
+        if [[ -n $DRY_RUN ]]; then
+            say "note: $unreachable; the request was not checked against the cluster."
+        else
+            problem "$unreachable; run make submit on a login node of the cluster (DRY_RUN=1 prints the command)."
+        fi
+    elif [[ -z $cluster ]]; then
         say "note: sinfo answered nothing: the request was not checked against the cluster's limits."
-        return 0
-    fi
-    part=$PARTITION
-    if [[ -z $part ]]; then
-        for item in "${partitions[@]}"; do [[ $item == *'*' ]] && part=${item%'*'}; done
-        [[ -n $part ]] || return 0 # no default partition: sbatch itself will ask for one
     else
-        local known=0
-        for item in "${partitions[@]}"; do [[ ${item%'*'} == "$part" ]] && known=1; done
-        if ((!known)); then
-            problem "PARTITION='$part' is not a partition of this cluster; its partitions are: $(printf '%s ' "${partitions[@]%'*'}")."
-            return 0
+        job_partition=$(cluster_partition "$cluster" "$PARTITION")
+        # no default partition: sbatch itself will ask for one
+        if [[ -n $job_partition ]] && check_partition "$cluster" "$job_partition"; then
+            check_node_fit "$cluster" "$job_partition" "$NODES" "$GPUS" "$CPUS_PER_TASK" "$GPUS_PER_TASK"
+            ! shape_ok MEM || check_memory_fit "$cluster" "$job_partition" "$MEM"
+            ! shape_ok TIME || check_time_fit "$cluster" "$job_partition" "$TIME"
         fi
     fi
-    job_partition=$part # the memory plan asks about the same partition
-    # One line per node: name, CPUs, generic resources (gpu:4, gpu:a100:4(S:0-1), (null)).
-    while read -r name cpus gres; do
-        [[ -n $name && $cpus =~ ^[0-9]{1,9}$ ]] || continue
-        total=$((total + 1))
-        gpus=0
-        IFS=, read -r -a items <<<"$gres"
-        for item in "${items[@]}"; do
-            item=${item%%(*}
-            if [[ $item =~ ^gpu(:[^:]+)?:([0-9]{1,6})$ ]]; then
-                count=${BASH_REMATCH[2]}
-                gpus=$((gpus + 10#$count))
-            fi
-        done
-        ((cpus > most_cpus)) && most_cpus=$cpus
-        ((gpus > most_gpus)) && most_gpus=$gpus
-        ((cpus >= per_node * cpus_each)) && fit_cpu=$((fit_cpu + 1))
-        ((gpus >= need_gpus && cpus >= per_node * cpus_each)) && fit_gpu=$((fit_gpu + 1))
-    done < <(sinfo -h -N -p "$part" -o '%N %c %G' 2>/dev/null | sort -u)
-    if ((NODES > total)); then
-        problem "NODES=$NODES: partition '$part' has only $total node(s); use NODES=$total or less (PARTITION= picks another partition)."
-    elif ((fit_cpu < NODES)); then
-        problem "CPUS_PER_TASK=${CPUS_PER_TASK:-1 (default)} x $per_node tasks per node = $((per_node * cpus_each)) CPUs per node, but the nodes of partition '$part' have at most $most_cpus CPUs ($fit_cpu node(s) fit, NODES=$NODES); use CPUS_PER_TASK=$((most_cpus / per_node > 0 ? most_cpus / per_node : 1)) or fewer tasks per node (more NODES)."
-    elif ((need_gpus > 0 && fit_gpu < NODES)); then
-        problem "GPUS=$GPUS over NODES=$NODES asks $need_gpus GPUs per node, but the nodes of partition '$part' have at most $most_gpus GPU(s) ($fit_gpu node(s) fit); use more NODES, fewer GPUS, or GPUS_PER_TASK=0 on a CPU-only partition."
-    fi
-    # MEM per node against the largest node's memory (sinfo %m, megabytes; 1 or less: not configured).
-    most_mem=$(sinfo -h -p "$part" -o '%m' 2>/dev/null | tr -dc '0-9\n' | sed -n '/^[0-9]\{1,12\}$/p' | sort -n | tail -n 1)
-    if [[ -n $MEM ]] && shape_ok MEM && [[ -n $most_mem ]] && ((most_mem > 1)) && (($(memory_mb "$MEM") > most_mem)); then
-        problem "MEM='$MEM' is more than the nodes of partition '$part' have (at most ${most_mem} MB each); use MEM=${most_mem}M or less, or MEM=0 for all of a node's memory."
-    fi
-    max_time=$(sinfo -h -p "$part" -o '%l' 2>/dev/null | sort -u | head -n 1)
-    if [[ -n $TIME ]] && shape_ok TIME && limit=$(time_seconds "$max_time" 2>/dev/null) && ((limit >= 0)); then
-        if (($(time_seconds "$TIME") > limit)); then
-            problem "TIME='$TIME' is above the time limit of partition '$part' ($max_time); use TIME=$max_time or less."
-        fi
-    fi
-}
-job_partition=$PARTITION # the default partition, where sinfo names it (check_cluster)
-if [[ $mode == submit ]] && ((nodes_ok)) && shape_ok CPUS_PER_TASK && shape_ok GPUS_PER_TASK && shape_ok PARTITION; then
-    check_cluster
 fi
 
 # ---- the memory plan: what a node, a rank and a GPU will hold, against what they have -----------
@@ -215,6 +174,7 @@ memory_plan() {
     local -a plan_args=(--config "$config_arg" --nodes "$NODES" --gpus "$GPUS")
     ((GPUS_PER_TASK > 0)) || plan_args+=(--cpu)
     [[ -z $job_partition ]] || plan_args+=(--partition "$job_partition")
+    [[ -z $unreachable ]] || plan_args+=(--node-memory-unknown "sinfo could not answer, see above")
     if ! "$check_py" -c 'import importlib.util as u, sys; sys.exit(not all(map(u.find_spec, sys.argv[1:])))' \
         torch torch_geometric yaml >/dev/null 2>&1; then
         say "note: $check_py cannot import torch and torch_geometric: the memory plan was not made ('make setup' builds .venv)."
@@ -251,14 +211,11 @@ PROJECT_DIR=$root
 CONFIG=$config_arg
 
 # ---- the request as SLURM options -------------------------------------------------------------
+# Each setting whose row (jobs/knobs.md) names an sbatch option, as that option; then what several settings
+# decide together.
 gpu_options "$GPUS_PER_TASK"
-resources=(--nodes="$NODES" --ntasks="$GPUS" --ntasks-per-node="$per_node" "${GPU_OPTIONS[@]}")
-[[ -z $CPUS_PER_TASK ]] || resources+=(--cpus-per-task="$CPUS_PER_TASK")
-[[ -z $MEM ]] || resources+=(--mem="$MEM")
-[[ -z $TIME ]] || resources+=(--time="$TIME")
-[[ -z $PARTITION ]] || resources+=(--partition="$PARTITION")
-[[ -z $ACCOUNT ]] || resources+=(--account="$ACCOUNT")
-[[ -z $QOS ]] || resources+=(--qos="$QOS")
+sbatch_options resources
+resources+=(--ntasks-per-node="$per_node" "${GPU_OPTIONS[@]}")
 
 # ---- the job-start install: its wheels are prepared here, on the login node ------------------
 prepare_wheels() {
@@ -293,12 +250,9 @@ print_steps() {
 # ---- make srun: the direct lines for an interactive allocation ---------------------------------
 if [[ $mode == srun ]]; then
     # the allocation's options on the step; the CPUs and GPUs per task the steps pass on themselves
-    STEP_ALLOCATION=(--nodes="$NODES" --ntasks="$GPUS" --ntasks-per-node="$per_node")
-    [[ -z $MEM ]] || STEP_ALLOCATION+=(--mem="$MEM")
-    [[ -z $TIME ]] || STEP_ALLOCATION+=(--time="$TIME")
-    [[ -z $PARTITION ]] || STEP_ALLOCATION+=(--partition="$PARTITION")
-    [[ -z $ACCOUNT ]] || STEP_ALLOCATION+=(--account="$ACCOUNT")
-    [[ -z $QOS ]] || STEP_ALLOCATION+=(--qos="$QOS")
+    # (the job's name belongs to sbatch, and names the log)
+    sbatch_options STEP_ALLOCATION CPUS_PER_TASK JOB_NAME
+    STEP_ALLOCATION+=(--ntasks-per-node="$per_node")
     [[ $image_kind != none ]] || STEP_ALLOCATION+=(--chdir="$root")
     prepare_wheels >&2
     job_steps "$NODES" "$CPUS_PER_TASK" ""
@@ -312,14 +266,12 @@ read -r -a sbatch_extra <<<"$SBATCH_ARGS"
 # Unique to this submission and kept by every requeue of it (the job's saved environment): its run
 # directory records it, so another job with the same id never resumes it (train/loop/rundir.py).
 submission=$(date -u +%Y%m%dT%H%M%SZ)-$(od -An -N6 -tx1 /dev/urandom | tr -d ' \n')
-sbatch_cmd=(sbatch --parsable --export=ALL --chdir="$root" --job-name="$JOB_NAME" --output="$LOG_DIR/%x-%j.log"
+sbatch_cmd=(sbatch --parsable --export=ALL --chdir="$root" --output="$LOG_DIR/%x-%j.log"
     "${resources[@]}" "${sbatch_extra[@]}" "$script")
-# The knobs of jobs/train.sbatch travel in the environment: --export=ALL (as the seed), also where
-# a site sets SBATCH_EXPORT=NONE.
-job_env=(CONFIG="$config_arg" ARGS="$ARGS" IMAGE="$IMAGE" PROJECT_DIR="$root" DATA_DIR="$DATA_DIR"
-    GPUS_PER_TASK="$GPUS_PER_TASK" SRUN_ARGS="$SRUN_ARGS" CONTAINER_MOUNTS="$CONTAINER_MOUNTS" CODE_DIR="$CODE_DIR"
-    INSTALL_PROJECT="$INSTALL_PROJECT" BARE_PYTHON="$BARE_PYTHON" DOCTOR="$DOCTOR" DOCTOR_TIMEOUT="$DOCTOR_TIMEOUT"
-    PYG_SUBMISSION_ID="$submission")
+# The settings of jobs/train.sbatch (the rows whose job column says yes) travel in the environment:
+# --export=ALL (as the seed), also where a site sets SBATCH_EXPORT=NONE.
+job_env=(PROJECT_DIR="$root" PYG_SUBMISSION_ID="$submission")
+while read -r name; do job_env+=("$name=${!name}"); done < <(knobs_to_job)
 
 if [[ -n $DRY_RUN ]]; then
     echo "# DRY_RUN=1: nothing submitted."

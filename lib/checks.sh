@@ -1,5 +1,6 @@
 # shellcheck shell=bash
-# The shape of every make variable and job knob, in one table (SHAPE below), checked by all that read them:
+# The shape of every make variable and job setting (SHAPE below; the settings' come from their table,
+# jobs/knobs.md), checked by all that read them:
 # jobs/submit.sh (make submit, make srun), jobs/train.sbatch (the knobs it reads, also when run by hand),
 # container/image.sh, enroot-build.sh and data.sh, and the Makefile's other targets, whose recipes run
 # `bash lib/checks.sh "make TARGET" VAR...` first. A dry run checks exactly what a real run checks.
@@ -18,32 +19,13 @@ PROBLEMS=()
 declare -A SHAPE_FAILED=()
 
 # The shape of each variable: "[optional] KIND [ARGS...]"; optional: empty is valid (the default applies).
+# The job's settings have theirs in their table, jobs/knobs.md (jobs/lib/knobs.sh reads it); the other make
+# variables here.
+# shellcheck source=jobs/lib/knobs.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../jobs/lib/knobs.sh"
+# shellcheck source=lib/image.sh
+source "$(dirname "${BASH_SOURCE[0]}")/image.sh" # image_kind: IMAGE's shape depends on what it names
 declare -A SHAPE=(
-    # the job's knobs (jobs/knobs.mk)
-    [NODES]="count 100000"
-    [GPUS]="count 1000000"
-    [CONFIG]="path"
-    [ARGS]="words"
-    [IMAGE_DIR]="path"
-    [IMAGE]="image"
-    [GPUS_PER_TASK]="choice 0 1"
-    [CPUS_PER_TASK]="optional count 100000"
-    [MEM]="optional memory"
-    [TIME]="optional time"
-    [PARTITION]="optional names"
-    [ACCOUNT]="optional name"
-    [QOS]="optional name"
-    [SBATCH_ARGS]="options sbatch"
-    [SRUN_ARGS]="options srun"
-    [DATA_DIR]="optional path"
-    [LOG_DIR]="path"
-    [JOB_NAME]="name 200"
-    [CONTAINER_MOUNTS]="optional mounts"
-    [CODE_DIR]="optional path"
-    [INSTALL_PROJECT]="choice auto 0 1"
-    [BARE_PYTHON]="optional command"
-    [DOCTOR]="choice 0 1 only"
-    [DOCTOR_TIMEOUT]="count 86400"
     # make image, make data (mk/image.mk, mk/data.mk), and every target's DRY_RUN
     [PYG_TAG]="tag"
     [BUILDER]="choice auto docker enroot"
@@ -64,21 +46,29 @@ declare -A SHAPE=(
     [GPU_CHECK_ARGS]="words"
     [RUN]="optional path"
 )
+for _knob in "${KNOBS[@]}"; do SHAPE[$_knob]=${KNOB_SHAPE[$_knob]}; done
+unset _knob
 
-# Options that make submit sets from a knob (sbatch) or that every step sets itself (srun): given in
-# SBATCH_ARGS or SRUN_ARGS they would override a checked value. option -> what to do instead.
+# Options that make submit sets from a setting (sbatch) or that every step sets itself (srun): given in
+# SBATCH_ARGS or SRUN_ARGS they would override a checked value. option -> what to do instead. The options a
+# setting becomes are its row's (jobs/knobs.md); these are the ones the job sets from several or itself.
 # shellcheck disable=SC2034 # both tables are read through a nameref (shape_options)
 declare -A SBATCH_OWN=(
-    [nodes]="use NODES=" [N]="use NODES=" [ntasks]="use GPUS=" [n]="use GPUS="
     [ntasks-per-node]="use NODES= and GPUS= (GPUS/NODES per node)" [gpus-per-task]="use GPUS_PER_TASK="
-    [gpu-bind]="use GPUS_PER_TASK=" [cpus-per-task]="use CPUS_PER_TASK=" [c]="use CPUS_PER_TASK="
-    [mem]="use MEM=" [time]="use TIME=" [t]="use TIME=" [partition]="use PARTITION=" [p]="use PARTITION="
-    [account]="use ACCOUNT=" [A]="use ACCOUNT=" [qos]="use QOS=" [q]="use QOS=" [job-name]="use JOB_NAME="
-    [J]="use JOB_NAME=" [output]="use LOG_DIR=" [o]="use LOG_DIR="
+    [gpu-bind]="use GPUS_PER_TASK=" [output]="use LOG_DIR=" [o]="use LOG_DIR="
     [chdir]="leave it out: the job runs in the project" [D]="leave it out: the job runs in the project"
     [export]="leave it out: the job gets your whole environment (--export=ALL)"
     [parsable]="leave it out: make submit sets it"
 )
+# shellcheck disable=SC2034 # read through a nameref (shape_options)
+for _knob in "${KNOBS[@]}"; do
+    for _option in ${KNOB_SBATCH[$_knob]}; do
+        _option=${_option#-}
+        _option=${_option#-}
+        SBATCH_OWN[$_option]="use $_knob="
+    done
+done
+unset _knob _option
 # shellcheck disable=SC2034
 declare -A SRUN_OWN=(
     [kill-on-bad-exit]="leave it out: every step sets it" [K]="leave it out: every step sets it"
@@ -115,7 +105,7 @@ check_shapes() {
     local -a words
     for name in "$@"; do
         [[ -v SHAPE[$name] ]] || {
-            problem "lib/checks.sh knows no shape for $name (add it to SHAPE)"
+            problem "$name is not a setting: the job's settings (jobs/knobs.md) are ${KNOBS[*]}; lib/checks.sh's SHAPE has the other variables' shapes."
             continue
         }
         read -r -a words <<<"${SHAPE[$name]}"
@@ -231,6 +221,7 @@ shape_options() {
             for key in "${!own[@]}"; do # getopt_long takes any unambiguous prefix: --nod=2 is --nodes=2
                 ((${#key} > 1)) && [[ $key == "$long"* ]] && instead=${own[$key]}
             done
+            [[ ! -v own[$long] ]] || instead=${own[$long]} # the whole name: --ntasks, not --ntasks-per-node
             [[ $tool != srun || ! $long =~ ^(no-)?container- ]] || instead="use IMAGE= and CONTAINER_MOUNTS="
         elif [[ $word =~ ^-([A-Za-z]) && -v own[${BASH_REMATCH[1]}] ]]; then
             instead=${own[${BASH_REMATCH[1]}]}
@@ -292,16 +283,6 @@ time_seconds() {
         return 1
     fi
     echo $((10#$d * 86400 + 10#$h * 3600 + 10#$m * 60 + 10#$sec))
-}
-
-# image_kind IMAGE: what an image value names, on stdout: none (the host's Python), file (a squashfs file:
-# absolute, ./relative, or ending in .sqsh) or registry (pyxis pulls it: nvcr.io#nvidia/pyg:TAG).
-image_kind() {
-    case $1 in
-    none) echo none ;;
-    /* | .* | *.sqsh) echo file ;;
-    *) echo registry ;;
-    esac
 }
 
 # An image for the job (or `make data`): none, a .sqsh path, or a registry image.

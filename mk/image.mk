@@ -1,6 +1,6 @@
 # `make image`: the training image (NVIDIA's PyG container + this project), built with enroot or docker.
 # The base tag has one source, the `ARG PYG_TAG=` line of container/Dockerfile, read by jobs/lib/knobs.sh.
-# IMAGE and IMAGE_DIR, shared with `make submit` and `make data`, are defined in jobs/knobs.mk.
+# IMAGE and IMAGE_DIR, shared with `make submit` and `make data`, are settings of jobs/knobs.md.
 PYG_TAG_DEFAULT := $(shell env -u PYG_TAG bash $(CURDIR)/jobs/lib/knobs.sh PYG_TAG)
 # make image: the tag of nvcr.io/nvidia/pyg to build on (default: container/Dockerfile's)
 PYG_TAG ?= $(PYG_TAG_DEFAULT)

@@ -1,10 +1,9 @@
 # `make submit` / `make srun`: the multi-node job (jobs/train.sbatch), checked by jobs/submit.sh.
-# Its knobs (NODES, GPUS, IMAGE, ...), their defaults and documentation: jobs/knobs.mk (Makefile includes it).
-# DRY_RUN comes from mk/image.mk.
+# Its settings (NODES, GPUS, IMAGE, ...), their defaults, shapes and documentation: the table jobs/knobs.md
+# (KNOBS: the Makefile reads it). DRY_RUN comes from mk/image.mk.
 
-# Every knob reaches jobs/submit.sh as an environment variable (Makefile: export_for).
-JOBS_VARS = NODES GPUS CONFIG ARGS IMAGE GPUS_PER_TASK CPUS_PER_TASK MEM TIME PARTITION ACCOUNT QOS SBATCH_ARGS \
-	SRUN_ARGS DATA_DIR LOG_DIR JOB_NAME CONTAINER_MOUNTS CODE_DIR INSTALL_PROJECT BARE_PYTHON DOCTOR DOCTOR_TIMEOUT DRY_RUN
+# Every setting reaches jobs/submit.sh as an environment variable (Makefile: export_for).
+JOBS_VARS = $(KNOBS) DRY_RUN
 
 .PHONY: submit srun
 

@@ -4,7 +4,7 @@
 
 # make report: the run directory (runs/<id>); empty: the newest run
 RUN ?=
-# DOCTOR and DOCTOR_TIMEOUT: jobs/knobs.mk.
+# DOCTOR and DOCTOR_TIMEOUT: jobs/knobs.md.
 
 # NODES or GPUS given by the user (not mk/jobs.mk's defaults): the doctor runs as a SLURM job.
 DOCTOR_ON_SLURM = $(filter command line environment,$(origin NODES) $(origin GPUS))

@@ -337,8 +337,7 @@ def test_make_help_lists_image_and_its_variables():
     r = run(["make", "--no-print-directory", "help"], clean_env())
     assert r.returncode == 0, r.stderr
     assert re.search(r"make image\s+\S", r.stdout)
-    for var in ("PYG_TAG=", "IMAGE_DIR=images", "IMAGE=$(IMAGE_DIR)/pyg-train-$(PYG_TAG).sqsh", "BUILDER=auto",
-                "DRY_RUN="):
+    for var in ("PYG_TAG=", "IMAGE_DIR=images", "IMAGE=images/pyg-train-", "BUILDER=auto", "DRY_RUN="):
         assert var in r.stdout
 
 

@@ -3,7 +3,7 @@ name, benchmark, subcommand and exit status they name exists, and every link bet
 file, and to a heading there).
 
 Read from the Markdown sources and the code's own homes: the Makefile and mk/*.mk (targets with `##`),
-jobs/knobs.mk and the `?=` lines (variables), train/config.py's dataclasses (config keys) and its model names,
+jobs/knobs.md and the `?=` lines (variables), train/config.py's dataclasses (config keys) and its model names,
 train/configs/ (shipped configs), bench/__main__.py's BENCHES, train/__main__.py's SUBCOMMANDS,
 train/errors.py (exit statuses).
 """
@@ -19,6 +19,7 @@ import pytest
 
 import train.errors
 from bench.__main__ import BENCHES
+from tests.harness.knobs import make_variables  # the rows of jobs/knobs.md and the `?=` lines
 from train.__main__ import SUBCOMMANDS
 from train.config import BUILTIN_MODELS, USER_MODEL_RE, Config, available_configs
 
@@ -27,7 +28,7 @@ PAGES = sorted([ROOT / "README.md", ROOT / "CONTRIBUTING.md", ROOT / "bench" / "
                 *(ROOT / "docs").glob("*.md")])
 README_MAX_LINES = 160  # the user's five minutes (issue 19: "aim: under ~150 lines")
 
-MAKEFILES = [ROOT / "Makefile", *sorted((ROOT / "mk").glob("*.mk")), ROOT / "jobs" / "knobs.mk"]
+MAKEFILES = [ROOT / "Makefile", *sorted((ROOT / "mk").glob("*.mk"))]
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)|!\[[^\]]*\]\(([^)\s]+)\)")
 CODE_SPAN = re.compile(r"`([^`\n]+)`")
 MAKE_WORD = r"""[A-Za-z_][A-Za-z0-9_-]*=(?:'[^']*'|"[^"]*"|\S*)|[a-z][a-z0-9-]*"""  # NAME=value or a target
@@ -57,14 +58,6 @@ def make_targets() -> set[str]:
     found = set()
     for path in MAKEFILES:
         found |= set(re.findall(r"^([a-z][a-z0-9-]*):[^=\n]*##", path.read_text(), flags=re.MULTILINE))
-    return found
-
-
-def make_variables() -> set[str]:
-    """Every variable a user may set: `NAME ?=` in the Makefile, mk/*.mk and jobs/knobs.mk."""
-    found = set()
-    for path in MAKEFILES:
-        found |= set(re.findall(r"^([A-Z][A-Z0-9_]*)\s*\?=", path.read_text(), flags=re.MULTILINE))
     return found
 
 

@@ -15,10 +15,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.harness.knobs import make_variables
+
 ROOT = Path(__file__).resolve().parents[1]
-MAKEFILES = [ROOT / "Makefile", ROOT / "jobs" / "knobs.mk", *sorted((ROOT / "mk").glob("*.mk"))]
-# Every variable a user may set: the `VAR ?=` lines (what `make help` lists).
-VARIABLES = sorted({m for f in MAKEFILES for m in re.findall(r"^([A-Z_]+) \?=", f.read_text(), re.M)})
+MAKEFILES = [ROOT / "Makefile", *sorted((ROOT / "mk").glob("*.mk"))]
+# Every variable a user may set: the `VAR ?=` lines and the job's settings (jobs/knobs.md): what `make help` lists.
+VARIABLES = sorted(make_variables())
 TARGETS = sorted({m for f in MAKEFILES for m in re.findall(r"^([a-z][a-z-]*):.*## ", f.read_text(), re.M)}
                  - {"help", "clean"})
 TOKEN = "INJECTEDTOKEN"

@@ -20,6 +20,7 @@ import pytest
 
 from tests.harness import standin_bin
 from tests.harness.jobscript import KNOBS, run_job_script
+from tests.harness.knobs import TABLE, knobs, make_variables
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = [ROOT / "jobs" / "submit.sh", ROOT / "jobs" / "train.sbatch", *sorted((ROOT / "jobs" / "lib").glob("*.sh")),
@@ -33,11 +34,14 @@ def standin(tmp_path):
     bindir = tmp_path / "bin"
     bindir.mkdir()
     standin_bin.install(bindir, "sbatch")  # records its arguments and the job's knobs, answers like --parsable
+    standin_bin.install(bindir, "sinfo", "fixed-output")  # answers nothing (not this machine's SLURM, if it has one)
+    (bindir / "sinfo.out").write_text("")
     record = tmp_path / "sbatch-calls.txt"
     env = {k: v for k, v in os.environ.items()
            if k not in (*KNOBS, "OMP_NUM_THREADS", "MPLCONFIGDIR") and not k.startswith("SLURM_")}
     env["PATH"] = f"{bindir}:{env['PATH']}"
     env["STANDIN_RECORD"] = str(record)
+    env["STANDIN_DIR"] = str(bindir)
     return env, record
 
 
@@ -501,33 +505,153 @@ def test_dry_run_prints_the_plan_and_a_plan_that_fits_is_submitted(cluster_stand
     assert p.returncode == 0 and "Submitted job 4242" in p.stdout and record.exists(), p.stderr
 
 
-# ---- one home for each job knob: jobs/knobs.mk ---------------------------------------------------
+# ---- one table for the job's settings: jobs/knobs.md ----------------------------------------------
 
-KNOB_FILE = ROOT / "jobs" / "knobs.mk"
-KNOB_LINE = re.compile(r"^([A-Z_]+) \?=(?: (\S+))?$")
-
-
-def knob_defaults() -> dict[str, str]:
-    return {m.group(1): m.group(2) or "" for m in map(KNOB_LINE.match, KNOB_FILE.read_text().splitlines()) if m}
-
-
-def test_every_knob_has_one_home_with_its_documentation():
-    lines = KNOB_FILE.read_text().splitlines()
-    for i, line in enumerate(lines):
-        if "?=" in line and not line.startswith("#"):
-            assert KNOB_LINE.match(line), f"jobs/knobs.mk: {line!r} is not `NAME ?= one-word-default`"
-            assert lines[i - 1].startswith("# ") and len(lines[i - 1]) > 10, f"{line!r} has no documentation line"
-    knobs = set(knob_defaults())
-    jobs_vars = re.search(r"^JOBS_VARS = (.*?)(?<!\\)$", (ROOT / "mk" / "jobs.mk").read_text(), re.M | re.S).group(1)
-    assert set(jobs_vars.replace("\\", " ").split()) - {"DRY_RUN"} <= knobs
+def test_every_setting_has_one_row_with_its_documentation():
+    table = TABLE.read_text()
+    rows = knobs()
+    assert len(rows) >= 20 and len(rows) == len(re.findall(r"^\| *[A-Z]", table, re.M)), "a row the reader missed"
+    for row in rows.values():
+        assert len(row.doc.split()) >= 2, f"{row.name} has no documentation"
+        assert len(row.default.split()) <= 1, f"{row.name}'s default is not one word or nothing"
+        assert all(o.startswith("-") for o in row.sbatch), row
     for makefile in [ROOT / "Makefile", *(ROOT / "mk").glob("*.mk")]:  # no second default in make ...
-        assert not knobs & set(re.findall(r"^([A-Z_]+) \??[:?]?=", makefile.read_text(), re.M)), makefile
+        assert not set(rows) & set(re.findall(r"^([A-Z_]+) \??[:?]?=", makefile.read_text(), re.M)), makefile
     scripts = [ROOT / "jobs" / "submit.sh", ROOT / "jobs" / "train.sbatch", *(ROOT / "container").glob("*.sh")]
     for script in scripts:  # ... nor in the scripts
-        text = script.read_text()  # (DATA_DIR's empty default means data/ in the project, as knobs.mk says)
-        defaults = [k for k in knobs - {"DATA_DIR"}
+        text = script.read_text()  # (DATA_DIR's empty default means data/ in the project, as the table says)
+        defaults = [k for k in set(rows) - {"DATA_DIR"}
                     if re.search(rf"^\s*(export )?{k}=\$\{{{k}:-|\$\{{{k}:=", text, re.M)]
         assert not defaults, script
+
+
+def test_the_table_is_the_only_list_of_the_settings():
+    """No file spells the settings out again: eight or more names in a row (a third of the table) is a list of them,
+    and only the table has one (a target that reads a few of them names those)."""
+    names = "|".join(knobs())
+    a_list = re.compile(rf"\b(?:{names})\b(?:[\s\\,'\"]+\b(?:{names})\b){{7,}}")
+    files = [ROOT / "Makefile", *(ROOT / "mk").glob("*.mk"), *(ROOT / "jobs").rglob("*.sh"),
+             ROOT / "jobs" / "train.sbatch", *(ROOT / "lib").glob("*.sh"), *(ROOT / "container").glob("*.sh"),
+             *(ROOT / "tests" / "harness").glob("*.py")]
+    for path in files:
+        found = a_list.search(path.read_text())
+        assert not found, f"{path.relative_to(ROOT)} lists settings itself: {found.group(0)!r}"
+
+
+def test_what_make_passes_submit_checks_and_forwards_are_the_tables_rows(standin, tmp_path):
+    env, record = standin
+    rows = knobs()
+    # make: what reaches jobs/submit.sh (its export list), and lib/checks.sh's shape of each
+    p = subprocess.run(["make", "-pq", "help"], cwd=ROOT, env=env, capture_output=True, text=True)
+    submit_vars = re.search(r"^submit_VARS :?= (.*)$", p.stdout, re.M).group(1).split()
+    assert submit_vars == [*rows, "DRY_RUN"]
+    script = 'source "$1"; for k in "${KNOBS[@]}"; do printf "%s\t%s\n" "$k" "${SHAPE[$k]}"; done'
+    shapes = subprocess.run(["bash", "-c", script, "shapes", str(ROOT / "lib" / "checks.sh")], capture_output=True,
+                            text=True, check=True).stdout
+    assert dict(line.split("\t") for line in shapes.splitlines()) == {k: r.shape for k, r in rows.items()}
+    # submit.sh: every setting with an sbatch option becomes it; the job's environment is the rows that travel
+    given = {"NODES": "2", "GPUS": "4", "CPUS_PER_TASK": "3", "MEM": "7G", "TIME": "9", "PARTITION": "p1",
+             "ACCOUNT": "a1", "QOS": "q1", "JOB_NAME": "j1"}
+    assert set(given) == {k for k, r in rows.items() if r.sbatch}, "a new sbatch option: give it a value here"
+    p = make(env, "submit", "IMAGE=none", "CONFIG=tiny", *(f"{k}={v}" for k, v in given.items()), "DRY_RUN=1")
+    assert p.returncode == 0, p.stderr
+    words = sbatch_words(p.stdout)
+    for name, value in given.items():
+        assert f"{rows[name].sbatch[0]}={value}" in words, (name, words)
+    assert set(job_env(p.stdout)) == {k for k, r in rows.items() if r.job} | {"PROJECT_DIR", "PYG_SUBMISSION_ID"}
+    # SBATCH_ARGS may set none of those options, long or short: each names its setting
+    for name, row in rows.items():
+        for option in row.sbatch:
+            p = make(env, "submit", "IMAGE=none", "CONFIG=tiny", f"SBATCH_ARGS={option}=1", "DRY_RUN=1")
+            assert p.returncode == 2 and f"use {name}=" in p.stderr, (option, p.stderr)
+    # the job checks exactly the settings that travel to it: a bad value of one of them is refused there
+    for name, row in rows.items():
+        if row.job and row.shape.split()[-1] in ("1", "only"):  # a choice: "x" is not one of them
+            job, calls = run_job_script(tmp_path, {"IMAGE": "none", "CONFIG": "tiny", name: "x"})
+            assert job.returncode == 2 and f"{name}='x'" in job.stderr and not calls, (name, job.stderr)
+    assert not record.exists()
+
+
+@pytest.mark.parametrize("call, meant", [
+    (["submit", "NODE=2", "DRY_RUN=1"], "NODES"), (["submit", "nodes=2", "DRY_RUN=1"], "NODES"),
+    (["submit", "CPU_PER_TASK=2", "DRY_RUN=1"], "CPUS_PER_TASK"), (["help", "GPU=1"], "GPUS"),
+    (["help", "NPROCS=1"], "NPROC")])
+def test_a_mistyped_setting_is_refused_naming_the_valid_ones(standin, call, meant):
+    env, record = standin
+    p = make(env, *call)
+    assert p.returncode == 2, p.stdout + p.stderr
+    typo = call[1].split("=")[0]
+    assert f"{typo} ({meant}?): not a setting" in p.stderr and " ".join(knobs()) in p.stderr, p.stderr
+    assert "NPROC" in p.stderr and not p.stdout  # the other variables too; and nothing ran
+    assert not record.exists()
+
+
+def test_another_variable_passes_to_the_job_and_a_typo_of_a_value_name_is_named(standin):
+    """NCCL_DEBUG=INFO on the command line is an environment variable for the job (--export=ALL), not a typo."""
+    env, record = standin
+    p = make(env, "submit", "IMAGE=none", "CONFIG=tiny", "NCCL_DEBUG=INFO", "HOME=/nonexistent-home")
+    assert p.returncode == 0 and "not a setting" not in p.stderr, p.stderr
+    assert "Submitted job 4242" in p.stdout and record.exists()
+    p = subprocess.run(["bash", str(ROOT / "jobs" / "lib" / "knobs.sh"), "NODE"], capture_output=True, text=True)
+    assert p.returncode != 0 and "NODE is not a setting" in p.stderr and " ".join(knobs()) in p.stderr
+
+
+def test_help_shows_every_value_expanded():
+    """`make help` shows what each variable is, never make's $(...) text (the image tag: container/Dockerfile's)."""
+    tag = re.search(r"^ARG PYG_TAG=(\S+)$", (ROOT / "container" / "Dockerfile").read_text(), re.M).group(1)
+    p = subprocess.run(["make", "--no-print-directory", "help", "NODES=3"], cwd=ROOT, capture_output=True, text=True,
+                       env={"PATH": os.environ["PATH"]}, timeout=60)
+    assert p.returncode == 0, p.stderr
+    values = dict(re.findall(r"^  ([A-Z_]+)=(\S*)", p.stdout, re.M))
+    assert values["PYG_TAG"] == tag and values["IMAGE"] == f"images/pyg-train-{tag}.sqsh"
+    assert values["NODES"] == "3" and values["VENV"] == ".venv" and values["CONFIG"] == "synthetic"
+    assert not [v for v in values.values() if "$" in v], values
+    assert set(values) == make_variables()
+
+
+def test_setup_prints_the_commands_it_runs_with_their_values(tmp_path):
+    """make setup (the venv's rule) prints each command as it runs it, with its values: no $PYTHON, no comment."""
+    python = tmp_path / "py"  # a stand-in interpreter: its `-m venv -- DIR` makes DIR/bin/pip, which succeeds
+    python.write_text('#!/bin/sh\nmkdir -p "$4/bin" && printf "#!/bin/sh\\nexit 0\\n" >"$4/bin/pip" && '
+                      'chmod +x "$4/bin/pip"\n')
+    python.chmod(0o755)
+    venv = tmp_path / "venv"
+    p = subprocess.run(["make", "--no-print-directory", "setup", f"PYTHON={python}", f"VENV={venv}"], cwd=ROOT,
+                       capture_output=True, text=True, env={"PATH": os.environ["PATH"]}, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines() == [
+        f"{python} -m venv -- {venv}",
+        f"{venv}/bin/pip install --quiet --disable-pip-version-check -r requirements-dev.lock  (pinned; CPU torch)"]
+    assert (venv / ".stamp").exists()
+
+
+# ---- where no SLURM controller answers: one short line, no raw sinfo or sbatch errors ----------------
+
+SINFO_ERRORS = ("sinfo: error: resolve_ctls_from_dns_srv: res_nsearch error: Unknown host\n"
+                "sinfo: error: fetch_config: DNS SRV lookup failed\n"
+                "sinfo: error: _establish_config_source: failed to fetch config\n"
+                "sinfo: fatal: Could not establish a configuration source\n")
+
+
+def test_no_controller_is_said_once_in_a_dry_run_and_stops_a_real_submit(standin):
+    env, record = standin
+    bindir = Path(env["STANDIN_DIR"])
+    standin_bin.install(bindir, "sinfo", "failing")  # what sinfo prints on a machine with no slurm.conf
+    (bindir / "sinfo.err").write_text(SINFO_ERRORS)
+    said = ("no SLURM controller is reachable from this machine (sinfo: error: resolve_ctls_from_dns_srv: "
+            "res_nsearch error: Unknown host)")
+    p = make(env, "submit", "IMAGE=none", "CONFIG=tiny", "DRY_RUN=1")
+    assert p.returncode == 0, p.stderr
+    output = p.stdout + p.stderr
+    assert output.count("no SLURM controller") == 1 and said in p.stderr, output
+    assert "fetch_config" not in output and "sinfo failed" not in output
+    node_row = next(line for line in p.stdout.splitlines() if "a node has" in line)
+    assert len(node_row) < 160 and "sinfo could not answer" in node_row, node_row
+    p = make(env, "submit", "IMAGE=none", "CONFIG=tiny")
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert p.stderr.count("no SLURM controller") == 1 and said in p.stderr and "fetch_config" not in p.stderr
+    assert "nothing was submitted" in p.stderr and "memory plan" not in p.stdout
+    assert not record.exists()
 
 
 def make_tree_copy(tmp_path: Path) -> Path:
@@ -548,10 +672,10 @@ def make_tree_copy(tmp_path: Path) -> Path:
 def test_a_knob_default_changed_in_one_place_is_what_help_submit_and_the_job_use(standin, tmp_path, knob, default):
     env, record = standin
     copy = make_tree_copy(tmp_path)
-    knobs = copy / "jobs" / "knobs.mk"
-    text, count = re.subn(rf"^{knob} \?=.*$", f"{knob} ?= {default}", knobs.read_text(), flags=re.M)
-    assert count == 1
-    knobs.write_text(text)
+    table = copy / "jobs" / "knobs.md"
+    text, count = re.subn(rf"^(\| *{knob} *\| *)\S+", rf"\g<1>{default}", table.read_text(), flags=re.M)
+    assert count == 1 and knobs(text)[knob].default == default
+    table.write_text(text)
     run_make = functools.partial(subprocess.run, cwd=copy, env=env, capture_output=True, text=True, timeout=120)
     # make help
     p = run_make(["make", "--no-print-directory", "help"])
@@ -603,3 +727,35 @@ def test_launch_line_bare_mode_is_the_host_interpreter(tmp_path):
     assert launch("none", "/d", "", "", "", "/opt/py/bin/python3") == ["/opt/py/bin/python3"]
     assert launch("none", "/d") == [str(ROOT / ".venv" / "bin" / "python")]
     assert launch("none", "/d", project=tmp_path) == ["python3"]  # no .venv in that project
+
+
+# ---- what an IMAGE value names: one home, lib/image.sh ----------------------------------------------------
+
+@pytest.mark.parametrize("image, kind", [
+    ("none", "none"), ("/abs/pyg.sqsh", "file"), ("./pyg", "file"), ("images/pyg-train-25.05-py3.sqsh", "file"),
+    ("nvcr.io#nvidia/pyg:25.05-py3", "registry"), ("registry.example.com/team/pyg:1", "registry")])
+def test_the_image_kind_is_decided_in_one_function(image, kind):
+    p = subprocess.run(["bash", "-c", 'source "$1"; image_kind "$2"', "kind", str(ROOT / "lib" / "image.sh"), image],
+                       capture_output=True, text=True, check=True)
+    assert p.stdout == f"{kind}\n"
+    scripts = [*(ROOT / "jobs").rglob("*.sh"), ROOT / "jobs" / "train.sbatch", *(ROOT / "lib").glob("*.sh"),
+               *(ROOT / "container").glob("*.sh")]
+    homes = [s for s in scripts if re.search(r"^image_kind\(\)", s.read_text(), re.M)]
+    assert homes == [ROOT / "lib" / "image.sh"]
+    for script in scripts:  # no script tells the kinds apart by the value itself
+        assert not re.search(r"\$\{?(IMAGE|image|1)\}? [!=]= none", script.read_text()), script
+
+
+def test_the_cluster_is_asked_once_and_each_limit_checked_on_that_answer(standin):
+    env, record = standin
+    bindir = Path(env["STANDIN_DIR"])
+    standin_bin.install(bindir, "sinfo", "fixed-output")  # records each call's arguments
+    (bindir / "sinfo.out").write_text("big*|n1|4|gpu:2|8000|1:00:00\nbig*|n2|4|gpu:2|8000|1:00:00\n")
+    p = make(env, "submit", "IMAGE=none", "CONFIG=tiny", "NODES=3", "GPUS=3", "MEM=9G", "TIME=2:00:00", "DRY_RUN=1")
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert "NODES=3: partition 'big' has only 2 node(s)" in p.stderr
+    assert "MEM='9G' is more than the nodes of partition 'big' have (at most 8000 MB each)" in p.stderr
+    assert "TIME='2:00:00' is above the time limit of partition 'big' (1:00:00)" in p.stderr
+    calls = (bindir / "sinfo.argv").read_text().splitlines()
+    assert calls == ["-h -N -o %P|%N|%c|%G|%m|%l"], calls  # one call (the memory plan runs only on a valid request)
+    assert not record.exists()

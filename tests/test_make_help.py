@@ -7,8 +7,10 @@ import re
 import subprocess
 from pathlib import Path
 
+from tests.harness.knobs import make_variables
+
 ROOT = Path(__file__).resolve().parents[1]
-MAKEFILES = [ROOT / "Makefile", *sorted((ROOT / "mk").glob("*.mk")), ROOT / "jobs" / "knobs.mk"]
+MAKEFILES = [ROOT / "Makefile", *sorted((ROOT / "mk").glob("*.mk"))]
 
 
 def help_text() -> str:
@@ -26,10 +28,7 @@ def documented_targets() -> list[str]:
 
 
 def settable_variables() -> list[str]:
-    found = []
-    for path in MAKEFILES:
-        found += re.findall(r"^([A-Z_]+) \?=", path.read_text(), re.M)
-    return found
+    return sorted(make_variables())
 
 
 def test_help_lists_every_target_once_in_the_users_order():

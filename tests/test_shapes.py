@@ -16,14 +16,14 @@ from pathlib import Path
 import pytest
 
 from tests.harness.jobscript import KNOBS
+from tests.harness.knobs import make_variables
 
 ROOT = Path(__file__).resolve().parents[1]
 CHECKS = ROOT / "lib" / "checks.sh"
-MAKEFILES = [ROOT / "Makefile", ROOT / "jobs" / "knobs.mk", *sorted((ROOT / "mk").glob("*.mk"))]
 
 
 def clean_env(**extra: str) -> dict[str, str]:
-    drop = {*KNOBS, *re.findall(r"^([A-Z_]+) \?=", "\n".join(f.read_text() for f in MAKEFILES), re.M)}
+    drop = {*KNOBS, *make_variables()}
     env = {k: v for k, v in os.environ.items() if k not in drop and not k.startswith(("SLURM_", "MAKE", "STANDIN_"))}
     return {**env, **extra}
 
@@ -51,7 +51,7 @@ def check(env_value: dict[str, str], *names: str) -> subprocess.CompletedProcess
 
 def test_every_variable_of_every_target_and_every_knob_has_a_shape():
     table = shapes()
-    declared = set(re.findall(r"^([A-Z_]+) \?=", "\n".join(f.read_text() for f in MAKEFILES), re.M))
+    declared = make_variables()
     read = {v for names in target_variables().values() for v in names}
     assert declared - set(table) == set(), "a make variable without a shape in lib/checks.sh"
     assert read - set(table) == set(), "a variable a target reads without a shape in lib/checks.sh"
@@ -142,7 +142,8 @@ def test_each_shape_takes_what_it_must(name, value):
 
 def test_a_variable_without_a_shape_is_a_bug_not_a_pass():
     p = check({"NOSUCHVAR": "1"}, "NOSUCHVAR")
-    assert p.returncode == 2 and "knows no shape for NOSUCHVAR" in p.stderr
+    assert p.returncode == 2, p.stderr
+    assert "NOSUCHVAR is not a setting: the job's settings (jobs/knobs.md) are NODES GPUS" in p.stderr
 
 
 # ---- every target, every variable it reads at once: each named, nothing run -------------------------------

@@ -1,16 +1,57 @@
 # shellcheck shell=bash
-# The job's knobs from their one home, jobs/knobs.mk (also included by make), for jobs/submit.sh,
-# jobs/train.sbatch (which runs from SLURM's copy of itself, so it names the project's file) and the
-# container scripts, which share IMAGE, IMAGE_DIR and DATA_DIR with the job.
+# The job's settings from their one table, jobs/knobs.md (a row each: name, default, shape, sbatch option,
+# whether it travels to the job, documentation), for make (through `bash jobs/lib/knobs.sh make-defaults`
+# and `help`), lib/checks.sh (the shapes), jobs/submit.sh, jobs/train.sbatch (which runs from SLURM's copy
+# of itself, so it sources the project's file) and the container scripts.
 #
-#   source "$root/jobs/lib/knobs.sh"; knob_defaults "$root/jobs/knobs.mk"
+#   source "$root/jobs/lib/knobs.sh"
+#   KNOBS                      every setting's name, in the table's order
+#   KNOB_DEFAULT, KNOB_SHAPE, KNOB_SBATCH, KNOB_JOB, KNOB_DOC   NAME -> its column (KNOB_JOB: yes or empty)
+#   knob_defaults              gives every setting that is unset or empty its default (a shell variable)
+#   knob_value NAME            NAME's value, else its default with $(OTHER) resolved
+#   knobs_to_job               the names that travel to the job, one a line
+#   sbatch_options ARRAY [NAME...]   fills ARRAY with --option=VALUE of every setting with an sbatch
+#                              option and a value, but the NAMEs given
 #
-# gives every knob of the file that is unset or empty its default (a shell variable, not exported).
-# `bash jobs/lib/knobs.sh PYG_TAG` prints the base image's tag, from the one reading of
-# container/Dockerfile's `ARG PYG_TAG=` line (dockerfile_tag; mk/image.mk calls it).
+# `bash jobs/lib/knobs.sh NAME` prints NAME's value (PYG_TAG: the base image's tag, from the one reading of
+# container/Dockerfile's `ARG PYG_TAG=` line; mk/image.mk calls it), `make-defaults` each NAME=default for
+# the Makefile, `help` each setting with its value and documentation for `make help`, `near-misses VALID...
+# -- GIVEN...` the GIVEN names that are typos of VALID ones (the Makefile refuses them).
 
-declare -A KNOB_DEFAULTS=()
-KNOB_ROOT=${KNOB_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
+# Sourced twice (lib/checks.sh sources it too), it reads the table once.
+[[ -z ${KNOB_TABLE:-} || ${BASH_SOURCE[0]} == "$0" ]] || return 0
+KNOB_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+KNOB_TABLE=$KNOB_ROOT/jobs/knobs.md
+KNOBS=()
+declare -A KNOB_DEFAULT=() KNOB_SHAPE=() KNOB_SBATCH=() KNOB_JOB=() KNOB_DOC=()
+
+# trimmed TEXT: TEXT without the spaces around it.
+trimmed() {
+    local text=$1
+    text=${text#"${text%%[![:space:]]*}"}
+    printf '%s' "${text%"${text##*[![:space:]]}"}"
+}
+
+# shellcheck disable=SC2034 # the KNOB_* tables are read by the scripts that source this file
+# read_knob_table: the table's rows (`| NAME | default | shape | sbatch | job | doc |`) into KNOBS and KNOB_*.
+read_knob_table() {
+    local line name cell='[[:space:]]*([^|]*[^|[:space:]])?[[:space:]]*'
+    local row="^\|[[:space:]]*([A-Z][A-Z0-9_]*)[[:space:]]*\|$cell\|$cell\|$cell\|$cell\|(.*)\|[[:space:]]*$"
+    while IFS= read -r line; do
+        [[ $line =~ $row ]] || continue
+        name=${BASH_REMATCH[1]}
+        KNOBS+=("$name")
+        KNOB_DEFAULT[$name]=${BASH_REMATCH[2]}
+        KNOB_SHAPE[$name]=${BASH_REMATCH[3]}
+        KNOB_SBATCH[$name]=${BASH_REMATCH[4]}
+        KNOB_JOB[$name]=${BASH_REMATCH[5]}
+        KNOB_DOC[$name]=$(trimmed "${BASH_REMATCH[6]}")
+    done <"$KNOB_TABLE"
+    ((${#KNOBS[@]})) || {
+        printf 'knobs: %s has no row "| NAME | default | shape | sbatch | job | doc |"\n' "$KNOB_TABLE" >&2
+        return 1
+    }
+}
 
 # dockerfile_tag: the tag of container/Dockerfile's `ARG PYG_TAG=` line, the base image's one home.
 dockerfile_tag() {
@@ -24,12 +65,13 @@ knob_value() {
         printf '%s' "${!name}"
         return 0
     fi
-    if [[ -v KNOB_DEFAULTS[$name] ]]; then
-        value=${KNOB_DEFAULTS[$name]}
+    if [[ -v KNOB_DEFAULT[$name] ]]; then
+        value=${KNOB_DEFAULT[$name]}
     elif [[ $name == PYG_TAG ]]; then
         value=$(dockerfile_tag)
     else
-        printf 'knobs: %s is neither a knob of jobs/knobs.mk nor PYG_TAG\n' "$name" >&2
+        printf 'knobs: %s is not a setting; the settings (jobs/knobs.md) are: %s (and PYG_TAG)\n' \
+            "$name" "${KNOBS[*]}" >&2
         return 1
     fi
     while [[ $value =~ \$\(([A-Z_][A-Z0-9_]*)\) ]]; do
@@ -39,25 +81,99 @@ knob_value() {
     printf '%s' "$value"
 }
 
-# knob_defaults FILE: read FILE's `NAME ?= default` lines; set every such knob that is unset or empty.
+# knob_defaults: every setting that is unset or empty gets its default.
 knob_defaults() {
-    local file=$1 line name
-    KNOB_ROOT=$(cd "$(dirname "$file")/.." && pwd)
-    while IFS= read -r line; do
-        if [[ $line =~ ^([A-Z_][A-Z0-9_]*)\ \?=\ *(.*)$ ]]; then
-            KNOB_DEFAULTS[${BASH_REMATCH[1]}]=${BASH_REMATCH[2]}
-        fi
-    done <"$file"
-    for name in "${!KNOB_DEFAULTS[@]}"; do
-        if [[ -z ${!name:-} ]]; then
-            printf -v "$name" '%s' "$(knob_value "$name")"
-        fi
+    local name
+    for name in "${KNOBS[@]}"; do
+        [[ -n ${!name:-} ]] || printf -v "$name" '%s' "$(knob_value "$name")"
     done
 }
 
-if [[ ${BASH_SOURCE[0]} == "$0" ]]; then # `bash jobs/lib/knobs.sh NAME`: NAME's default, resolved
+knobs_to_job() {
+    local name
+    for name in "${KNOBS[@]}"; do
+        [[ ${KNOB_JOB[$name]} != yes ]] || printf '%s\n' "$name"
+    done
+}
+
+# sbatch_options ARRAY [NAME...]: ARRAY gets --option=VALUE for every setting whose row names an sbatch option
+# and whose value is not empty, in the table's order, leaving out the NAMEs given.
+sbatch_options() {
+    local -n into=$1
+    local name skip option
+    shift
+    into=()
+    for name in "${KNOBS[@]}"; do
+        option=${KNOB_SBATCH[$name]%% *}
+        [[ -n $option && -n ${!name:-} ]] || continue
+        for skip in "$@"; do [[ $skip != "$name" ]] || continue 2; done
+        into+=("$option=${!name}")
+    done
+}
+
+# knob_help: each setting as `make help` lists it: NAME=value (the environment's, else the default) and its line.
+knob_help() {
+    local name
+    for name in "${KNOBS[@]}"; do
+        printf '  %-21s  %s\n' "$name=$(knob_value "$name")" "${KNOB_DOC[$name]}"
+    done
+}
+
+# distance A B: the edit distance of A and B (Levenshtein: insertions, deletions, substitutions).
+distance() {
+    local a=$1 b=$2 i j cost
+    local -a row previous
+    for ((j = 0; j <= ${#b}; j++)); do previous[j]=$j; done
+    for ((i = 1; i <= ${#a}; i++)); do
+        row=("$i")
+        for ((j = 1; j <= ${#b}; j++)); do
+            cost=1
+            [[ ${a:i-1:1} != "${b:j-1:1}" ]] || cost=0
+            row[j]=$((previous[j - 1] + cost))
+            ((previous[j] + 1 >= row[j])) || row[j]=$((previous[j] + 1))
+            ((row[j - 1] + 1 >= row[j])) || row[j]=$((row[j - 1] + 1))
+        done
+        previous=("${row[@]}")
+    done
+    echo "${previous[${#b}]}"
+}
+
+# near_misses VALID... -- GIVEN...: each GIVEN name that is a typo of a VALID one (the same in capitals, or one
+# edit away; two for a name of 8 characters or more), with it: "GIVEN (VALID?)". A name far from all (NCCL_DEBUG)
+# is an environment variable for the programs make starts, and passes.
+near_misses() {
+    local -a valid=()
+    local name given limit
+    while (($#)) && [[ $1 != -- ]]; do valid+=("$1") && shift; done
+    shift
+    for given in "$@"; do
+        limit=$(((${#given} >= 8) + 1))
+        for name in "${valid[@]}"; do
+            ((${#given} - ${#name} <= limit && ${#name} - ${#given} <= limit)) || continue # no closer
+            if [[ ${given^^} == "$name" ]] || (($(distance "$given" "$name") <= limit)); then
+                printf '%s (%s?)\n' "$given" "$name"
+                break
+            fi
+        done
+    done
+}
+
+read_knob_table
+
+if [[ ${BASH_SOURCE[0]} == "$0" ]]; then # `bash jobs/lib/knobs.sh NAME|make-defaults|help|near-misses`
     set -euo pipefail
-    knob_defaults "$KNOB_ROOT/jobs/knobs.mk"
-    knob_value "$1"
-    echo
+    case ${1:-} in
+    make-defaults)
+        for name in "${KNOBS[@]}"; do printf '%s=%s\n' "$name" "${KNOB_DEFAULT[$name]}"; done
+        ;;
+    help) knob_help ;;
+    near-misses)
+        shift
+        near_misses "$@"
+        ;;
+    *)
+        knob_value "$1"
+        echo
+        ;;
+    esac
 fi

@@ -21,6 +21,8 @@
 
 # shellcheck disable=SC2034 # read by the scripts that source this file
 PYXIS=() LAUNCH=()
+# shellcheck source=lib/image.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../../lib/image.sh" # image_kind
 
 # pyxis_flags IMAGE PROJECT_DIR DATA_DIR [EXTRA_MOUNTS [CONTAINER_NAME [ENV_NAMES]]]: fills PYXIS.
 pyxis_flags() {
@@ -34,7 +36,7 @@ pyxis_flags() {
 # launch_line IMAGE PROJECT_DIR DATA_DIR [EXTRA_MOUNTS [CONTAINER_NAME [ENV_NAMES [BARE_PYTHON]]]]: fills
 # LAUNCH with what follows srun's own options: the pyxis flags and `python`, or the host's interpreter.
 launch_line() {
-    if [[ $1 == none ]]; then
+    if [[ $(image_kind "$1") == none ]]; then
         LAUNCH=("$(host_python "$2" "${7:-}")")
     else
         pyxis_flags "$@"

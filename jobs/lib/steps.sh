@@ -3,16 +3,14 @@
 # DRY_RUN=1` prints them and `make srun` prints them for an interactive allocation (jobs/submit.sh).
 #
 #   source "$root/lib/checks.sh"; source "$root/jobs/lib/steps.sh"     (steps.sh sources jobs/lib/pyxis.sh)
-#   image_path IMAGE PROJECT_DIR           a file image as pyxis reads it: absolute (or it takes a registry name)
-#   installs_at_start INSTALL_PROJECT KIND 1 when the project is installed into the image at job start
+#   (the image's kind, path and job-start install: lib/image.sh, which lib/checks.sh sources)
 #   gpu_options GPUS_PER_TASK              fills GPU_OPTIONS: the options of one GPU per task
 #   runs_doctor DOCTOR / trains DOCTOR      whether the job has a doctor step / a training step
 #   job_steps NODES CPUS_PER_TASK JOB_ID   fills INSTALL_STEP, DOCTOR_STEP and TRAIN_STEP
 #
-# job_steps reads the knobs IMAGE (resolved by image_path), CONFIG, ARGS, DATA_DIR (absolute, on the host),
-# GPUS_PER_TASK, SRUN_ARGS, CONTAINER_MOUNTS, CODE_DIR (absolute), INSTALL_PROJECT, BARE_PYTHON, DOCTOR, DOCTOR_TIMEOUT and
-# PROJECT_DIR, and STEP_ALLOCATION (srun options that ask for the allocation, for `make srun`; empty in a
-# job). Each step is a whole command line, `env NAME=VALUE... srun ...`, empty when the step does not run:
+# job_steps reads the settings that travel to the job (jobs/knobs.md; IMAGE resolved by image_path, DATA_DIR and
+# CODE_DIR absolute, on the host), PROJECT_DIR, and STEP_ALLOCATION (srun options that ask for the allocation,
+# for `make srun`; empty in a job). Each step is a whole command line, `env NAME=VALUE... srun ...`, empty when the step does not run:
 #   INSTALL_STEP  one task per node installs the project into a named container (container/install-project.sh,
 #                 offline, from the wheels make submit prepared in PROJECT_DIR/.wheels)
 #   DOCTOR_STEP   `python -m train doctor` on every task (DOCTOR=1 or only), the training step's options
@@ -25,24 +23,6 @@ source "$(dirname "${BASH_SOURCE[0]}")/code_dir.sh"
 
 # shellcheck disable=SC2034 # read by the scripts that source this file
 INSTALL_STEP=() DOCTOR_STEP=() TRAIN_STEP=() GPU_OPTIONS=() STEP_ALLOCATION=()
-
-# image_kind IMAGE (lib/checks.sh): none, file (a .sqsh) or registry.
-# A relative .sqsh path is the project's (pyxis reads a path only when it starts with / or .).
-image_path() {
-    if [[ $(image_kind "$1") != file || $1 == /* ]]; then
-        printf '%s\n' "$1"
-    else
-        printf '%s\n' "$2/${1#./}"
-    fi
-}
-
-# auto: a registry image is plain NVIDIA PyG, so install the project; a .sqsh from `make image` has it.
-installs_at_start() {
-    local want=$1 kind=$2
-    [[ $want != auto ]] || want=$([[ $kind == registry ]] && echo 1 || echo 0)
-    [[ $kind != none ]] || want=0
-    echo "$want"
-}
 
 # runs_doctor DOCTOR, trains DOCTOR: whether the job has a doctor step (DOCTOR=1 or only) and a training step.
 runs_doctor() { [[ $1 != 0 ]]; }

@@ -7,13 +7,11 @@ import subprocess
 from pathlib import Path
 
 from tests.harness import standin_bin
+from tests.harness.knobs import knobs
 from tests.harness.localjob import ROOT
 
-# Knobs a developer's shell may have set; the tests start from none of them.
-KNOBS = ("NODES", "GPUS", "CONFIG", "ARGS", "IMAGE", "GPUS_PER_TASK", "CPUS_PER_TASK", "MEM", "TIME",
-         "PARTITION", "ACCOUNT", "QOS", "SBATCH_ARGS", "SRUN_ARGS", "DATA_DIR", "LOG_DIR", "JOB_NAME",
-         "CONTAINER_MOUNTS", "CODE_DIR", "INSTALL_PROJECT", "BARE_PYTHON", "DRY_RUN", "DOCTOR", "DOCTOR_TIMEOUT",
-         "MAKEFLAGS", "MAKELEVEL")
+# Settings a developer's shell may have set (jobs/knobs.md, and DRY_RUN); the tests start from none of them.
+KNOBS = (*knobs(), "DRY_RUN", "MAKEFLAGS", "MAKELEVEL")
 
 
 def run_job_script(tmp_path, knobs: dict[str, str], srun_rc: int = 0, root: Path = ROOT):

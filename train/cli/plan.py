@@ -200,6 +200,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--partition", default=os.environ.get("PARTITION", ""), help="asked of sinfo for node memory")
     parser.add_argument("--node-memory", type=float, default=None, metavar="GIB", help="memory of one node, GiB")
     parser.add_argument("--gpu-memory", type=float, default=None, metavar="GIB", help="memory of one GPU, GiB")
+    parser.add_argument("--node-memory-unknown", default="", metavar="WHY",
+                        help="sinfo is not asked: the caller knows it cannot answer (make submit: no controller)")
 
 
 def main(args) -> int:
@@ -214,7 +216,8 @@ def main(args) -> int:
             raise UserError(f"{flag}={value} must be a positive number of GiB.")
     gpu_capacity = gpu_memory(args.gpu_memory) if not args.cpu else (None, "no GPUs")
     plan = make_plan(config, graph_size(config), args.nodes, ranks, gpus=not args.cpu, gpu_bytes=gpu_capacity[0])
-    plan.node_capacity = node_memory(args.partition, args.node_memory)
+    plan.node_capacity = (None, f"unknown: {args.node_memory_unknown}; give --node-memory GiB") \
+        if args.node_memory_unknown else node_memory(args.partition, args.node_memory)
     plan.gpu_capacity = gpu_capacity
     print(format_plan(plan, config), flush=True)
     found = refusals(plan)

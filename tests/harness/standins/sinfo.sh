@@ -1,7 +1,7 @@
 #!/bin/bash
 # Stand-in sinfo for tests/test_jobs.py: partitions gpu (default; 2 nodes, 64 CPUs, 4 A100 each, 125 GiB,
-# 2 days) and cpu (3 nodes of 8 CPUs, 15.6 GiB, 1 h); answers the formats jobs/submit.sh and the memory
-# plan ask for (-N changes nothing).
+# 2 days) and cpu (3 nodes of 8 CPUs, 15.6 GiB, 1 h); answers the formats jobs/lib/cluster.sh (one line per
+# node and partition) and the memory plan (%m) ask for.
 set -euo pipefail
 fmt='' part=''
 while (($#)); do
@@ -10,12 +10,9 @@ while (($#)); do
     shift
 done
 case $fmt in
-%P) printf 'gpu*\ncpu\n' ;;
 %m) case $part in gpu) echo 128000 ;; cpu) echo 16000 ;; *) printf '128000\n16000\n' ;; esac ;;
-%l) case $part in gpu) echo 2-00:00:00 ;; cpu) echo 1:00:00 ;; esac ;;
-'%N %c %G')
-    case $part in
-    gpu) printf 'g1 64 gpu:a100:4(S:0-1)\ng2 64 gpu:a100:4(S:0-1),tmpdisk:100\n' ;;
-    cpu) printf 'c1 8 (null)\nc2 8 (null)\nc3 8 (null)\n' ;;
-    esac ;;
+'%P|%N|%c|%G|%m|%l')
+    printf 'gpu*|g1|64|gpu:a100:4(S:0-1)|128000|2-00:00:00\ngpu*|g2|64|gpu:a100:4(S:0-1),tmpdisk:100|128000|2-00:00:00\n'
+    printf 'cpu|c%s|8|(null)|16000|1:00:00\n' 1 2 3
+    ;;
 esac
