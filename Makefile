@@ -41,8 +41,8 @@ split = read -r -a $(1) <<<"$$$(2)"
 
 help: ## List every target and the variables it reads
 	@awk -v order="$(HELP_ORDER)" 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {doc[$$1] = $$2} \
-		END {n = split(order, names, " "); for (i = 1; i <= n; i++) {printf "  make %-10s %s\n", names[i], doc[names[i]]; \
-		delete doc[names[i]]} for (t in doc) printf "  make %-10s %s\n", t, doc[t]}' $(MAKEFILE_LIST)
+		END {n = split(order, names, " "); for (i = 1; i <= n; i++) {printf "  make %-12s %s\n", names[i], doc[names[i]]; \
+		delete doc[names[i]]} for (t in doc) printf "  make %-12s %s\n", t, doc[t]}' $(MAKEFILE_LIST)
 	@echo
 	@echo "Variables (make VAR=value; each shown with its value):"
 	@awk '/^# / {doc = substr($$0, 3); next} /^[A-Z_]+ \?=/ {name = $$1; printf "  %-21s  %s\n", name "=" ENVIRON[name], \

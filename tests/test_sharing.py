@@ -23,7 +23,7 @@ from bench.localranks import scrubbed_env
 from tests.harness.localjob import ROOT, WORKERS, final_summary, free_port, run_local_job, srun_env
 from train.config import DataConfig, SamplerConfig, load_config
 from train.errors import UserError
-from train.graph.sampling_plan import GPU_GRAPH_FRACTION, gpu_placement, plan_sampling
+from train.graph.sampling_plan import GPU_HEADROOM, gpu_placement, plan_sampling
 from train.graph.segments import user_dir_name
 from train.graph.shared_graph import (
     PREFIX,
@@ -327,7 +327,7 @@ def test_gpu_sampling_batches_are_right_wherever_the_features_live():
     seeds = data.train_idx[:300]
     cuda = SamplerConfig(num_neighbors=[5, 3], batch_size=100, device="cuda")
     structure = sum(t.nbytes for t in graph_csc(data) if t is not None) + data.num_nodes * 8
-    room_for_structure_only = int(structure / GPU_GRAPH_FRACTION) + 1
+    room_for_structure_only = int(structure / (1 - GPU_HEADROOM)) + 2  # no working set: plan_sampling passes 0
     plans = {"gpu": plan_sampling(data, cuda, device),
              "pinned": plan_sampling(data, cuda, device, free_gpu_bytes=room_for_structure_only)}
     assert plans["gpu"].host_features is None and plans["pinned"].host_features is not None
