@@ -28,8 +28,10 @@ from torch_geometric.sampler import (
 from torch_geometric.sampler.utils import to_csc
 
 from train.graph.epoch_split import derive_seed
+from train.graph.key_sampling import key_positions
 
 __all__ = [
+    "FusedNeighborSampler",
     "TorchNeighborSampler",
     "build_csc",
     "have_native_sampler",
@@ -300,6 +302,16 @@ class TorchNeighborSampler(BaseSampler):
         return new_nodes
 
 
+class FusedNeighborSampler(TorchNeighborSampler):
+    """`TorchNeighborSampler` with each hop in a few whole-frontier ops (train/graph/key_sampling.py): one random
+    key per candidate edge and one sort, in place of Floyd's k rounds of small kernels. For sampler.device=cuda."""
+
+    def _sample_hop(self, frontier: Tensor, frontier_start: int, fanout: int,
+                    generator: torch.Generator | None) -> tuple[Tensor, Tensor]:
+        edge, target = key_positions(self.colptr, frontier, fanout, generator)
+        return edge, target + frontier_start
+
+
 @contextlib.contextmanager
 def _seeded_cpu_rng(seed: int) -> Iterator[None]:
     """Seed torch's default CPU generator for one native sampling call and restore it.
@@ -372,8 +384,8 @@ def make_node_sampler(
     node map (N x 8 bytes, on `device`) are built once, not once per epoch or evaluation.
 
     PyG's native sampler (seeded per batch) when one exists, no ``csc`` is passed (or it needs no
-    permutation: sorted by target), and sampling runs on the CPU; otherwise
-    :class:`TorchNeighborSampler`.
+    permutation: sorted by target), and sampling runs on the CPU; otherwise :class:`TorchNeighborSampler` on
+    the CPU and :class:`FusedNeighborSampler` on a GPU.
     """
     # A CSC without a permutation is sorted by target (the node-shared graph): pyg-lib samples from it
     # in place. One with a permutation would need PyG's own copy of it (to_csc): the torch sampler uses it.
@@ -381,7 +393,8 @@ def make_node_sampler(
     if have_native_sampler() and not force_torch_sampler and (csc is None or edges_sorted) and _is_cpu(device):
         return _SeededNeighborSampler(data, list(num_neighbors), seed=None, epoch=0,
                                       share_memory=num_workers > 0, csc=csc)
-    return TorchNeighborSampler(data, list(num_neighbors), csc=csc, device=device)
+    torch_sampler = TorchNeighborSampler if _is_cpu(device) else FusedNeighborSampler
+    return torch_sampler(data, list(num_neighbors), csc=csc, device=device)
 
 
 def node_loader(

@@ -98,14 +98,6 @@ class SamplingPlan:
         return node_loader(sampler, self.data, seeds, num_neighbors, batch_size, seed=seed, epoch=epoch,
                            num_workers=self.num_workers, pin_memory=self.pin_memory)
 
-    def host_loader(self, structure: Data, host_csc: CSC, nodes: Tensor, batch_size: int):
-        """Full neighbourhoods of `nodes`, sampled on the host (full evaluation gathers its rows there):
-        the batches' sampler when it samples on the CPU, else one host sampler, kept for the run."""
-        on_cpu = self.device.type == "cpu"
-        sampler = self._sampler("batches" if on_cpu else "host", structure, self.csc if on_cpu else host_csc,
-                                torch.device("cpu"), [-1])
-        return node_loader(sampler, structure, nodes, [-1], batch_size)
-
     def _sampler(self, key: str, data: Data, csc: CSC, device: torch.device, num_neighbors: Sequence[int]):
         if key not in self._samplers:
             self._samplers[key] = make_node_sampler(data, num_neighbors, csc=csc, device=device,
