@@ -14,6 +14,7 @@ from torch_geometric.loader import NeighborLoader, NodeLoader
 from torch_geometric.nn import SAGEConv
 from torch_geometric.sampler import NodeSamplerInput
 
+from train.graph.key_sampling import key_positions
 from train.graph.sampler import (
     FusedNeighborSampler,
     TorchNeighborSampler,
@@ -24,7 +25,6 @@ from train.graph.sampler import (
     have_native_sampler,
     make_node_loader,
 )
-from train.graph.key_sampling import key_positions
 from train.graph.sampling_plan import batch_source
 
 NUM_NODES = 600

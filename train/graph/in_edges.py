@@ -12,7 +12,6 @@ the order given and, per target, in CSC order, so each target sums its messages 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
