@@ -38,6 +38,7 @@ __all__ = [
     "make_node_loader",
     "make_node_sampler",
     "node_loader",
+    "prefetch_safe",
 ]
 
 # Floyd's method costs O(fanout^2) per node, independent of its degree; above
@@ -369,6 +370,14 @@ def _int64_ids(out: SamplerOutput) -> SamplerOutput:
 
 def _is_cpu(device: torch.device | str | None) -> bool:
     return device is None or torch.device(device).type == "cpu"
+
+
+def prefetch_safe(sampler: BaseSampler, num_workers: int) -> bool:
+    """Whether this sampler's batches may be prepared on another thread while the training step runs: the
+    torch samplers draw each batch from a generator of their own (training seeds them), and loader workers
+    draw in their own processes; PyG's native sampler in this process draws from the global generator, which
+    the step's dropout draws from too (train/loop/prefetch.py)."""
+    return num_workers > 0 or isinstance(sampler, TorchNeighborSampler)
 
 
 def make_node_sampler(
