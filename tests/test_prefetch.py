@@ -75,7 +75,7 @@ def test_an_empty_pipeline_gives_no_batch():
 
 # ---- the weights of a real training run, with and without prefetch -------------------------------------------
 
-def _worker() -> None:
+def _worker(on_gpu: bool) -> None:
     """One rank (world size 1) trains the tiny config for each setting; prints a digest of its weights."""
     import hashlib
     import tempfile
@@ -91,10 +91,13 @@ def _worker() -> None:
     settings = {"serial": ["sampler.prefetch=0"], "prefetch 1": ["sampler.prefetch=1"],
                 "prefetch 3": ["sampler.prefetch=3"], "mlp prefetch 2": ["model.name=mlp", "sampler.prefetch=2"],
                 "mlp serial": ["model.name=mlp", "sampler.prefetch=0"]}
+    if on_gpu:  # both ways of sampling for a GPU: on the GPU (a side stream) and on the host (pinned copies)
+        settings = {f"{where} {name}": [f"sampler.device={where}", *overrides]
+                    for where in ("cuda", "cpu") for name, overrides in settings.items() if "mlp" not in name}
     rows = {}
     env = resolve(os.environ)
-    base = ["trainer.epochs=2", "dist.backend=gloo", "output.progress=lines", "model.dropout=0.5",
-            "data.share=process"]
+    base = ["trainer.epochs=2", f"dist.backend={'nccl' if on_gpu else 'gloo'}", "output.progress=lines",
+            "model.dropout=0.5", "data.share=process"]
     with process_group(env, load_config("tiny", base).dist) as (_backend, device), shared_graphs():
         data = obtain_graph(load_config("tiny", base), env)
         for name, overrides in settings.items():
@@ -112,18 +115,22 @@ def _worker() -> None:
     print(RESULT + json.dumps(rows), flush=True)
 
 
-@pytest.fixture(scope="module")
-def trained():
+def _train(on_gpu: bool = False) -> dict:
     import subprocess
 
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "WORLD_SIZE": "1", "RANK": "0",
            "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
     env = {k: v for k, v in env.items() if not k.startswith("SLURM_")}
-    proc = subprocess.run([sys.executable, "-m", "tests.test_prefetch", "worker"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, "-m", "tests.test_prefetch", "worker", *(["cuda"] if on_gpu else [])],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     line = next(line for line in proc.stdout.splitlines() if line.startswith(RESULT))
     return json.loads(line[len(RESULT):])
+
+
+@pytest.fixture(scope="module")
+def trained():
+    return _train()
 
 
 def test_training_with_prefetch_gives_the_serial_weights_bit_for_bit(trained):
@@ -134,6 +141,20 @@ def test_training_with_prefetch_gives_the_serial_weights_bit_for_bit(trained):
     assert trained["serial"]["weights"] != trained["mlp serial"]["weights"]  # the digest tells models apart
     # every epoch's prefetch thread ended with its epoch
     assert len({row["threads"] for row in trained.values()}) == 1
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (a side stream, pinned copies)")
+def test_training_on_a_gpu_with_prefetch_gives_the_serial_weights_bit_for_bit():
+    from train.graph.sampler import have_native_sampler
+
+    trained = _train(on_gpu=True)
+    for where in ("cuda", "cpu"):
+        weights = {trained[f"{where} {name}"]["weights"] for name in ("serial", "prefetch 1", "prefetch 3")}
+        assert len(weights) == 1, (where, trained)
+        # PyG's native sampler (where pyg-lib is) samples on the CPU serially: it draws from the global generator
+        expected = 0 if where == "cpu" and have_native_sampler() else 3
+        assert trained[f"{where} prefetch 3"]["depth"] == expected
 
 
 def test_prefetch_is_off_where_the_sampler_draws_from_the_steps_generator(monkeypatch):
@@ -148,5 +169,5 @@ def test_prefetch_is_off_where_the_sampler_draws_from_the_steps_generator(monkey
     assert prefetch_safe(native, num_workers=2)  # sampled in the workers' processes
 
 
-if __name__ == "__main__" and sys.argv[1:] == ["worker"]:
-    _worker()
+if __name__ == "__main__" and sys.argv[1:2] == ["worker"]:
+    _worker(on_gpu=sys.argv[2:] == ["cuda"])

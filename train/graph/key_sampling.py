@@ -45,7 +45,8 @@ def key_positions(colptr: Tensor, frontier: Tensor, fanout: int,
     order = torch.sort(keys, stable=True).indices  # targets stay in their places, their edges shuffled
     # Sorted by target first, slot i holds a candidate of target[i]: its rank there is i - first[target[i]].
     rank = torch.arange(num_candidates, device=device) - first.index_select(0, target)
-    keep = torch.zeros(num_candidates, dtype=torch.bool, device=device)
-    keep[order.masked_select(rank < fanout)] = True  # back to CSC order
-    return position.masked_select(keep), target.masked_select(keep)
+    keep = torch.empty(num_candidates, dtype=torch.bool, device=device)
+    keep.scatter_(0, order, rank < fanout)  # back to CSC order
+    chosen = torch.nonzero(keep).view(-1)  # the hop's one wait for the device besides its count
+    return position.index_select(0, chosen), target.index_select(0, chosen)
 

@@ -195,6 +195,7 @@ def _layer_rows(api: LayerWise, index: int, graph: GraphAt, nodes: Tensor, batch
     `inputs` fetches: the number of chunks is agreed so that every rank serves every round.
     `degree`: every node's in-degree in the whole graph, for a layer that reads its sources' degrees."""
     colptr, row = graph.csc[0], graph.csc[1]
+    nodes = nodes.to(colptr.device)  # once, not per chunk
     in_width = graph.x.size(1) if index == 0 else api.widths[index - 1]
     cost = ChunkCost.for_layer(in_width, api.widths[index])
     bounds = in_edge_chunks(colptr, nodes, batch_size, cost)

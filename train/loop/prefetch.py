@@ -4,6 +4,8 @@ A thread runs the batch pipeline (sampler, feature gather, copy to the device) u
 of the training step. On a GPU it works on a side CUDA stream, so its kernels and copies overlap the step's;
 the step's stream waits for each batch's event before reading it, and the batch's tensors are marked as used
 there (`record_stream`), so the allocator does not hand their memory out while the step still reads them.
+The side stream starts after the training thread's work so far and is drained when the loop ends, so the
+sampler's state (its node map) is never used by two streams at once.
 
 Results equal the serial order's: batches come out in order, and the thread draws from no random generator
 the step draws from. The one draw of the pipeline from the global generator (a DataLoader's base seed when its
@@ -58,6 +60,8 @@ class Prefetcher:
         if self.depth:
             # The first batch on this thread, as the serial order takes it (see the module's docstring).
             self._first = next(self.batches, _DONE)
+            if self._stream is not None:  # the side stream starts after this thread's work so far (the first batch)
+                self._stream.wait_stream(torch.cuda.current_stream(self.device))
             if self._first is not _DONE:
                 self._thread = threading.Thread(target=self._produce, name="batch-prefetch", daemon=True)
                 self._thread.start()
@@ -129,6 +133,8 @@ class Prefetcher:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+            if self._stream is not None:  # what the thread launched is done before anyone reuses the sampler
+                self._stream.synchronize()
             return
         close = getattr(self.batches, "close", None)
         if close is not None:
