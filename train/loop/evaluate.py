@@ -8,6 +8,10 @@ fetched from their owners per batch with one all_to_all, never the whole layer. 
 memory is two shards of a layer plus one batch's neighbourhood, where an all-gather held all N
 rows on every rank (114 GB per rank for ogbn-papers100M with 256 hidden).
 
+Each layer reads its targets' in-edges straight from the CSC, in chunks of bounded memory
+(train/graph/in_edges.py), on the device that holds the graph: with sampler.device=cuda and the
+features on the GPU, the whole pass and the layers' rows stay there; no sampler, no host round trip.
+
 The full mode needs the model's per-layer API (train/loop/models/layerwise.py: PyG's BasicGNN
 models have one); a model without it is evaluated as in sampled mode, and the run says so.
 
@@ -30,7 +34,7 @@ from train.cluster.distenv import DistEnv
 from train.config import Config
 from train.graph.epoch_split import derive_seed, rank_shard, shard_sizes
 from train.graph.in_edges import ChunkCost, in_edge_batch, in_edge_chunks
-from train.graph.sampling_plan import SamplingPlan
+from train.graph.sampling_plan import SamplingPlan, gather_pinned
 from train.graph.shared_graph import csc_targets, graph_csc
 from train.loop.models import LayerWise, ModelStep, hop_counts, layerwise
 
@@ -189,6 +193,15 @@ class GraphAt:
         return cls(sampling.csc, x, x.device)
 
 
+def _gather(rows: Tensor, ids: Tensor, device: torch.device) -> Tensor:
+    """`rows[ids]` where `rows` are; from the host into pinned memory when the layer runs on a GPU (then copied
+    without blocking)."""
+    ids = ids.to(rows.device)
+    if rows.device.type == "cpu" and device.type == "cuda":
+        return gather_pinned(rows, ids)
+    return rows[ids]
+
+
 def _layer_rows(api: LayerWise, index: int, graph: GraphAt, nodes: Tensor, batch_size: int,
                 device: torch.device, inputs, degree: Tensor | None) -> Tensor:
     """Layer `index` for `nodes`; `inputs(n_id)` gives the previous layer's rows. Collective when
@@ -236,7 +249,7 @@ def _full_counts(api: LayerWise, data, config, env, device, sampling) -> dict[st
         return degrees.get(kind)
 
     def from_features(n_id: Tensor) -> Tensor:
-        return graph.x[n_id.to(graph.x.device)]  # every rank holds the whole feature matrix (shared per node)
+        return _gather(graph.x, n_id, device)  # every rank holds the whole feature matrix (shared per node)
 
     inputs, mine = from_features, None
     for index in range(num_layers - 1):
@@ -244,7 +257,7 @@ def _full_counts(api: LayerWise, data, config, env, device, sampling) -> dict[st
 
         def inputs(n_id: Tensor, shard=mine) -> Tensor:
             if world == 1:  # every row is this rank's
-                return shard[n_id.to(shard.device)]
+                return _gather(shard, n_id, device)
             return fetch_rows(n_id, shard, my_start, owners, device)
 
     counts = {}
