@@ -169,5 +169,14 @@ def test_prefetch_is_off_where_the_sampler_draws_from_the_steps_generator(monkey
     assert prefetch_safe(native, num_workers=2)  # sampled in the workers' processes
 
 
+def test_a_negative_prefetch_is_refused_naming_it():
+    from train.config import load_config
+    from train.errors import UserError
+
+    assert load_config("tiny", []).sampler.prefetch == 1  # on by default: the same weights, sooner
+    with pytest.raises(UserError, match=r"sampler.prefetch=-1 must be >= 0"):
+        load_config("tiny", ["sampler.prefetch=-1"])
+
+
 if __name__ == "__main__" and sys.argv[1:2] == ["worker"]:
     _worker(on_gpu=sys.argv[2:] == ["cuda"])
