@@ -93,7 +93,8 @@ def _worker(on_gpu: bool) -> None:
                 "mlp serial": ["model.name=mlp", "sampler.prefetch=0"]}
     if on_gpu:  # both ways of sampling for a GPU: on the GPU (a side stream) and on the host (pinned copies)
         settings = {f"{where} {name}": [f"sampler.device={where}", *overrides]
-                    for where in ("cuda", "cpu") for name, overrides in settings.items() if "mlp" not in name}
+                    for where in ("cuda", "cpu") for name, overrides in settings.items()
+                    if name in ("serial", "prefetch 3")}  # gpu-check's time is short
     rows = {}
     env = resolve(os.environ)
     base = ["trainer.epochs=2", f"dist.backend={'nccl' if on_gpu else 'gloo'}", "output.progress=lines",
@@ -150,7 +151,7 @@ def test_training_on_a_gpu_with_prefetch_gives_the_serial_weights_bit_for_bit():
 
     trained = _train(on_gpu=True)
     for where in ("cuda", "cpu"):
-        weights = {trained[f"{where} {name}"]["weights"] for name in ("serial", "prefetch 1", "prefetch 3")}
+        weights = {trained[f"{where} {name}"]["weights"] for name in ("serial", "prefetch 3")}
         assert len(weights) == 1, (where, trained)
         # PyG's native sampler (where pyg-lib is) samples on the CPU serially: it draws from the global generator
         expected = 0 if where == "cpu" and have_native_sampler() else 3
