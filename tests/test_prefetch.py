@@ -42,6 +42,7 @@ def test_batches_come_out_in_order_and_the_first_on_the_calling_thread(depth):
     pipeline = _Pipeline(7)
     with Prefetcher(iter(pipeline), depth, torch.device("cpu")) as batches:
         got = [int(batch[0]) for batch in batches]
+        assert next(batches, None) is None  # stays exhausted
     assert got == list(range(7)) and pipeline.closed
     assert pipeline.threads[0] == threading.get_ident()  # the serial order's first draw (module docstring)
     others = set(pipeline.threads[1:])
@@ -69,7 +70,7 @@ def test_an_error_in_the_pipeline_reaches_the_loop_after_the_batches_before_it()
 def test_an_empty_pipeline_gives_no_batch():
     pipeline = _Pipeline(0)
     with Prefetcher(iter(pipeline), 1, torch.device("cpu")) as batches:
-        assert list(batches) == []
+        assert list(batches) == [] and next(batches, None) is None
     assert pipeline.closed
 
 

@@ -55,6 +55,7 @@ class Prefetcher:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._first = None
+        self._exhausted = False  # the last batch was handed out (or the pipeline failed)
         self._cuda = self.device.type == "cuda"
         self._stream = torch.cuda.Stream(self.device) if self._cuda and self.depth else None
         if self.depth:
@@ -106,17 +107,20 @@ class Prefetcher:
     def __next__(self):
         if not self.depth:
             return next(self.batches)  # serially: the caller copies it, as without a prefetcher
+        if self._exhausted:
+            raise StopIteration
         if self._first is not None:
             first, self._first = self._first, None
-            if first is _DONE:
-                raise StopIteration
-            return first
-        item = self._queue.get()
-        if item is _DONE:
-            self._thread.join()
+            if first is not _DONE:
+                return first
+            self._exhausted = True
             raise StopIteration
-        if isinstance(item, _Failure):
+        item = self._queue.get()
+        if item is _DONE or isinstance(item, _Failure):
+            self._exhausted = True
             self._thread.join()
+            if item is _DONE:
+                raise StopIteration
             raise item.error
         batch, event = item
         if event is not None:
