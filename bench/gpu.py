@@ -47,7 +47,7 @@ def run(args) -> dict:
     from train.cluster.distenv import resolve
     from train.cluster.procgroup import process_group
     from train.config import load_config
-    from train.graph.sampler import TorchNeighborSampler
+    from train.graph.sampler import make_node_sampler
     from train.graph.shared_graph import graph_csc, shared_graphs
     from train.loop.fit import Trainer
     from train.loop.run import obtain_graph
@@ -79,7 +79,10 @@ def run(args) -> dict:
         seeds = data.train_idx[torch.randperm(data.train_idx.numel())][: args.batch_size * (args.steps + 2)]
         for where in ("cpu", "cuda"):
             csc = tuple(t.to(where) if t is not None else None for t in graph_csc(data))
-            sampler = TorchNeighborSampler(Data(num_nodes=data.num_nodes), [25, 10], seed=1, csc=csc)
+            # the sampler each setting trains with (sampler.device=cuda: FusedNeighborSampler)
+            sampler = make_node_sampler(Data(num_nodes=data.num_nodes), [25, 10], csc=csc, device=where,
+                                        force_torch_sampler=True)
+            sampler.configure([25, 10], seed=1, epoch=0)
             edges, started = 0, None
             for i, batch in enumerate(seeds.split(args.batch_size)):
                 if i == 2:

@@ -12,7 +12,8 @@ Checks, each bounded in time and isolated (a failure is recorded, the next check
   dead_rank      a killed rank is named by the survivor within the collective timeout (2 GPUs)
   pinned         feature gathering for a batch: gather into pinned memory + non-blocking copy against
                  a pageable gather + copy (GB/s of features delivered to the GPU)
-  sampler        sampled edges/s, `sampler.device=cuda` against the CPU sampler, fanouts [25, 10], batch 1024
+  sampler        sampled edges/s, fanouts [25, 10], batch 1024: the CPU sampler, Floyd's hops on the GPU, and the
+                 fused hops `sampler.device=cuda` uses (goal: 250M edges/s, issue 30)
   training       `python -m train fit` on one GPU at the seed's settings (configs/reddit.yaml: SAGE 256,
                  [25, 10], batch 1024, 4 loader workers): seeds/s, epoch time, where the time goes
   determinism    the training step with trainer.deterministic=true against false, and the ratio that decides
@@ -155,15 +156,18 @@ def _graph(args):
     return args._graph
 
 
-def _sampler_rate(data, csc, device: str, seeds, batches: int, batch_size: int) -> float:
+def _sampler_rate(data, csc, device: str, seeds, batches: int, batch_size: int, fused: bool = False) -> float:
+    """Sampled edges/s of the project's sampler on `device`: Floyd's hops (TorchNeighborSampler), or the fused
+    hops that sampler.device=cuda uses (FusedNeighborSampler)."""
     import torch
     from torch_geometric.data import Data
     from torch_geometric.sampler import NodeSamplerInput
 
-    from train.graph.sampler import TorchNeighborSampler
+    from train.graph.sampler import FusedNeighborSampler, TorchNeighborSampler
 
     placed = tuple(t.to(device) if t is not None else None for t in csc)
-    sampler = TorchNeighborSampler(Data(num_nodes=data.num_nodes), FANOUTS, seed=1, csc=placed)
+    sampler_class = FusedNeighborSampler if fused else TorchNeighborSampler
+    sampler = sampler_class(Data(num_nodes=data.num_nodes), FANOUTS, seed=1, csc=placed)
     chunks = list(seeds.split(batch_size))[: batches + 2]
     edges, started = 0, 0.0
     for i, batch in enumerate(chunks):
@@ -192,6 +196,9 @@ def check_sampler(args, budget: float) -> dict:
     if _cuda():
         result["cuda_edges_per_s"] = _sampler_rate(data, csc, "cuda", seeds, args.batches, args.batch_size)
         result["cuda_over_cpu"] = result["cuda_edges_per_s"] / result["cpu_edges_per_s"]
+        result["cuda_fused_edges_per_s"] = _sampler_rate(data, csc, "cuda", seeds, args.batches, args.batch_size,
+                                                         fused=True)  # what sampler.device=cuda samples with
+        result["fused_over_floyd"] = result["cuda_fused_edges_per_s"] / result["cuda_edges_per_s"]
     else:
         result["cuda"] = "skipped: no CUDA device"
     return result

@@ -161,15 +161,21 @@ def test_evaluation_on_cuda_repeats_exactly_and_matches_the_cpu_up_to_near_ties(
     try:
         device = torch.device("cuda", 0)
         data = _graph()
-        reference, ties = single_process_accuracy(CASES["sage"]), near_ties(CASES["sage"])
-        for overrides in (CASES["sage"], CASES["sampled-full-fanouts"]):
+        # (the model's case, the evaluated case, more overrides): sampler.device=cuda puts the graph on the GPU,
+        # and the exact evaluation runs there (its chunks read from the GPU's CSC, its layers kept there)
+        runs = [("sage", "sage", []), ("sage", "sampled-full-fanouts", []), ("sage", "sage", ["sampler.device=cuda"]),
+                ("gcn", "gcn", ["sampler.device=cuda"]), ("gat", "gat", ["sampler.device=cuda"])]
+        for model_case, case, extra in runs:
+            reference, ties = single_process_accuracy(CASES[model_case]), near_ties(CASES[model_case])
+            overrides = [*CASES[case], *extra]
             config = load_config("tiny", ["sampler.eval_batch_size=64", *overrides])
             model = ModelStep(build_model(config.model, data.num_features, 5, seed=3)).to(device)
             sampling = plan_sampling(data, config.sampler, device)
+            assert sampling.csc[0].is_cuda == bool(extra) and sampling.host_features is None
             first = evaluate(model, data, config, _Env(0, 1), device, sampling)
             assert evaluate(model, data, config, _Env(0, 1), device, sampling) == first  # bit for bit
             for split in ("val", "test"):
                 allowed = ties[split] / data[f"{split}_idx"].numel()
-                assert abs(first[f"{split}_acc"] - reference[f"{split}_acc"]) <= allowed + 1e-12, (split, first)
+                assert abs(first[f"{split}_acc"] - reference[f"{split}_acc"]) <= allowed + 1e-12, (case, split, first)
     finally:
         dist.destroy_process_group()

@@ -14,7 +14,9 @@ from torch_geometric.loader import NeighborLoader, NodeLoader
 from torch_geometric.nn import SAGEConv
 from torch_geometric.sampler import NodeSamplerInput
 
+from train.graph.key_sampling import key_positions
 from train.graph.sampler import (
+    FusedNeighborSampler,
     TorchNeighborSampler,
     _floyd_positions,
     _random_key_positions,
@@ -26,6 +28,9 @@ from train.graph.sampler import (
 from train.graph.sampling_plan import batch_source
 
 NUM_NODES = 600
+# Both hop algorithms keep one contract: Floyd's picks (the CPU) and random keys with one sort (the GPU).
+SAMPLERS = pytest.mark.parametrize("sampler_class", [TorchNeighborSampler, FusedNeighborSampler],
+                                   ids=["floyd", "fused"])
 HUBS_20 = torch.arange(0, 20)  # in-degree exactly 20
 HUBS_80 = torch.arange(20, 30)  # in-degree exactly 80
 ISOLATED = torch.arange(30, 40)  # in-degree 0
@@ -120,10 +125,12 @@ def same_sample(a, b) -> bool:
     return all(torch.equal(getattr(a, key), getattr(b, key)) for key in ("node", "row", "col", "edge"))
 
 
-def test_loader_batches_match_neighbor_loader_contract(data):
+@SAMPLERS
+def test_loader_batches_match_neighbor_loader_contract(data, sampler_class):
     some_nodes = torch.randperm(NUM_NODES, generator=torch.Generator().manual_seed(1))[:150]
     input_nodes = torch.cat([HUBS_80, ISOLATED, some_nodes, HUBS_20])  # repeats some seeds
-    loader = make_node_loader(data, input_nodes, [5, 3], batch_size=64, seed=0, force_torch_sampler=True)
+    loader = NodeLoader(data, node_sampler=sampler_class(data, [5, 3], seed=0), input_nodes=input_nodes,
+                        batch_size=64)
     seen_seeds, offset = [], 0
     for batch in loader:
         seeds = batch.n_id[: batch.batch_size]
@@ -134,9 +141,10 @@ def test_loader_batches_match_neighbor_loader_contract(data):
     assert torch.equal(torch.cat(seen_seeds), input_nodes)  # given order, last batch kept
 
 
-def test_three_hops_and_large_fanout_path(data):
+@SAMPLERS
+def test_three_hops_and_large_fanout_path(data, sampler_class):
     seeds = torch.cat([HUBS_80, HUBS_20[:5], torch.tensor([100, 200, 300])])
-    sampler = TorchNeighborSampler(data, [70, 2, 1], seed=7)
+    sampler = sampler_class(data, [70, 2, 1], seed=7)
     out = sample(sampler, seeds)
     loader = NodeLoader(data, node_sampler=sampler, input_nodes=seeds, batch_size=seeds.numel())
     check_batch(next(iter(loader)), data, seeds, [70, 2, 1])
@@ -144,9 +152,11 @@ def test_three_hops_and_large_fanout_path(data):
     assert out.num_sampled_edges[0] == 10 * 70 + 5 * 20 + others  # 80 -> 70 via random keys
 
 
-def test_full_neighbourhood_with_minus_one(data):
+@SAMPLERS
+def test_full_neighbourhood_with_minus_one(data, sampler_class):
     seeds = torch.cat([HUBS_20[:3], HUBS_80[:2], torch.tensor([50, 51])])
-    loader = make_node_loader(data, seeds, [-1, -1], batch_size=seeds.numel(), force_torch_sampler=True)
+    loader = NodeLoader(data, node_sampler=sampler_class(data, [-1, -1]), input_nodes=seeds,
+                        batch_size=seeds.numel())
     batch = next(iter(loader))
     check_batch(batch, data, seeds, [-1, -1])
     hop1 = batch.e_id[: batch.num_sampled_edges[0]]
@@ -154,22 +164,24 @@ def test_full_neighbourhood_with_minus_one(data):
     assert torch.equal(hop1.sort().values, expected)
 
 
-def test_fanout_zero_isolated_and_repeated_seeds(data):
-    sampler = TorchNeighborSampler(data, [0, 4], seed=1)
+@SAMPLERS
+def test_fanout_zero_isolated_and_repeated_seeds(data, sampler_class):
+    sampler = sampler_class(data, [0, 4], seed=1)
     out = sample(sampler, torch.tensor([5, 6]))
     assert out.num_sampled_nodes == [2, 0, 0] and out.num_sampled_edges == [0, 0] and out.edge.numel() == 0
 
-    out = sample(TorchNeighborSampler(data, [3, 3], seed=1), ISOLATED)
+    out = sample(sampler_class(data, [3, 3], seed=1), ISOLATED)
     assert out.num_sampled_nodes == [ISOLATED.numel(), 0, 0] and out.num_sampled_edges == [0, 0]
 
     seeds = torch.tensor([60, 61, 60, 62, 61])
-    loader = make_node_loader(data, seeds, [3, 2], batch_size=5, seed=1, force_torch_sampler=True)
+    loader = NodeLoader(data, node_sampler=sampler_class(data, [3, 2], seed=1), input_nodes=seeds, batch_size=5)
     check_batch(next(iter(loader)), data, seeds, [3, 2])
 
 
-def test_uniform_over_neighbours_degree_20_fanout_5(data):
-    """Marginal and pairwise frequencies of Floyd picks through the public sampler."""
-    sampler = TorchNeighborSampler(data, [5], seed=1234)
+@SAMPLERS
+def test_uniform_over_neighbours_degree_20_fanout_5(data, sampler_class):
+    """Marginal and pairwise frequencies of the picks through the public sampler."""
+    sampler = sampler_class(data, [5], seed=1234)
     colptr = sampler.colptr
     picked = []
     for epoch in range(200):  # 200 epochs x 20 hubs = 4000 draws
@@ -208,15 +220,40 @@ def test_position_pickers_are_uniform_and_distinct(pick):
         assert chi2 < 30.0, (value, chi2)  # chi-square(11) 0.999 quantile is 31.3
 
 
-def test_same_seed_epoch_batch_is_identical_and_epoch_changes_it(data):
+def test_key_positions_are_uniform_distinct_and_in_csc_order():
+    """The fused hop alone: min(degree, fanout) distinct picks per target, each position equally likely,
+    grouped by target in frontier order and ascending (CSC order) within a target."""
+    gen = torch.Generator().manual_seed(99)
+    degree = torch.tensor([9, 12, 3] * 4000)
+    colptr = torch.cat([torch.zeros(1, dtype=torch.long), degree.cumsum(0)])
+    frontier = torch.randperm(degree.numel(), generator=gen)
+    position, target = key_positions(colptr, frontier, 8, gen)
+    take = degree[frontier].clamp(max=8)
+    assert torch.equal(target, torch.repeat_interleave(torch.arange(frontier.numel()), take))
+    local = position - colptr[frontier][target]  # position within the target's in-edges
+    assert bool((local >= 0).all()) and bool((local < degree[frontier][target]).all())
+    same_target = target[1:] == target[:-1]
+    assert bool((local[1:][same_target] > local[:-1][same_target]).all())  # distinct, ascending
+    for value in (9, 12):
+        picks = local[degree[frontier][target] == value]
+        freq = torch.bincount(picks, minlength=value).double()
+        expected = picks.numel() / value
+        chi2 = ((freq - expected) ** 2 / expected).sum()
+        assert chi2 < 30.0, (value, chi2)  # chi-square(11) 0.999 quantile is 31.3
+    everything, _ = key_positions(colptr, frontier, -1, gen)
+    assert torch.equal(everything.sort().values, torch.arange(int(degree.sum())))
+
+
+@SAMPLERS
+def test_same_seed_epoch_batch_is_identical_and_epoch_changes_it(data, sampler_class):
     seeds = torch.cat([HUBS_20[:8], torch.tensor([77, 88, 99])])
-    first = sample(TorchNeighborSampler(data, [5, 3], seed=11), seeds)
-    again = TorchNeighborSampler(data, [5, 3], seed=11)
+    first = sample(sampler_class(data, [5, 3], seed=11), seeds)
+    again = sampler_class(data, [5, 3], seed=11)
     sample(again, HUBS_20[:1])  # a reused sampler must leave no trace of earlier batches
     assert same_sample(first, sample(again, seeds))
     again.set_epoch(1)
     assert not torch.equal(first.edge, sample(again, seeds).edge)
-    assert not torch.equal(first.edge, sample(TorchNeighborSampler(data, [5, 3], seed=12), seeds).edge)
+    assert not torch.equal(first.edge, sample(sampler_class(data, [5, 3], seed=12), seeds).edge)
     # Survives pickling, as for workers started with 'spawn'.
     again.set_epoch(0)
     assert same_sample(first, sample(pickle.loads(pickle.dumps(again)), seeds))
@@ -230,13 +267,15 @@ def test_unseeded_sampler_follows_global_rng(data):
     assert same_sample(first, sample(sampler, HUBS_20))
 
 
-def test_batch_order_and_workers_do_not_change_samples(data):
+@SAMPLERS
+def test_batch_order_and_workers_do_not_change_samples(data, sampler_class):
     blocks = list(torch.randperm(NUM_NODES, generator=torch.Generator().manual_seed(5))[:90].split(30))
 
     def batches(order, num_workers=0):
         nodes = torch.cat([blocks[i] for i in order])
-        loader = make_node_loader(data, nodes, [4, 2], batch_size=30, seed=21, epoch=2,
-                                  num_workers=num_workers, force_torch_sampler=True)
+        sampler = sampler_class(data, [4, 2], seed=21)
+        sampler.set_epoch(2)
+        loader = NodeLoader(data, node_sampler=sampler, input_nodes=nodes, batch_size=30, num_workers=num_workers)
         return {int(b.n_id[0]): b for b in loader}
 
     forward, backward = batches([0, 1, 2]), batches([2, 1, 0])
@@ -328,17 +367,18 @@ def test_rejects_bad_fanout(data):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_cuda_sampling_keeps_the_contract(data):
+@SAMPLERS
+def test_cuda_sampling_keeps_the_contract(data, sampler_class):
     seeds = torch.cat([HUBS_20[:6], HUBS_80[:3], ISOLATED[:2], torch.tensor([400, 401, 402])])
-    sampler = TorchNeighborSampler(data, [5, 70, 3], seed=5, device="cuda")
+    sampler = sampler_class(data, [5, 70, 3], seed=5, device="cuda")
     assert sampler.colptr.is_cuda and sampler.row.is_cuda and sampler.edge_permutation.is_cuda
     out = sample(sampler, seeds)
     assert out.node.is_cuda and out.row.is_cuda and out.col.is_cuda and out.edge.is_cuda
-    assert same_sample(out, sample(TorchNeighborSampler(data, [5, 70, 3], seed=5, device="cuda"), seeds))
+    assert same_sample(out, sample(sampler_class(data, [5, 70, 3], seed=5, device="cuda"), seeds))
     sampler.set_epoch(1)
     assert not torch.equal(out.edge, sample(sampler, seeds).edge)
     loader = make_node_loader(data, seeds, [5, 70, 3], batch_size=seeds.numel(), seed=5, device="cuda")
-    assert isinstance(loader.node_sampler, TorchNeighborSampler)
+    assert type(loader.node_sampler) is FusedNeighborSampler  # sampler.device=cuda samples with the fused hops
     check_batch(next(iter(loader)), data, seeds, [5, 70, 3])
 
 
@@ -373,7 +413,7 @@ def test_one_node_map_lives_over_many_epochs_and_evaluations(eval_mode):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (sampler.device=cuda)")
 @pytest.mark.parametrize("eval_mode", ["sampled", "full"])
 def test_one_node_map_lives_on_the_gpu_over_many_epochs(eval_mode):
-    """sampler.device=cuda: one map on the GPU for the whole run (full evaluation keeps one host sampler)."""
+    """sampler.device=cuda: one map on the GPU for the whole run (full evaluation reads the CSC, no sampler)."""
     maps = live_maps(eval_mode, "sampler.device=cuda", "dist.backend=nccl")
     assert [m.get("cuda") for m in maps] == [1] * 4 and len({json.dumps(m) for m in maps}) == 1, maps
 

@@ -200,7 +200,10 @@ def _worker() -> None:
     from train.loop.fit import Trainer
     from train.loop.run import obtain_graph
 
-    config = load_config("tiny", ["trainer.epochs=1", "dist.backend=gloo", "output.progress=lines"])
+    # serially: with sampler.prefetch the pipeline's parts run on another thread, and the step's wait for them is
+    # `sample` (train/loop/timing.py)
+    config = load_config("tiny", ["trainer.epochs=1", "dist.backend=gloo", "output.progress=lines",
+                                  "sampler.prefetch=0"])
     env = resolve(os.environ)
     rows = {}
     with process_group(env, config.dist) as (_backend, device), shared_graphs():

@@ -63,6 +63,9 @@ class SamplerConfig:
     device: str = "auto"
     num_workers: int = 0
     pin_memory: bool = True  # only used when training on CUDA with features on the host
+    # Batches sampled, gathered and copied ahead on a thread while the step computes (train/loop/prefetch.py);
+    # the same weights as 0 (serially). Not with PyG's native sampler in this process (num_workers 0).
+    prefetch: int = 1
 
 
 # The models `model.name` names: PyG's GraphSAGE, GCN, GAT, GIN and MLP (their table: train/builtin_models.py);
@@ -166,6 +169,7 @@ POSITIVE: tuple[str, ...] = (
     "dist.init_timeout_seconds", "dist.collective_timeout_seconds", "data.load_timeout_seconds", "optim.lr",
 )
 NON_NEGATIVE: tuple[str, ...] = ("optim.weight_decay", "trainer.max_steps_per_epoch", "sampler.num_workers",
+                                  "sampler.prefetch",
                                   "trainer.checkpoint_every", "trainer.checkpoint_every_minutes",
                                   "trainer.max_restarts", "trainer.step_delay_seconds", "data.load_delay_seconds",
                                   "data.load_delay_node")

@@ -28,13 +28,16 @@ from torch_geometric.sampler import (
 from torch_geometric.sampler.utils import to_csc
 
 from train.graph.epoch_split import derive_seed
+from train.graph.key_sampling import key_positions
 
 __all__ = [
+    "FusedNeighborSampler",
     "TorchNeighborSampler",
     "build_csc",
     "have_native_sampler",
     "make_node_loader",
     "make_node_sampler",
+    "prefetch_safe",
 ]
 
 # Floyd's method costs O(fanout^2) per node, independent of its degree; above
@@ -299,6 +302,16 @@ class TorchNeighborSampler(BaseSampler):
         return new_nodes
 
 
+class FusedNeighborSampler(TorchNeighborSampler):
+    """`TorchNeighborSampler` with each hop in a few whole-frontier ops (train/graph/key_sampling.py): one random
+    key per candidate edge and one sort, in place of Floyd's k rounds of small kernels. For sampler.device=cuda."""
+
+    def _sample_hop(self, frontier: Tensor, frontier_start: int, fanout: int,
+                    generator: torch.Generator | None) -> tuple[Tensor, Tensor]:
+        edge, target = key_positions(self.colptr, frontier, fanout, generator)
+        return edge, target + frontier_start
+
+
 @contextlib.contextmanager
 def _seeded_cpu_rng(seed: int) -> Iterator[None]:
     """Seed torch's default CPU generator for one native sampling call and restore it.
@@ -358,6 +371,14 @@ def _is_cpu(device: torch.device | str | None) -> bool:
     return device is None or torch.device(device).type == "cpu"
 
 
+def prefetch_safe(sampler: BaseSampler, num_workers: int) -> bool:
+    """Whether this sampler's batches may be prepared on another thread while the training step runs: the
+    torch samplers draw each batch from a generator of their own (training seeds them), and loader workers
+    draw in their own processes; PyG's native sampler in this process draws from the global generator, which
+    the step's dropout draws from too (train/loop/prefetch.py)."""
+    return num_workers > 0 or isinstance(sampler, TorchNeighborSampler)
+
+
 def make_node_sampler(
     data: Data,
     num_neighbors: Sequence[int] = (),
@@ -371,8 +392,8 @@ def make_node_sampler(
     node map (N x 8 bytes, on `device`) are built once, not once per epoch or evaluation.
 
     PyG's native sampler (seeded per batch) when one exists, no ``csc`` is passed (or it needs no
-    permutation: sorted by target), and sampling runs on the CPU; otherwise
-    :class:`TorchNeighborSampler`.
+    permutation: sorted by target), and sampling runs on the CPU; otherwise :class:`TorchNeighborSampler` on
+    the CPU and :class:`FusedNeighborSampler` on a GPU.
     """
     # A CSC without a permutation is sorted by target (the node-shared graph): pyg-lib samples from it
     # in place. One with a permutation would need PyG's own copy of it (to_csc): the torch sampler uses it.
@@ -380,7 +401,8 @@ def make_node_sampler(
     if have_native_sampler() and not force_torch_sampler and (csc is None or edges_sorted) and _is_cpu(device):
         return _SeededNeighborSampler(data, list(num_neighbors), seed=None, epoch=0,
                                       share_memory=num_workers > 0, csc=csc)
-    return TorchNeighborSampler(data, list(num_neighbors), csc=csc, device=device)
+    torch_sampler = TorchNeighborSampler if _is_cpu(device) else FusedNeighborSampler
+    return torch_sampler(data, list(num_neighbors), csc=csc, device=device)
 
 
 def make_node_loader(

@@ -124,23 +124,16 @@ class SamplingPlan:
     def loader(self, seeds: Tensor, num_neighbors: Sequence[int], batch_size: int, *, seed: int | None,
                epoch: int = 0):
         """Batches of `seeds` (in order) from the run's one sampler: every epoch and sampled evaluation."""
-        sampler = self._sampler("batches", self.data, self.csc, self.device, num_neighbors)
+        sampler = self.batch_sampler(num_neighbors)
         return make_node_loader(self.data, seeds, num_neighbors, batch_size, sampler=sampler, seed=seed, epoch=epoch,
                                 num_workers=self.num_workers, pin_memory=self.pin_memory)
 
-    def host_loader(self, structure: Data, host_csc: CSC, nodes: Tensor, batch_size: int):
-        """Full neighbourhoods of `nodes`, sampled on the host (full evaluation gathers its rows there):
-        the batches' sampler when it samples on the CPU, else one host sampler, kept for the run."""
-        on_cpu = self.device.type == "cpu"
-        sampler = self._sampler("batches" if on_cpu else "host", structure, self.csc if on_cpu else host_csc,
-                                torch.device("cpu"), [-1])
-        return make_node_loader(structure, nodes, [-1], batch_size, sampler=sampler)
-
-    def _sampler(self, key: str, data: Data, csc: CSC, device: torch.device, num_neighbors: Sequence[int]):
-        if key not in self._samplers:
-            self._samplers[key] = make_node_sampler(data, num_neighbors, csc=csc, device=device,
-                                                    num_workers=self.num_workers)
-        return self._samplers[key]
+    def batch_sampler(self, num_neighbors: Sequence[int] = ()):
+        """The run's one sampler (built on first use, then reused): every epoch and sampled evaluation."""
+        if "batches" not in self._samplers:
+            self._samplers["batches"] = make_node_sampler(self.data, num_neighbors, csc=self.csc, device=self.device,
+                                                          num_workers=self.num_workers)
+        return self._samplers["batches"]
 
     def complete(self, batch: Data, device: torch.device) -> Data:
         """Add the features when they stay on the host: pinned gather, then a non-blocking copy."""

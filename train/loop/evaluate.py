@@ -8,6 +8,10 @@ fetched from their owners per batch with one all_to_all, never the whole layer. 
 memory is two shards of a layer plus one batch's neighbourhood, where an all-gather held all N
 rows on every rank (114 GB per rank for ogbn-papers100M with 256 hidden).
 
+Each layer reads its targets' in-edges straight from the CSC, in chunks of bounded memory
+(train/graph/in_edges.py), on the device that holds the graph: with sampler.device=cuda and the
+features on the GPU, the whole pass and the layers' rows stay there; no sampler, no host round trip.
+
 The full mode needs the model's per-layer API (train/loop/models/layerwise.py: PyG's BasicGNN
 models have one); a model without it is evaluated as in sampled mode, and the run says so.
 
@@ -19,6 +23,8 @@ A feature-only model (PyG's MLP) is evaluated on each node's own features in eit
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.distributed as dist
 from torch import Tensor
@@ -27,7 +33,8 @@ from torch_geometric.data import Data
 from train.cluster.distenv import DistEnv
 from train.config import Config
 from train.graph.epoch_split import derive_seed, rank_shard, shard_sizes
-from train.graph.sampling_plan import SamplingPlan, batch_source
+from train.graph.in_edges import ChunkCost, in_edge_batch, in_edge_chunks
+from train.graph.sampling_plan import SamplingPlan, gather_pinned
 from train.graph.shared_graph import csc_targets, graph_csc
 from train.loop.models import LayerWise, ModelStep, hop_counts, layerwise
 
@@ -118,6 +125,7 @@ def fetch_rows(ids: Tensor, mine: Tensor, my_start: int, owners: RowOwners, devi
     Collective: every rank calls it the same number of times, with its own (maybe empty) `ids`.
     Two all_to_all exchanges: the ids each owner must send, then the rows.
     """
+    ids = ids.cpu()  # the owners' bounds are on the host
     owner = owners.owner(ids)
     order = torch.argsort(owner, stable=True)
     send_ids = ids[order]
@@ -127,7 +135,7 @@ def fetch_rows(ids: Tensor, mine: Tensor, my_start: int, owners: RowOwners, devi
     recv_counts = recv_counts.cpu()
     wanted = torch.empty(int(recv_counts.sum()), dtype=torch.long, device=device)
     dist.all_to_all_single(wanted, send_ids.to(device), recv_counts.tolist(), send_counts.tolist())
-    reply = mine[wanted.cpu() - my_start].to(device)
+    reply = mine[(wanted - my_start).to(mine.device)].to(device)
     got = torch.empty(ids.numel(), mine.size(1), dtype=mine.dtype, device=device)
     dist.all_to_all_single(got, reply, send_counts.tolist(), recv_counts.tolist())
     out = torch.empty_like(got)
@@ -135,79 +143,100 @@ def fetch_rows(ids: Tensor, mine: Tensor, my_start: int, owners: RowOwners, devi
     return out
 
 
-def _edge_chunks(data: Data, chunk: int):
+def _edge_chunks(csc, edge_index: Tensor | None, chunk: int):
     """(sources, targets) of the graph's edges, `chunk` edges at a time: from the CSC where there is one (the
     node-shared graph has no edge_index), else from edge_index."""
-    csc = graph_csc(data)
     if csc is None:
-        for start in range(0, data.edge_index.size(1), chunk):
-            part = data.edge_index[:, start : start + chunk]
+        for start in range(0, edge_index.size(1), chunk):
+            part = edge_index[:, start : start + chunk]
             yield part[0], part[1]
         return
-    colptr, row = csc[0].cpu(), csc[1].cpu()
+    colptr, row = csc[0], csc[1]
     for start in range(0, row.numel(), chunk):
         stop = min(start + chunk, row.numel())
         yield row[start:stop].long(), csc_targets(colptr, start, stop)  # int64, as edge_index
 
 
-def in_degree(data: Data, self_loops: bool = False, chunk: int = 1 << 24) -> Tensor:
+def in_degree(data: Data, self_loops: bool = False, chunk: int = 1 << 24, csc=None) -> Tensor:
     """Each node's in-edges in the whole graph, self-loops counted or not (GCNConv replaces them with its own
     unless add_self_loops=False): the degree a GCN layer normalises a source by. From the CSC when there is
-    one; in chunks, so a billion-edge graph needs no temporary of its size."""
-    csc = graph_csc(data)
+    one (`csc`, else the graph's; on its device); in chunks, so a billion-edge graph needs no temporary of its
+    size."""
+    csc = graph_csc(data) if csc is None else csc
     if csc is not None:
-        degree = csc[0].diff().cpu().long()
+        degree = csc[0].diff().long()
     else:
         degree = torch.zeros(data.num_nodes, dtype=torch.long)
-        for _sources, targets in _edge_chunks(data, chunk):
+        for _sources, targets in _edge_chunks(None, data.edge_index, chunk):
             degree += torch.bincount(targets, minlength=data.num_nodes)
     if not self_loops:
-        for sources, targets in _edge_chunks(data, chunk):
+        for sources, targets in _edge_chunks(csc, data.edge_index, chunk):
             loops = targets[sources == targets]
             if loops.numel():
                 degree -= torch.bincount(loops, minlength=data.num_nodes)
     return degree
 
 
-def _batches(data: Data, nodes: Tensor, batch_size: int, sampling: SamplingPlan):
-    """(n_id, edge_index, number of seeds) per batch: the seeds' full neighbourhoods."""
-    structure = batch_source(torch.device("cpu"), num_nodes=data.num_nodes)  # no features to gather
-    for batch in sampling.host_loader(structure, graph_csc(data), nodes, batch_size):  # one sampler for the run
-        yield batch.n_id, batch.edge_index, batch.batch_size
+@dataclass(frozen=True)
+class GraphAt:
+    """Where the exact evaluation runs: on the device that holds the sampler's CSC, and the layers' rows
+    there too when the features are there (sampler.device=cuda with the graph on the GPU), else on the host."""
+
+    csc: tuple
+    x: Tensor  # the features the first layer reads, where they are
+    rows: torch.device  # where each layer's rows are kept
+
+    @classmethod
+    def of(cls, data: Data, sampling: SamplingPlan) -> "GraphAt":
+        features_on_device = sampling.host_features is None and sampling.data.x is not None
+        x = sampling.data.x if features_on_device else data.x
+        return cls(sampling.csc, x, x.device)
 
 
-def _layer_rows(api: LayerWise, index: int, data: Data, nodes: Tensor, batch_size: int, device: torch.device,
-                inputs, degree: Tensor | None, sampling: SamplingPlan) -> Tensor:
+def _gather(rows: Tensor, ids: Tensor, device: torch.device) -> Tensor:
+    """`rows[ids]` where `rows` are; from the host into pinned memory when the layer runs on a GPU (then copied
+    without blocking)."""
+    ids = ids.to(rows.device)
+    if rows.device.type == "cpu" and device.type == "cuda":
+        return gather_pinned(rows, ids)
+    return rows[ids]
+
+
+def _layer_rows(api: LayerWise, index: int, graph: GraphAt, nodes: Tensor, batch_size: int,
+                device: torch.device, inputs, degree: Tensor | None) -> Tensor:
     """Layer `index` for `nodes`; `inputs(n_id)` gives the previous layer's rows. Collective when
-    `inputs` fetches: the number of batches is agreed so that every rank serves every round.
+    `inputs` fetches: the number of chunks is agreed so that every rank serves every round.
     `degree`: every node's in-degree in the whole graph, for a layer that reads its sources' degrees."""
-    batches = _batches(data, nodes, batch_size, sampling)
-    rounds = torch.tensor([-(-nodes.numel() // batch_size)], device=device)
+    colptr, row = graph.csc[0], graph.csc[1]
+    nodes = nodes.to(colptr.device)  # once, not per chunk
+    in_width = graph.x.size(1) if index == 0 else api.widths[index - 1]
+    cost = ChunkCost.for_layer(in_width, api.widths[index])
+    bounds = in_edge_chunks(colptr, nodes, batch_size, cost)
+    rounds = torch.tensor([len(bounds) - 1], device=device)
     dist.all_reduce(rounds, op=dist.ReduceOp.MAX)
-    out = torch.empty(nodes.numel(), api.widths[index])  # filled in place: no list to concatenate
-    done = 0
-    for _ in range(int(rounds)):
-        batch = next(batches, None)
-        if batch is None:  # out of nodes: still answer the other ranks' requests
-            inputs(torch.empty(0, dtype=torch.long))
+    out = torch.empty(nodes.numel(), api.widths[index], device=graph.rows)  # filled in place
+    for number in range(int(rounds)):
+        if number + 1 >= len(bounds):  # out of nodes: still answer the other ranks' requests
+            inputs(torch.empty(0, dtype=torch.long, device=colptr.device))
             continue
-        n_id, edge_index, seeds = batch
-        h = inputs(n_id).to(device)
-        # One hop: every edge points at a seed (the first `seeds` of n_id), so the layer is
-        # computed for the seeds alone, not for the whole neighbourhood. The other nodes' in-edges
-        # are not in the batch: a layer that reads them gets their count in the whole graph.
+        start, stop = bounds[number], bounds[number + 1]
+        n_id, edge_index, seeds = in_edge_batch(colptr, row, nodes[start:stop])
+        h = inputs(n_id).to(device, non_blocking=True)
+        # One hop: every edge points at a target (the first `seeds` of n_id), so the layer is
+        # computed for the targets alone. The other nodes' in-edges are not in the batch: a layer
+        # that reads them gets their count in the whole graph.
         sources = None
         if degree is not None:
             sources = (torch.arange(seeds, n_id.numel(), device=device), degree[n_id[seeds:]].to(device))
         rows = api.rows(index, h, edge_index.to(device), seeds, sources)
-        out[done : done + seeds] = rows.cpu()
-        done += seeds
+        out[start:stop] = rows.to(graph.rows)
     return out
 
 
 def _full_counts(api: LayerWise, data, config, env, device, sampling) -> dict[str, tuple[int, int]]:
     world, rank = env.world_size, env.rank
     batch_size = config.sampler.eval_batch_size
+    graph = GraphAt.of(data, sampling)
     owners = RowOwners(data.num_nodes, world)
     my_start = int(owners.starts[rank])
     num_layers = api.num_layers
@@ -216,24 +245,25 @@ def _full_counts(api: LayerWise, data, config, env, device, sampling) -> dict[st
     def degree_for(index: int) -> Tensor | None:
         kind = api.source_degree_kind(index)
         if kind is not None and kind not in degrees:
-            degrees[kind] = in_degree(data, self_loops=kind == "with self-loops")
+            degrees[kind] = in_degree(data, self_loops=kind == "with self-loops", csc=graph.csc)
         return degrees.get(kind)
 
     def from_features(n_id: Tensor) -> Tensor:
-        return data.x[n_id]  # every rank maps the whole feature matrix (shared per node)
+        return _gather(graph.x, n_id, device)  # every rank holds the whole feature matrix (shared per node)
 
     inputs, mine = from_features, None
     for index in range(num_layers - 1):
-        mine = _layer_rows(api, index, data, owners.rows(rank), batch_size, device, inputs, degree_for(index),
-                           sampling)
+        mine = _layer_rows(api, index, graph, owners.rows(rank), batch_size, device, inputs, degree_for(index))
 
         def inputs(n_id: Tensor, shard=mine) -> Tensor:
+            if world == 1:  # every row is this rank's
+                return _gather(shard, n_id, device)
             return fetch_rows(n_id, shard, my_start, owners, device)
 
     counts = {}
     for split in SPLITS:
         nodes = rank_shard(data[f"{split}_idx"], rank, world)
-        logits = _layer_rows(api, num_layers - 1, data, nodes, batch_size, device, inputs,
-                             degree_for(num_layers - 1), sampling)
-        counts[split] = (int((logits.argmax(-1) == data.y[nodes]).sum()), nodes.numel())
+        logits = _layer_rows(api, num_layers - 1, graph, nodes, batch_size, device, inputs,
+                             degree_for(num_layers - 1))
+        counts[split] = (int((logits.argmax(-1).cpu() == data.y[nodes]).sum()), nodes.numel())
     return counts

@@ -27,10 +27,12 @@ from train.cluster.distenv import DistEnv
 from train.config import Config
 from train.graph.data import num_classes
 from train.graph.epoch_split import derive_seed, epoch_order, rank_shard
+from train.graph.sampler import prefetch_safe
 from train.graph.sampling_plan import plan_sampling
 from train.loop.evaluate import evaluate
 from train.loop.models import ModelStep, hop_counts, layerwise, resolve
 from train.loop.outputs import Outputs
+from train.loop.prefetch import Prefetcher
 from train.loop.records import EpochRecord, StepRecord
 from train.loop.rng import ProcessRng
 from train.loop.timing import AllReduceProbe, PhaseTimer, reduce_mean
@@ -167,6 +169,13 @@ class Trainer:
                 batch = plan.complete(batch, self.device)
             yield batch
 
+    def prefetch_depth(self) -> int:
+        """Batches prepared ahead (sampler.prefetch), or 0 where the sampler draws from the step's generator."""
+        cfg = self.config.sampler
+        if not self.step.uses_graph:
+            return cfg.prefetch  # features only: no sampler, no random draws
+        return cfg.prefetch if prefetch_safe(self.sampling.batch_sampler(cfg.num_neighbors), cfg.num_workers) else 0
+
     def steps_in_epoch(self, epoch: int) -> int:
         steps = math.ceil(self.epoch_shard(epoch).numel() / self.config.sampler.batch_size)
         cap = self.config.trainer.max_steps_per_epoch
@@ -182,8 +191,9 @@ class Trainer:
         total = self.steps_in_epoch(epoch)
         shard = self.epoch_shard(epoch)[self.state.step * self.config.sampler.batch_size :]
         stats = self.state.stats
-        with Join([self.ddp, *self.joinables]):  # ranks may have one batch more or less than others
-            for batch in self.batches(shard, epoch):
+        with Join([self.ddp, *self.joinables]), \
+                Prefetcher(self.batches(shard, epoch), self.prefetch_depth(), self.device) as batches:
+            for batch in self.timer.iterate(batches, "sample"):  # ranks may have one batch more or less than others
                 if self.state.step >= total:
                     break
                 self._maybe_fail()

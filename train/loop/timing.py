@@ -2,10 +2,12 @@
 
 Phases (seconds per epoch, exclusive, measured on the training thread):
   sample     waiting for the next batch from the loader, feature gathering excluded: the sampler
-             itself with `sampler.num_workers=0`, the wait for the worker processes otherwise
+             itself with `sampler.num_workers=0`, the wait for the worker processes otherwise; with
+             `sampler.prefetch` (train/loop/prefetch.py) the wait for the prefetching thread, which
+             samples, gathers and copies (the part of them not hidden behind the step)
   gather     joining the sampled nodes with their features and labels (PyG's `filter_fn`, or the
-             pinned host gather of GPU sampling), where it runs in this process
-  copy       `batch.to(device)`: host to device copy of the batch
+             pinned host gather of GPU sampling), where it runs on the training thread
+  copy       `batch.to(device)`: host to device copy of the batch, where the training thread makes it
   compute    forward, loss, backward (the gradient all-reduce excluded) and the optimizer step
   allreduce  the gradient all-reduce not hidden behind backward: from the moment the last gradient
              is computed to `backward()` returning (DDP waits for its bucket all-reduces there)

@@ -36,7 +36,7 @@ def main() -> None:
     for fanout in ([4, 3], [-1]):
         first = list(plan.loader(seeds, fanout, 64, seed=11))
         again = list(plan.loader(seeds, fanout, 64, seed=11))
-        assert isinstance(plan._samplers["batches"], _SeededNeighborSampler)
+        assert isinstance(plan.batch_sampler(), _SeededNeighborSampler)
         for batch, same in zip(first, again, strict=True):
             n_id, (src, dst) = batch.n_id, batch.edge_index
             assert n_id.dtype == batch.edge_index.dtype == torch.long, "pyg-lib's int32 ids reached the batch"
