@@ -300,7 +300,8 @@ def test_only_segments_without_a_live_owner_are_removed(tmp_path):
 
 
 def test_sampling_placement():
-    placed = [gpu_placement(10, 20, free=100), gpu_placement(10, 60, free=100), gpu_placement(70, 1, free=100)]
+    # 90 of the 100 free bytes are the budget (the 10 % headroom)
+    placed = [gpu_placement(10, 20, free=100), gpu_placement(10, 85, free=100), gpu_placement(95, 1, free=100)]
     assert [(p.structure, p.features) for p in placed] == [(True, True), (True, False), (False, False)]
     from train.graph.data import synthetic_graph
     from train.graph.sampler import build_csc
