@@ -16,8 +16,9 @@ from torch_geometric.data import Data
 
 from train.config import SamplerConfig
 from train.errors import UserError
-from train.graph.sampler import build_csc, make_node_sampler, node_loader
-from train.graph.shared_graph import CSC, attach_csc, gib, graph_csc
+from train.graph.layout import CSC, form_of
+from train.graph.sampler import make_node_sampler, node_loader
+from train.graph.shared_graph import gib
 
 # Fraction of the free GPU memory the graph may take with sampler.device=cuda
 # (the rest is for the model, activations and the sampler's per-batch tensors).
@@ -142,10 +143,7 @@ def plan_sampling(data: Data, config: SamplerConfig, device: torch.device,
                   free_gpu_bytes: int | None = None) -> SamplingPlan:
     """CPU sampling (features gathered by the loader, pinned when training on a GPU), or GPU sampling with
     the CSC on the GPU and the features there too when they fit, else gathered on the host into pinned memory."""
-    csc = graph_csc(data)
-    if csc is None:
-        csc = build_csc(data.edge_index, data.num_nodes)
-        attach_csc(data, csc)
+    csc = form_of(data).structure(data)
     on_host = batch_source(torch.device("cpu"), x=data.x, y=data.y)
     cpu_plan = SamplingPlan(torch.device("cpu"), on_host, csc, None,
                             pin_memory=config.pin_memory and device.type == "cuda", num_workers=config.num_workers)

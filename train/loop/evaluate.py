@@ -27,6 +27,7 @@ from torch_geometric.data import Data
 from train.cluster.distenv import DistEnv
 from train.config import Config
 from train.graph.epoch_split import derive_seed, rank_shard, shard_sizes
+from train.graph.layout import form_of
 from train.graph.sampling_plan import SamplingPlan, batch_source
 from train.graph.shared_graph import csc_targets, graph_csc
 from train.loop.models import LayerWise, ModelStep, hop_counts, layerwise
@@ -68,12 +69,13 @@ def eval_fanouts(config: Config) -> list[int]:
 def _feature_counts(model, data, config, env, device) -> dict[str, tuple[int, int]]:
     """A feature-only model: each node's logits from its own features, exact in either mode."""
     counts = {}
+    form = form_of(data)
     for split in SPLITS:
-        nodes = rank_shard(data[f"{split}_idx"], env.rank, env.world_size)
+        nodes = rank_shard(form.split_nodes(data, split), env.rank, env.world_size)
         correct = 0
         for chunk in nodes.split(config.sampler.eval_batch_size):
-            logits = model(data.x[chunk].to(device))
-            correct += int((logits.argmax(-1).cpu() == data.y[chunk]).sum())
+            logits = model(form.features(data, chunk).to(device))
+            correct += int((logits.argmax(-1).cpu() == form.labels(data, chunk)).sum())
         counts[split] = (correct, nodes.numel())
     return counts
 
@@ -82,7 +84,7 @@ def _sampled_counts(model, data, config, env, device, sampling) -> dict[str, tup
     counts = {}
     batch_size = config.sampler.eval_batch_size
     for number, split in enumerate(SPLITS):
-        nodes = rank_shard(data[f"{split}_idx"], env.rank, env.world_size)
+        nodes = rank_shard(form_of(data).split_nodes(data, split), env.rank, env.world_size)
         correct = 0
         loader = sampling.loader(nodes, eval_fanouts(config), batch_size,
                                  seed=derive_seed(config.trainer.seed, 2, number))  # the training sampler
@@ -208,7 +210,8 @@ def _layer_rows(api: LayerWise, index: int, data: Data, nodes: Tensor, batch_siz
 def _full_counts(api: LayerWise, data, config, env, device, sampling) -> dict[str, tuple[int, int]]:
     world, rank = env.world_size, env.rank
     batch_size = config.sampler.eval_batch_size
-    owners = RowOwners(data.num_nodes, world)
+    form = form_of(data)
+    owners = RowOwners(form.num_nodes(data), world)
     my_start = int(owners.starts[rank])
     num_layers = api.num_layers
     degrees: dict[str, Tensor] = {}  # by which in-edges count, computed once per evaluation
@@ -220,7 +223,7 @@ def _full_counts(api: LayerWise, data, config, env, device, sampling) -> dict[st
         return degrees.get(kind)
 
     def from_features(n_id: Tensor) -> Tensor:
-        return data.x[n_id]  # every rank maps the whole feature matrix (shared per node)
+        return form.features(data, n_id)  # every rank maps the whole feature matrix (shared per node)
 
     inputs, mine = from_features, None
     for index in range(num_layers - 1):
@@ -232,8 +235,8 @@ def _full_counts(api: LayerWise, data, config, env, device, sampling) -> dict[st
 
     counts = {}
     for split in SPLITS:
-        nodes = rank_shard(data[f"{split}_idx"], rank, world)
+        nodes = rank_shard(form.split_nodes(data, split), rank, world)
         logits = _layer_rows(api, num_layers - 1, data, nodes, batch_size, device, inputs,
                              degree_for(num_layers - 1), sampling)
-        counts[split] = (int((logits.argmax(-1) == data.y[nodes]).sum()), nodes.numel())
+        counts[split] = (int((logits.argmax(-1) == form.labels(data, nodes)).sum()), nodes.numel())
     return counts
