@@ -99,7 +99,7 @@ def load_graph(config: DataConfig, data_dir: str | None = None) -> Data:
 
 
 def num_classes(data: Data) -> int:
-    from train.graph.layout import form_of
+    from train.graph.form import form_of
 
     return form_of(data).num_classes(data)
 

@@ -16,7 +16,7 @@ class GraphSize:
     features: int
     classes: int
     split: tuple[int, int, int]  # train, val, test nodes
-    form: str = "homogeneous"  # the graph's form, whose tensors these are (train/graph/layout.py FORMS)
+    form: str = "homogeneous"  # the graph's form, whose tensors these are (train/graph/form.py FORMS)
 
     @property
     def degree(self) -> float:

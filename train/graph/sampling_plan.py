@@ -16,7 +16,7 @@ from torch_geometric.data import Data
 
 from train.config import SamplerConfig
 from train.errors import UserError
-from train.graph.layout import CSC, form_of
+from train.graph.form import CSC, form_of
 from train.graph.sampler import make_node_sampler, node_loader
 from train.graph.shared_graph import gib
 

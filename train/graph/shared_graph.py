@@ -53,7 +53,7 @@ from train.cluster.distenv import DistEnv
 from train.config import DataConfig
 from train.errors import UserError
 from train.graph.data import load_graph
-from train.graph.layout import (  # noqa: F401 (the CSC's helpers: re-exported where they were before)
+from train.graph.form import (  # noqa: F401 (the CSC's helpers: re-exported where they were before)
     CSC,
     HOMOGENEOUS,
     SPLITS,
@@ -180,7 +180,7 @@ def map_tensors(directory: Path) -> dict[str, Tensor]:
 
 
 def graph_tensors(data) -> tuple[Shared, int]:
-    """What a node shares, in write order, and its size in bytes: the graph's form says (train/graph/layout.py)."""
+    """What a node shares, in write order, and its size in bytes: the graph's form says (train/graph/form.py)."""
     return form_of(data).shared_tensors(data)
 
 

@@ -27,7 +27,7 @@ from torch_geometric.data import Data
 from train.cluster.distenv import DistEnv
 from train.config import Config
 from train.graph.epoch_split import derive_seed, rank_shard, shard_sizes
-from train.graph.layout import form_of
+from train.graph.form import form_of
 from train.graph.sampling_plan import SamplingPlan, batch_source
 from train.graph.shared_graph import csc_targets, graph_csc
 from train.loop.models import LayerWise, ModelStep, hop_counts, layerwise

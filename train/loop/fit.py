@@ -27,7 +27,7 @@ from train import heap
 from train.cluster.distenv import DistEnv
 from train.config import Config
 from train.graph.epoch_split import derive_seed, epoch_order, rank_shard
-from train.graph.layout import form_of
+from train.graph.form import form_of
 from train.graph.sampling_plan import plan_sampling
 from train.loop.evaluate import evaluate
 from train.loop.models import ModelStep, hop_counts, layerwise, resolve
@@ -126,7 +126,7 @@ class Trainer:
     def __init__(self, config: Config, env: DistEnv, device: torch.device, data: Data, out_dir: Path):
         self.config, self.env, self.device, self.data, self.out_dir = config, env, device, data, out_dir
         spec = resolve(config.model)  # checked before the rendezvous too (train/cli/preflight.py)
-        self.form = form_of(data)  # what the graph answers: its widths, splits and batches (graph/layout.py)
+        self.form = form_of(data)  # what the graph answers: its widths, splits and batches (graph/form.py)
         width, classes = self.form.feature_width(data), self.form.num_classes(data)
         self.model = spec.build(width, classes, config.trainer.seed).to(device)
         self.model_description = spec.describe(width, classes)  # what checkpoints record

@@ -231,7 +231,7 @@ class Plan:
 
 def shared_graph_bytes(size: GraphSize) -> int:
     """What data.share=node writes once per node (train/graph/shared_graph.py's graph_tensors), from meta tensors."""
-    from train.graph.layout import form_named  # here: `python -m train` imports the plan to build its parser
+    from train.graph.form import form_named  # here: `python -m train` imports the plan to build its parser
 
     form = form_named(size.form)
     return form.shared_tensors(form.planned(size))[1]

@@ -17,7 +17,7 @@ from torch import Tensor
 
 from train.config import ModelConfig
 from train.errors import UserError
-from train.graph.layout import HOMOGENEOUS, GraphForm
+from train.graph.form import HOMOGENEOUS, GraphForm
 from train.graph.sampler import make_node_loader
 from train.loop.models.spec import resolve
 from train.loop.models.step import ModelStep
