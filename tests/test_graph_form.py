@@ -3,16 +3,11 @@ graph's shape asking the form instead of reading a `Data`: what a heterogeneous 
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
 from torch_geometric.data import Data, HeteroData
 
-from tests.harness.localjob import ROOT, free_port
+from tests.harness.localjob import free_port
 from train.config import load_config
 from train.graph.data import num_classes, synthetic_graph
 from train.graph.form import FORMS, HOMOGENEOUS, GraphForm, Homogeneous, form_named, form_of, graph_csc
@@ -21,8 +16,6 @@ from train.graph.sampler import build_csc
 from train.graph.shared_graph import graph_from_tensors, graph_tensors
 from train.loop.models.contract import tiny_batch
 from train.plan.terms import shared_graph_bytes
-
-RESULT = "FORM-CALLS "
 
 
 class Recording(Homogeneous):
@@ -109,45 +102,25 @@ def test_node_sharing_the_contract_and_the_plan_ask_the_form(recording):
     assert recording.asked >= {"shared_tensors", "from_tensors", "tiny", "structure", "planned", "num_classes"}
 
 
-def _worker() -> None:
-    """One rank (world size 1) with a Recording form: a graph model and a feature-only one, an epoch each,
-    evaluated; prints the questions the loop asked."""
-    import tempfile
-    from pathlib import Path
-
-    import train.graph.form as forms
+def test_the_loop_and_the_evaluation_ask_the_form(recording, tmp_path):
+    """One rank (world size 1, in this process): a graph model and a feature-only one, an epoch each, evaluated."""
     from train.cluster.distenv import resolve
     from train.cluster.procgroup import process_group
     from train.graph.shared_graph import shared_graphs
     from train.loop.fit import Trainer
     from train.loop.run import obtain_graph
 
-    form = Recording()
-    forms.FORMS = {form.name: form, **forms.FORMS}
     settings = ["trainer.epochs=1", "dist.backend=gloo", "output.progress=lines"]
     config = load_config("tiny", settings)
-    env = resolve(os.environ)
+    env = resolve({"WORLD_SIZE": "1", "RANK": "0", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+                   "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())})
     with process_group(env, config.dist) as (_backend, device), shared_graphs():
         data = obtain_graph(config, env)
         for model in ("sage", "mlp"):
-            with tempfile.TemporaryDirectory() as out:
-                Trainer(load_config("tiny", [*settings, f"model.name={model}"]), env, device, data, Path(out)).fit()
-    print(RESULT + json.dumps(sorted(form.asked)), flush=True)
-
-
-def test_the_loop_and_the_evaluation_ask_the_form():
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "WORLD_SIZE": "1", "RANK": "0",
-           "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
-    env = {k: v for k, v in env.items() if not k.startswith("SLURM_")}
-    proc = subprocess.run([sys.executable, "-m", "tests.test_graph_form", "worker"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    asked = set(json.loads(next(line for line in proc.stdout.splitlines() if line.startswith(RESULT))[len(RESULT):]))
+            out = tmp_path / model
+            out.mkdir()
+            Trainer(load_config("tiny", [*settings, f"model.name={model}"]), env, device, data, out).fit()
     # the model's in_channels and out_channels, the sampler's CSC, the epoch's seeds, the MLP's batches,
     # the evaluation's rows, splits, features and labels
-    assert asked >= {"feature_width", "num_classes", "structure", "split_nodes", "feature_batch", "num_nodes",
-                     "features", "labels"}, asked
-
-
-if __name__ == "__main__" and sys.argv[1:] == ["worker"]:
-    _worker()
+    assert recording.asked >= {"feature_width", "num_classes", "structure", "split_nodes", "feature_batch",
+                               "num_nodes", "features", "labels"}, recording.asked
