@@ -130,11 +130,13 @@ def test_ogb_is_prepared_once_processed_and_complete(tmp_path):
     config = DataConfig(name="ogbn-arxiv", root=str(tmp_path))
     write_ogb(tmp_path, "ogbn-arxiv")
     assert unprepared(config) == ""  # every file processing reads, and OGB's release mark: the job processes them
-    (tmp_path / "ogbn_arxiv" / "RELEASE_v1.txt").unlink()
-    assert "RELEASE_v1.txt" not in unprepared(config) and unprepared(config)  # incomplete: ogb would refuse it
-    (tmp_path / "ogbn_arxiv" / "RELEASE_v1.txt").touch()
     prepare_dataset(config)
     assert DATASETS["ogbn-arxiv"].is_processed(tmp_path) and unprepared(config) == ""
+    release = tmp_path / "ogbn_arxiv" / "RELEASE_v1.txt"
+    release.unlink()  # processed, but not a complete download: ogb would refuse the folder
+    assert unprepared(config).startswith(f"dataset 'ogbn-arxiv' is not prepared in '{tmp_path}' (data.root): "
+                                         f"{release} is missing; ")
+    release.touch()
     found = probe_dataset(config, None)
     assert found["state"] == "present" and found["detail"] == "processed"
 

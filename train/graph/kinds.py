@@ -172,14 +172,18 @@ class OnDisk(DatasetKind):
     def is_processed(self, root: Path) -> bool:
         return all((self.folder(None, root) / f).is_file() for f in self.processed)
 
+    marks: tuple[str, ...] = ()  # files a usable folder always holds, processed or not
+
     def is_prepared(self, data: DataConfig, root: Path) -> bool:
         """Processed, or every file processing reads is there (the job processes them without internet)."""
         folder = self.folder(data, root)
-        return self.is_processed(root) or all((folder / f).is_file() for f in self.needed)
+        return all((folder / f).is_file() for f in self.marks) and (
+            self.is_processed(root) or all((folder / f).is_file() for f in self.needed))
 
     def unprepared(self, data: DataConfig, root: Path, source: str) -> str:
         folder = self.folder(data, root)
-        missing = next(str(folder / f) for f in (*self.processed, *self.needed) if not (folder / f).is_file())
+        missing = next(str(folder / f) for f in (*self.marks, *self.processed, *self.needed)
+                       if not (folder / f).is_file())
         return (f"dataset {self.name!r} is not prepared in {str(root)!r} ({source}): {missing} is missing; prepare "
                 f"it on a login node (with internet): {make_data(self.name, root)}")
 
@@ -267,6 +271,7 @@ class OgbNode(OnDisk):
     """OGB's node-property datasets (train/graph/ogbn.py), with the official split."""
 
     kind, loader, source = "OGB's node-property dataset", "ogb", "snap.stanford.edu/ogb"
+    marks = (RELEASE,)  # ogb's mark of a complete download: open_ogb refuses a folder without it
 
     def __init__(self, name: str, size: GraphSize):
         info = OGB_NODE_DATASETS[name]
@@ -275,10 +280,6 @@ class OgbNode(OnDisk):
 
     def folder(self, data: DataConfig | None, root: Path) -> Path:
         return root / self.sub
-
-    def is_prepared(self, data: DataConfig, root: Path) -> bool:
-        """As any dataset on disk, with ogb's mark of a complete download (open_ogb refuses a folder without it)."""
-        return super().is_prepared(data, root) and (self.folder(data, root) / RELEASE).is_file()
 
     def open(self, root: Path) -> Data:
         return open_ogb(self.name, root)
