@@ -182,7 +182,7 @@ class OnDisk(DatasetKind):
 
     def unprepared(self, data: DataConfig, root: Path, source: str) -> str:
         folder = self.folder(data, root)
-        missing = next(str(folder / f) for f in (*self.marks, *self.processed, *self.needed)
+        missing = next(str(folder / f) for f in (*self.processed, *self.marks, *self.needed)
                        if not (folder / f).is_file())
         return (f"dataset {self.name!r} is not prepared in {str(root)!r} ({source}): {missing} is missing; prepare "
                 f"it on a login node (with internet): {make_data(self.name, root)}")
