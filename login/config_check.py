@@ -30,7 +30,8 @@ def check(config_name: str, overrides: list[str], dataset: bool, data_dir: str |
         try:
             from train.graph.data import dataset_kind, unprepared
         except ModuleNotFoundError as exc:
-            return f"{sys.executable} cannot import {exc.name}: the dataset name is checked in the image"
+            unchecked = "" if data_dir is None else f"; whether it is prepared in {data_dir or 'data'} was not checked"
+            return f"{sys.executable} cannot import {exc.name}: the dataset name is checked in the image{unchecked}"
         dataset_kind(config.data)
         if data_dir is not None:
             from train.errors import UserError
