@@ -104,7 +104,9 @@ check_py=$(host_python "$root" "$([[ $image_kind != none ]] || echo "$BARE_PYTHO
 if [[ $image_kind == none ]] && shape_ok BARE_PYTHON && ! command -v -- "$check_py" >/dev/null 2>&1; then
     problem "BARE_PYTHON='$check_py' is not a program here: with IMAGE=none the job runs it on every node (give a path every node sees)."
 elif [[ -n $config_arg ]] && shape_ok ARGS; then
-    check_config "CONFIG='$CONFIG' ARGS='$ARGS'" "$check_py" "$config_arg" "${args[@]}"
+    data_check=(--data-dir "$DATA_DIR") # the dataset prepared there (login/config_check.py)
+    trains "$DOCTOR" || data_check=() # DOCTOR=only: the doctor job looks for it on the nodes
+    check_config "CONFIG='$CONFIG' ARGS='$ARGS'" "$check_py" "${data_check[@]}" "$config_arg" "${args[@]}"
 fi
 
 # The user's code folder (CODE_DIR): it exists, and the model the config names imports from it and passes

@@ -1,47 +1,70 @@
 """Check a config, its overrides and the dataset it names as the job will read them, before anything is
 queued (jobs/submit.sh) or prepared (container/data.sh): a typo in ARGS must not wait in the queue.
 
-    python3 -m login.config_check [--dataset] CONFIG [OVERRIDE...]
+    python3 -m login.config_check [--dataset] [--data-dir DIR] CONFIG [OVERRIDE...]
 
-Exit status 0: valid, or not checkable with this Python (then one line on stdout says what was not
-checked and why); 2: not valid, the package's message on stderr. The config needs PyYAML; the dataset
-name needs torch and PyG (train.graph.data), which a login node's python3 may lack.
+--dataset checks the dataset's name (and what its kind needs, e.g. data.path for files); --data-dir also
+checks that the dataset is prepared in DIR (the job's DATA_DIR), so that a job is not queued to fail on the
+nodes, and names the `make data` that prepares it. Exit status 0: valid, or not checkable with this Python
+(then one line on stdout says what was not checked and why); 2: not valid, the package's message on stderr.
+The config needs PyYAML; the dataset needs torch and PyG (train.graph.data), which a login node's python3
+may lack.
 """
 
 from __future__ import annotations
 
 import sys
 
-USAGE = "usage: python3 -m login.config_check [--dataset] CONFIG [OVERRIDE...]"
+USAGE = "usage: python3 -m login.config_check [--dataset] [--data-dir DIR] CONFIG [OVERRIDE...]"
 
 
-def check(config_name: str, overrides: list[str], dataset: bool) -> str:
-    """'' when the config (and with `dataset` its data.name) is valid; what was not checked when this Python
-    cannot tell. Raises train.errors.UserError when it is not valid."""
+def check(config_name: str, overrides: list[str], dataset: bool, data_dir: str | None = None) -> str:
+    """'' when the config (with `dataset` its data.name; with `data_dir` also its files there) is valid; what
+    was not checked when this Python cannot tell. Raises train.errors.UserError when it is not valid."""
     try:
         from train.config import load_config
     except ModuleNotFoundError as exc:
         return f"{sys.executable} cannot import {exc.name}: CONFIG and ARGS were not checked here"
     config = load_config(config_name, overrides)
-    if dataset:
+    if dataset or data_dir is not None:
         try:
-            from train.graph.data import check_dataset_name
+            from train.graph.data import dataset_kind, unprepared
         except ModuleNotFoundError as exc:
-            return f"{sys.executable} cannot import {exc.name}: the dataset name is checked in the image"
-        check_dataset_name(config.data.name)
+            unchecked = "" if data_dir is None else f"; whether it is prepared in {data_dir or 'data'} was not checked"
+            return f"{sys.executable} cannot import {exc.name}: the dataset name is checked in the image{unchecked}"
+        dataset_kind(config.data)
+        if data_dir is not None:
+            from train.errors import UserError
+
+            missing = unprepared(config.data, data_dir)
+            if missing:
+                raise UserError(missing)
     return ""
 
 
+def parse(argv: list[str]) -> tuple[bool, str | None, list[str]] | None:
+    """(--dataset, --data-dir's DIR, CONFIG and the overrides), or None when argv is not a valid call."""
+    dataset, data_dir = False, None
+    while argv and argv[0] in ("--dataset", "--data-dir"):
+        if argv[0] == "--dataset":
+            dataset, argv = True, argv[1:]
+        elif len(argv) < 2:
+            return None
+        else:
+            data_dir, argv = argv[1], argv[2:]
+    return (dataset, data_dir, argv) if argv else None
+
+
 def main(argv: list[str]) -> int:
-    dataset = bool(argv) and argv[0] == "--dataset"
-    argv = argv[1:] if dataset else argv
-    if not argv:
+    parsed = parse(argv)
+    if parsed is None:
         print(USAGE, file=sys.stderr)
         return 2
+    dataset, data_dir, argv = parsed
     from train.errors import UserError  # the standard library only
 
     try:
-        not_checked = check(argv[0], argv[1:], dataset)
+        not_checked = check(argv[0], argv[1:], dataset, data_dir)
     except UserError as exc:
         print(exc, file=sys.stderr)
         return 2

@@ -169,9 +169,15 @@ def test_pt_file_that_is_no_graph_is_refused(tmp_path):
         load_graph(DataConfig(name="files", path=str(path)))
 
 
-def test_missing_path_is_refused_by_the_config_and_the_loader(tmp_path):
-    with pytest.raises(UserError, match="data.name=files needs data.path"):
-        load_config("tiny", ["data.name=files"])
+def test_missing_path_is_refused_by_the_dataset_kind_and_the_loader(tmp_path):
+    """The files kind needs data.path: every door that asks the kind (fit's checks, the plan, the loader) says so."""
+    from train.cli.plan import graph_size
+    from train.graph.data import dataset_kind
+
+    config = load_config("tiny", ["data.name=files"])
+    for refused in (lambda: dataset_kind(config.data), lambda: graph_size(config), lambda: load_graph(config.data)):
+        with pytest.raises(UserError, match="data.name=files needs data.path"):
+            refused()
     with pytest.raises(UserError, match="does not exist"):
         load_graph(DataConfig(name="files", path=str(tmp_path / "absent")))
 

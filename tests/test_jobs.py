@@ -476,10 +476,26 @@ def test_default_cpus_per_task_is_the_clusters():
 
 # ---- the memory plan before sbatch (train/cli/plan.py) ----------------------------------------------
 
-def test_a_plan_that_cannot_fit_is_refused_naming_the_numbers(cluster_standin):
+def prepared_stand_in(data_dir: Path, name: str) -> Path:
+    """`data_dir` holding what a prepared dataset `name` holds, as empty files: enough for the check before
+    sbatch (train/graph/kinds.py is_prepared looks for the files, it does not read them)."""
+    from train.config import DataConfig
+    from train.graph.kinds import DATASETS
+
+    kind = DATASETS[name]
+    folder = kind.folder(DataConfig(name=name), data_dir)
+    for relative in (*kind.processed, "RELEASE_v1.txt"):
+        (folder / relative).parent.mkdir(parents=True, exist_ok=True)
+        (folder / relative).touch()
+    return data_dir
+
+
+def test_a_plan_that_cannot_fit_is_refused_naming_the_numbers(cluster_standin, tmp_path):
     env, record = cluster_standin
+    data_dir = prepared_stand_in(tmp_path / "data", "ogbn-papers100M")
     for dry in ([], ["DRY_RUN=1"]):
-        p = make(env, "submit", "IMAGE=none", "CONFIG=ogbn-papers100M", "NODES=2", "GPUS=8", *dry)
+        p = make(env, "submit", "IMAGE=none", "CONFIG=ogbn-papers100M", "NODES=2", "GPUS=8", f"DATA_DIR={data_dir}",
+                 *dry)
         assert p.returncode == 2, p.stdout + p.stderr
         assert "memory plan: ogbn-papers100M" in p.stdout and "per node" in p.stdout  # the table, then the verdict
         verdict = re.search(r"memory plan for CONFIG='ogbn-papers100M' ARGS='' NODES=2 GPUS=8: this plan does not "
@@ -490,6 +506,54 @@ def test_a_plan_that_cannot_fit_is_refused_naming_the_numbers(cluster_standin):
         assert re.search(rf"^\s*peak\s.*\b{re.escape(verdict.group(1))} GiB", p.stdout, re.M), p.stdout
         assert "nothing was submitted" in p.stderr and "Traceback" not in p.stderr
     assert not record.exists()
+
+
+# ---- the dataset prepared where the job reads it (login/config_check.py --data-dir) ------------------
+
+@pytest.mark.parametrize("config, dataset, missing", [
+    ("cora", "Cora", "Planetoid/Cora/processed/data.pt"),
+    ("ogbn-products", "ogbn-products", "ogbn_products/processed/geometric_data_processed.pt")])
+def test_a_dataset_not_prepared_in_data_dir_is_refused_naming_the_make_data_that_prepares_it(
+        cluster_standin, tmp_path, config, dataset, missing):
+    """One line: the dataset, where it was looked for, the file missing, the `make data` that prepares it."""
+    env, record = cluster_standin
+    empty = tmp_path / "data"
+    empty.mkdir()
+    cases = [(str(empty), "DATA_DIR", ["DRY_RUN=1"])]  # a dry run checks as a real submit does
+    if not (ROOT / "data" / missing).exists():  # the default data/, unless this checkout has it prepared
+        cases.append(("", "the default data root", []))
+    for data_dir, source, dry in cases:
+        shown = data_dir or "data"
+        p = make(env, "submit", "IMAGE=none", f"CONFIG={config}", f"DATA_DIR={data_dir}", *dry)
+        assert p.returncode == 2, p.stdout + p.stderr
+        lines = [line for line in p.stderr.splitlines() if dataset in line]
+        assert lines == [f"make submit: error: CONFIG='{config}' ARGS='': dataset '{dataset}' is not prepared in "
+                         f"'{shown}' ({source}): {shown}/{missing} is missing; prepare it on a login node (with "
+                         f"internet): make data DATASET={dataset} DATA_DIR={shown}"], p.stderr
+        assert "nothing was submitted" in p.stderr and "memory plan:" not in p.stdout
+    assert not record.exists()
+    prepared_stand_in(empty, dataset)  # prepared: the same request passes the check
+    p = make(env, "submit", "IMAGE=none", f"CONFIG={config}", f"DATA_DIR={empty}", "DRY_RUN=1")
+    assert p.returncode == 0 and "is not prepared" not in p.stderr, p.stderr
+
+
+def test_own_files_that_are_not_there_are_refused_before_sbatch(cluster_standin, tmp_path):
+    env, record = cluster_standin
+    absent = tmp_path / "graph"
+    p = make(env, "submit", "IMAGE=none", "CONFIG=tiny", f"ARGS=data.name=files data.path={absent}", "DRY_RUN=1")
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert (f"CONFIG='tiny' ARGS='data.name=files data.path={absent}': data.path='{absent}' does not exist here"
+            in p.stderr), p.stderr
+    p = make(env, "submit", "IMAGE=none", "CONFIG=tiny", "ARGS=data.name=files", "DRY_RUN=1")
+    assert p.returncode == 2 and "data.name=files needs data.path" in p.stderr, p.stderr
+    assert not record.exists()
+
+
+def test_the_doctor_job_is_not_refused_for_a_missing_dataset(cluster_standin, tmp_path):
+    """`make doctor NODES= GPUS=` (DOCTOR=only) is how to see what each node finds: it looks for the data there."""
+    env, _record = cluster_standin
+    p = make(env, "submit", "IMAGE=none", "CONFIG=cora", f"DATA_DIR={tmp_path}", "DOCTOR=only", "DRY_RUN=1")
+    assert p.returncode == 0 and "is not prepared" not in p.stderr, p.stderr
 
 
 def test_dry_run_prints_the_plan_and_a_plan_that_fits_is_submitted(cluster_standin):

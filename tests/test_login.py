@@ -106,8 +106,19 @@ def test_config_check_names_an_unknown_dataset():
 def test_config_check_says_what_it_could_not_check(monkeypatch):
     monkeypatch.setitem(sys.modules, "train.graph.data", None)  # as on a login node without torch
     assert "the dataset name is checked in the image" in config_check.check("tiny", [], dataset=True)
+    assert config_check.check("tiny", [], dataset=False, data_dir="/d").endswith(
+        "the dataset name is checked in the image; whether it is prepared in /d was not checked")
     monkeypatch.setitem(sys.modules, "train.config", None)  # without PyYAML
     assert "CONFIG and ARGS were not checked here" in config_check.check("tiny", [], dataset=False)
+
+
+def test_config_check_refuses_a_dataset_not_prepared_in_data_dir(tmp_path, capsys):
+    assert config_check.main(["--data-dir", str(tmp_path), "tiny"]) == 0  # synthetic: nothing to prepare
+    assert config_check.main(["--data-dir", str(tmp_path), "cora"]) == 2
+    said = capsys.readouterr().err
+    assert said.startswith(f"dataset 'Cora' is not prepared in '{tmp_path}' (DATA_DIR): ") and said.count("\n") == 1
+    assert said.rstrip().endswith(f"make data DATASET=Cora DATA_DIR={tmp_path}")
+    assert config_check.main(["--dataset", "--data-dir"]) == 2 and "usage" in capsys.readouterr().err
 
 
 def test_config_check_exit_statuses(capsys):

@@ -28,7 +28,7 @@ CONFIG_DIR = Path(__file__).parent / "configs"
 
 @dataclass(frozen=True)
 class DataConfig:
-    name: str = "synthetic"  # synthetic | files | Reddit, Cora, ogbn-products, ... (train.graph.data.DATASETS)
+    name: str = "synthetic"  # synthetic | files | Reddit, Cora, ogbn-products, ... (train.graph.kinds.DATASETS)
     root: str = ""  # "" -> $DATA_DIR, else ./data
     path: str = ""  # data.name=files: a folder of arrays or a saved PyG Data (.pt), see train/graph/graphfiles.py
     share: str = "node"  # node: one copy per node in shared memory; process: each rank loads its own
@@ -356,14 +356,11 @@ def check_layer_fanouts(config: Config, reads_graph: bool) -> None:
 
 
 def _check_model_and_data(config: Config) -> None:
-    """The remaining ranges: dropout, a path for data.name=files, room for a test split."""
+    """The remaining ranges: dropout, room for a test split (what a dataset kind needs: train/graph/kinds.py)."""
     for key in ("dropout", "input_dropout"):
         value = getattr(config.model, key)
         if not 0 <= value < 1:
             raise UserError(f"model.{key}={value!r} must be in [0, 1).")
-    if config.data.name == "files" and not config.data.path:
-        raise UserError("data.name=files needs data.path: a folder of arrays (edge_index, x, y and the split) "
-                        "or a .pt file holding a saved PyG Data.")
     if not 0 < config.data.train_fraction + config.data.val_fraction < 1:
         raise UserError("data.train_fraction + data.val_fraction must be between 0 and 1 (the rest is test).")
 

@@ -10,10 +10,10 @@ from train.config import load_config
 
 def main(args) -> int:
     from train.cluster.distenv import job_facts
-    from train.graph.data import prepare_dataset
+    from train.graph.data import dataset_kind, prepare_dataset
 
     config = load_config(args.config, args.overrides)
     facts, _sources = job_facts(os.environ)  # DATA_DIR, read here at the entry
     root = prepare_dataset(config.data, facts["data_dir"])
-    print(f"dataset {config.data.name} ready under {root}")
+    print(f"dataset {config.data.name} ready under {root}: {dataset_kind(config.data).describe()}")
     return 0

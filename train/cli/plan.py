@@ -22,51 +22,12 @@ from train.plan.terms import GIB, GraphSize, Plan, make_plan, shared_graph_bytes
 
 __all__ = ["GraphSize", "Plan", "format_plan", "graph_size", "make_plan", "refusals", "shared_graph_bytes"]
 
-# Published sizes (PyG's docs, OGB's paper and leaderboards), as this project stores each graph.
-KNOWN: dict[str, GraphSize] = {
-    "Cora": GraphSize(2_708, 10_556, 1_433, 7, (140, 500, 1_000)),
-    "CiteSeer": GraphSize(3_327, 9_104, 3_703, 6, (120, 500, 1_000)),
-    "PubMed": GraphSize(19_717, 88_648, 500, 3, (60, 500, 1_000)),
-    "Flickr": GraphSize(89_250, 899_756, 500, 7, (44_625, 22_312, 22_313)),
-    "Reddit": GraphSize(232_965, 114_615_892, 602, 41, (153_431, 23_831, 55_703)),
-    "Reddit2": GraphSize(232_965, 23_213_838, 602, 41, (153_932, 23_699, 55_334)),
-    "ogbn-arxiv": GraphSize(169_343, 1_166_243, 128, 40, (90_941, 29_799, 48_603)),
-    "ogbn-products": GraphSize(2_449_029, 123_718_280, 100, 47, (196_615, 39_323, 2_213_091)),
-    "ogbn-papers100M": GraphSize(111_059_956, 1_615_685_872, 128, 172, (1_207_179, 125_265, 214_338)),
-}
-
-
 def graph_size(config: Config) -> GraphSize:
-    """The graph's size without loading it: published, computed (synthetic), or from file headers."""
-    from train.graph.data import check_dataset_name
+    """The graph's size without loading it, as its dataset kind knows it: published, computed (synthetic), or
+    from file headers (train/graph/kinds.py)."""
+    from train.graph.data import dataset_kind
 
-    data = config.data
-    check_dataset_name(data.name)
-    if data.name == "synthetic":
-        train = int(data.num_nodes * data.train_fraction)
-        val = int(data.num_nodes * data.val_fraction)
-        edges = 2 * int(data.num_nodes * data.avg_degree / 2)  # an upper bound: self-loops and repeats are dropped
-        return GraphSize(data.num_nodes, edges, data.num_features, data.num_classes,
-                         (train, val, data.num_nodes - train - val))
-    if data.name == "files":
-        return _files_size(data.path)
-    if data.name not in KNOWN:
-        raise UserError(f"plan does not know the size of data.name={data.name!r}; it knows synthetic, files and "
-                        f"{', '.join(KNOWN)}.")
-    return KNOWN[data.name]
-
-
-def _files_size(path: str) -> GraphSize:
-    """Shapes from the memory-mapped arrays (headers), checked as `fit` checks them but without reading a feature
-    or an edge (train/graph/graphfiles.py): an empty, cut-short or ill-shaped file is named, never a traceback."""
-    from train.graph.graphfiles import check_graph, read_graph_arrays
-
-    arrays, source = read_graph_arrays(path)
-    y, splits = check_graph(arrays, source, scan_values=False)
-    x, edges = arrays["x"], arrays["edge_index"]
-    classes = int(y.max()) + 1  # check_graph: a labeled, non-empty train split
-    return GraphSize(x.size(0), edges.size(-1), x.size(-1), classes, tuple(splits[s].numel() for s in
-                                                                            ("train", "val", "test")))
+    return dataset_kind(config.data).plan_size(config.data)
 
 
 # ---- what the machines have ----------------------------------------------------------------------

@@ -40,10 +40,10 @@ def check_writable_dir(path: Path, what: str) -> None:
 
 def check_fit(config: Config, env: DistEnv) -> None:
     """Everything about a fit's input that each rank can check alone; `UserError` names the value."""
-    from train.graph.data import DATASETS, check_dataset_name, checked_data_root, data_root
+    from train.graph.data import checked_data_root, data_root, dataset_kind
 
-    check_dataset_name(config.data.name)
-    if config.data.name in DATASETS or os.path.lexists(data_root(config.data, env.data_dir)):
+    kind = dataset_kind(config.data)  # a known name, and what its kind needs (data.path for files)
+    if kind.in_data_root or os.path.lexists(data_root(config.data, env.data_dir)):
         checked_data_root(config.data, env.data_dir)  # a file, a link loop... named; unused and absent: fine
     what = "output.dir" if config.output.dir else "the run directory"
     check_writable_dir(planned_run_dir(config, env), what)

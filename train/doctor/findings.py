@@ -7,7 +7,6 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from train.config import DataConfig
 from train.errors import UserError
 
 FAIL, WARN, OK = "FAIL", "warn", "ok"
@@ -108,12 +107,6 @@ def interface_of(address: str | None, interfaces: Mapping[str, list[str]]) -> st
 
 def is_loopback(address: str | None) -> bool:
     return bool(address) and (address.startswith("127.") or address == "::1")
-
-
-def synthetic_graph_bytes(data: DataConfig) -> int:
-    """Rough in-memory size of the synthetic graph: features, labels, edge_index and CSC."""
-    edges = int(data.num_nodes * data.avg_degree)
-    return data.num_nodes * (data.num_features * 4 + 16) + edges * 32
 
 
 def by_host(records: list[dict]) -> dict[str, list[dict]]:

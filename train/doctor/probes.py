@@ -28,7 +28,6 @@ from train.doctor.findings import (
     interface_of,
     is_loopback,
     nccl_interfaces,
-    synthetic_graph_bytes,
 )
 from train.errors import UserError
 from train.graph.segments import free_bytes, planned_dir, shares_graph
@@ -142,31 +141,19 @@ def pre_rendezvous(env: DistEnv, deadline: float, agent_store: bool) -> tuple[di
 def inspect_dataset(data: DataConfig, data_dir: str | None) -> dict:
     """Is the dataset there and readable? Never downloads (the compute node may have no internet).
 
-    Where it lives is train.graph.data.dataset_folder's answer, the one home of that fact."""
-    if data.name == "synthetic":
-        return {"name": data.name, "state": "generated", "root": "-", "dir": "-",
-                "detail": "generated from data.seed", "bytes": synthetic_graph_bytes(data)}
-    from train.graph.data import FILES, data_root, dataset_folder  # imports PyG: only for real datasets
+    What to look at is the dataset kind's probe (train/graph/kinds.py), where it lives is the kind's folder:
+    the one home of that fact. The files it names are opened here, one byte each."""
+    from train.graph.data import probe_dataset
 
-    directory = dataset_folder(data, data_dir)
-    if data.name == FILES:
-        out = {"name": data.name, "root": data.path or "-", "dir": data.path or "-",
-               "fix": "set data.path to your graph (a folder of arrays or a saved .pt) on storage every node mounts"}
-        if not data.path:
-            return {**out, "state": "missing", "detail": "data.path is empty"}
-        files = [directory] if directory.is_file() else sorted(p for p in directory.glob("*") if p.is_file())
-        return {**out, **_readable(files, "files", f"no files at data.path={data.path}")}
-    out = {"name": data.name, "root": str(data_root(data, data_dir)), "dir": str(directory)}
-    processed = sorted(p for p in (directory / "processed").glob("*") if p.is_file())
-    raw = sorted(p for p in (directory / "raw").glob("*") if p.is_file())
-    kind = "processed" if processed else "raw only (processed on first load)"
-    return {**out, **_readable(processed or raw, kind, "no files in its processed/ or raw/ folder", processed + raw)}
+    found = probe_dataset(data, data_dir)
+    counted, opened = found.pop("counted", None), found.pop("opened", None)
+    if counted is None:
+        return found
+    return {**found, **_readable(counted, found["detail"], opened)}
 
 
-def _readable(counted: list[Path], kind: str, absent: str, opened: list[Path] | None = None) -> dict:
-    """state/detail/bytes of a dataset's files: missing, unreadable (naming the file) or present."""
-    if not counted:
-        return {"state": "missing", "detail": absent}
+def _readable(counted: list[Path], kind: str, opened: list[Path] | None = None) -> dict:
+    """state/detail/bytes of a dataset's files: unreadable (naming the file) or present."""
     for path in opened or counted:
         try:
             with path.open("rb") as fh:

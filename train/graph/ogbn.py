@@ -13,14 +13,18 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
-from torch_geometric.data import Data
 
 from train.errors import UserError
 from train.graph.rawfiles import prepare_again
 
+if TYPE_CHECKING:
+    from torch_geometric.data import Data
+
 OGB_VERSION = "1.3.6"  # the version pinned in requirements.lock; the one whose on-disk format is tested
+RELEASE = "RELEASE_v1.txt"  # what ogb writes into a complete download's folder
 UNLABELED = -1  # papers100M labels only ~1.5 M of its 111 M nodes (NaN in OGB's file)
 
 
@@ -98,10 +102,12 @@ def ogb_source(name: str, folder: Path) -> tuple[str, str]:
 
 def open_ogb(name: str, root: Path) -> Data:
     """ogbn-`name` under `root` as x, y (long, UNLABELED where OGB has none), edge_index and its split."""
+    from torch_geometric.data import Data
+
     info = OGB_NODE_DATASETS[name]
     folder = root / info.folder
     dataset_class = _dataset_class()
-    release = folder / "RELEASE_v1.txt"
+    release = folder / RELEASE
     if folder.is_dir() and not release.is_file():
         # ogb would ask on stdin whether to delete the folder ("the dataset has been updated").
         raise UserError(f"dataset {name!r}: {str(folder)!r} holds no {release.name}, so it is not a complete OGB "

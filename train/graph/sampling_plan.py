@@ -20,8 +20,9 @@ from torch_geometric.data import Data
 
 from train.config import SamplerConfig
 from train.errors import UserError
-from train.graph.sampler import build_csc, make_node_loader, make_node_sampler
-from train.graph.shared_graph import CSC, attach_csc, gib, graph_csc
+from train.graph.form import CSC, form_of
+from train.graph.sampler import make_node_loader, make_node_sampler
+from train.graph.shared_graph import gib
 
 # Of the free GPU memory, what the graph never takes: the sampler's per-batch tensors, the allocator's blocks
 # beyond the planned working sets, and what other libraries (NCCL, cuBLAS) allocate on their first use.
@@ -167,10 +168,7 @@ def plan_sampling(data: Data, config: SamplerConfig, device: torch.device, free_
     the CSC on the GPU and the features there too (in `feature_dtype`) when they fit beside `working_bytes`.
     sampler.device=auto samples on the GPU only when both fit; cuda whenever the structure does, the features
     then gathered on the host into pinned memory."""
-    csc = graph_csc(data)
-    if csc is None:
-        csc = build_csc(data.edge_index, data.num_nodes)
-        attach_csc(data, csc)
+    csc = form_of(data).structure(data)
     on_host = batch_source(torch.device("cpu"), x=data.x, y=data.y)
     cpu_plan = SamplingPlan(torch.device("cpu"), on_host, csc, None,
                             pin_memory=config.pin_memory and device.type == "cuda", num_workers=config.num_workers)

@@ -53,7 +53,17 @@ from train.cluster.distenv import DistEnv
 from train.config import DataConfig
 from train.errors import UserError
 from train.graph.data import load_graph
-from train.graph.sampler import build_csc
+from train.graph.form import (  # noqa: F401 (the CSC's helpers: re-exported where they were before)
+    CSC,
+    HOMOGENEOUS,
+    SPLITS,
+    GraphForm,
+    Shared,
+    attach_csc,
+    csc_index_dtype,
+    form_of,
+    graph_csc,
+)
 from train.graph.segments import (  # noqa: F401 (the place of the files: re-exported where they were before)
     HEADROOM_BYTES,
     PREFIX,
@@ -72,39 +82,12 @@ from train.graph.segments import (  # noqa: F401 (the place of the files: re-exp
 
 MANIFEST = "manifest.json"
 FORMAT = 3  # 3: colptr and row, no edge_index, in int32 where the graph allows it
-SPLITS = ("train_idx", "val_idx", "test_idx")
-
-CSC = tuple[Tensor, Tensor, "Tensor | None"]
-
-
-# ---- the CSC travels beside the Data, not inside it ---------------------------------------------
-
-def attach_csc(data: Data, csc: CSC) -> Data:
-    """Keep the sampler's ``(colptr, row, perm)`` on `data` as a plain Python attribute.
-
-    Outside Data's store on purpose: PyG copies the store into every batch, and
-    ``batch.to()`` / ``pin_memory()`` would then move or pin the whole CSC each step.
-    """
-    object.__setattr__(data, "csc", csc)
-    return data
-
-
-def graph_csc(data: Data) -> CSC | None:
-    return data.__dict__.get("csc")
 
 
 def num_edges(data: Data) -> int:
     """The graph's edges, from its CSC where it has one (the node-shared graph has no edge_index)."""
     csc = graph_csc(data)
     return int(csc[1].numel()) if csc is not None else int(data.edge_index.size(1))
-
-
-def csc_index_dtype(num_nodes: int, num_edges: int) -> torch.dtype:
-    """The ids of the node-shared CSC: int32 where every node id and edge position fits (colptr counts up to
-    the number of edges), else int64. Half the bytes per edge; pyg-lib samples either (PyG casts the seeds
-    to colptr's dtype), and every reader turns the ids it read to int64 (`.long()`)."""
-    limit = torch.iinfo(torch.int32).max
-    return torch.int32 if num_nodes <= limit and num_edges <= limit else torch.int64
 
 
 def csc_targets(colptr: Tensor, start: int = 0, stop: int | None = None) -> Tensor:
@@ -124,7 +107,8 @@ def csc_targets(colptr: Tensor, start: int = 0, stop: int | None = None) -> Tens
 def private_graph(config: DataConfig, load: Callable[[DataConfig], Data] = load_graph) -> Data:
     """`data.share=process`: this process loads its own graph and builds its own CSC (the seed's way)."""
     data = load(config)
-    return attach_csc(data, build_csc(data.edge_index, data.num_nodes))
+    form_of(data).structure(data)
+    return data
 
 
 # ---- tensors <-> files ---------------------------------------------------------------------------
@@ -196,38 +180,14 @@ def map_tensors(directory: Path) -> dict[str, Tensor]:
     return out
 
 
-def graph_tensors(data: Data) -> tuple[dict[str, "Tensor | Callable[[], Tensor]"], int]:
-    """What a node shares, in write order, and its size in bytes: the features, labels and splits, then the CSC.
-
-    The CSC is built while writing, from ``data.edge_index``, which it then drops from `data`
-    (local rank 0's private copy) to lower the peak; ``row`` is written from the CSC just built.
-    """
-    num_nodes, num_edges_ = data.num_nodes, data.edge_index.size(1)
-    index_dtype = csc_index_dtype(num_nodes, num_edges_)
-    built: dict[str, Tensor] = {}
-
-    def colptr() -> Tensor:
-        ptr, row, _perm = build_csc(data.edge_index, num_nodes)
-        del data.edge_index, _perm
-        built["row"] = row.to(index_dtype)
-        del row
-        return ptr.to(index_dtype)
-
-    tensors: dict[str, Tensor | Callable[[], Tensor]] = {"x": data.x, "y": data.y}
-    for split in SPLITS:
-        tensors[split] = data[split]
-    tensors["colptr"] = colptr
-    tensors["row"] = lambda: built.pop("row")
-    index_bytes = index_dtype.itemsize
-    size = (data.x.nbytes + data.y.nbytes + sum(data[s].nbytes for s in SPLITS)
-            + (num_nodes + 1) * index_bytes + num_edges_ * index_bytes)
-    return tensors, size
+def graph_tensors(data) -> tuple[Shared, int]:
+    """What a node shares, in write order, and its size in bytes: the graph's form says (train/graph/form.py)."""
+    return form_of(data).shared_tensors(data)
 
 
-def graph_from_tensors(tensors: Mapping[str, Tensor]) -> Data:
-    """The node-shared graph: features, labels and splits in the Data, its structure only in the CSC beside it."""
-    data = Data(x=tensors["x"], y=tensors["y"], **{split: tensors[split] for split in SPLITS})
-    return attach_csc(data, (tensors["colptr"], tensors["row"], None))
+def graph_from_tensors(tensors: Mapping[str, Tensor], form: GraphForm = HOMOGENEOUS):
+    """The node-shared graph, rebuilt from the tensors its form shared."""
+    return form.from_tensors(tensors)
 
 
 # ---- the node-local protocol ---------------------------------------------------------------------

@@ -302,13 +302,14 @@ class Stateful(Protocol):
 
 def graph_fingerprint(data) -> dict:
     """What identifies the graph a model was trained on, beyond the config."""
-    from train.graph.shared_graph import num_edges  # here: the checkpoint's readers need no torch
+    from train.graph.form import form_of  # here: the checkpoint's readers need no torch
+    from train.graph.shared_graph import num_edges
 
+    form = form_of(data)
     return {
-        "num_nodes": int(data.num_nodes), "num_edges": num_edges(data),
-        "num_features": int(data.num_features), "num_classes": int(data.y.max()) + 1,
-        "num_train": int(data.train_idx.numel()), "num_val": int(data.val_idx.numel()),
-        "num_test": int(data.test_idx.numel()),
+        "num_nodes": form.num_nodes(data), "num_edges": num_edges(data),
+        "num_features": form.feature_width(data), "num_classes": form.num_classes(data),
+        **{f"num_{split}": int(form.split_nodes(data, split).numel()) for split in ("train", "val", "test")},
     }
 
 

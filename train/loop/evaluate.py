@@ -33,6 +33,7 @@ from torch_geometric.data import Data
 from train.cluster.distenv import DistEnv
 from train.config import Config
 from train.graph.epoch_split import derive_seed, rank_shard, shard_sizes
+from train.graph.form import form_of
 from train.graph.in_edges import ChunkCost, in_edge_batch, in_edge_chunks
 from train.graph.sampling_plan import SamplingPlan, gather_pinned
 from train.graph.shared_graph import csc_targets, graph_csc
@@ -75,12 +76,13 @@ def eval_fanouts(config: Config) -> list[int]:
 def _feature_counts(model, data, config, env, device) -> dict[str, tuple[int, int]]:
     """A feature-only model: each node's logits from its own features, exact in either mode."""
     counts = {}
+    form = form_of(data)
     for split in SPLITS:
-        nodes = rank_shard(data[f"{split}_idx"], env.rank, env.world_size)
+        nodes = rank_shard(form.split_nodes(data, split), env.rank, env.world_size)
         correct = 0
         for chunk in nodes.split(config.sampler.eval_batch_size):
-            logits = model(data.x[chunk].to(device))
-            correct += int((logits.argmax(-1).cpu() == data.y[chunk]).sum())
+            logits = model(form.features(data, chunk).to(device))
+            correct += int((logits.argmax(-1).cpu() == form.labels(data, chunk)).sum())
         counts[split] = (correct, nodes.numel())
     return counts
 
@@ -89,7 +91,7 @@ def _sampled_counts(model, data, config, env, device, sampling) -> dict[str, tup
     counts = {}
     batch_size = config.sampler.eval_batch_size
     for number, split in enumerate(SPLITS):
-        nodes = rank_shard(data[f"{split}_idx"], env.rank, env.world_size)
+        nodes = rank_shard(form_of(data).split_nodes(data, split), env.rank, env.world_size)
         correct = 0
         loader = sampling.loader(nodes, eval_fanouts(config), batch_size,
                                  seed=derive_seed(config.trainer.seed, 2, number))  # the training sampler
@@ -236,8 +238,9 @@ def _layer_rows(api: LayerWise, index: int, graph: GraphAt, nodes: Tensor, batch
 def _full_counts(api: LayerWise, data, config, env, device, sampling) -> dict[str, tuple[int, int]]:
     world, rank = env.world_size, env.rank
     batch_size = config.sampler.eval_batch_size
+    form = form_of(data)
     graph = GraphAt.of(data, sampling)
-    owners = RowOwners(data.num_nodes, world)
+    owners = RowOwners(form.num_nodes(data), world)
     my_start = int(owners.starts[rank])
     num_layers = api.num_layers
     degrees: dict[str, Tensor] = {}  # by which in-edges count, computed once per evaluation
@@ -262,8 +265,8 @@ def _full_counts(api: LayerWise, data, config, env, device, sampling) -> dict[st
 
     counts = {}
     for split in SPLITS:
-        nodes = rank_shard(data[f"{split}_idx"], rank, world)
+        nodes = rank_shard(form.split_nodes(data, split), rank, world)
         logits = _layer_rows(api, num_layers - 1, graph, nodes, batch_size, device, inputs,
                              degree_for(num_layers - 1))
-        counts[split] = (int((logits.argmax(-1).cpu() == data.y[nodes]).sum()), nodes.numel())
+        counts[split] = (int((logits.argmax(-1).cpu() == form.labels(data, nodes)).sum()), nodes.numel())
     return counts

@@ -25,8 +25,8 @@ from torch_geometric.data import Data
 from train import heap
 from train.cluster.distenv import DistEnv
 from train.config import Config
-from train.graph.data import num_classes
 from train.graph.epoch_split import derive_seed, epoch_order, rank_shard
+from train.graph.form import form_of
 from train.graph.sampler import prefetch_safe
 from train.graph.sampling_plan import plan_sampling
 from train.loop.evaluate import evaluate
@@ -101,8 +101,10 @@ class Trainer:
     def __init__(self, config: Config, env: DistEnv, device: torch.device, data: Data, out_dir: Path):
         self.config, self.env, self.device, self.data, self.out_dir = config, env, device, data, out_dir
         spec = resolve(config.model)  # checked before the rendezvous too (train/cli/preflight.py)
-        self.model = spec.build(data.num_features, num_classes(data), config.trainer.seed).to(device)
-        self.model_description = spec.describe(data.num_features, num_classes(data))  # what checkpoints record
+        self.form = form_of(data)  # what the graph answers: its widths, splits and batches (graph/form.py)
+        width, classes = self.form.feature_width(data), self.form.num_classes(data)
+        self.model = spec.build(width, classes, config.trainer.seed).to(device)
+        self.model_description = spec.describe(width, classes)  # what checkpoints record
         self.step = ModelStep(self.model, config.model.input_dropout)  # how a batch reaches the model (models/step.py)
         self.ddp = DistributedDataParallel(self.step, device_ids=[device.index] if device.type == "cuda" else None)
         self.eval_note = layerwise(self.step)[1] if config.eval.mode == "full" else ""
@@ -148,7 +150,7 @@ class Trainer:
 
     # ---- batches -------------------------------------------------------------------------------
     def epoch_shard(self, epoch: int) -> torch.Tensor:
-        order = epoch_order(self.data.train_idx, self.config.trainer.seed, epoch)
+        order = epoch_order(self.form.split_nodes(self.data, "train"), self.config.trainer.seed, epoch)
         return rank_shard(order, self.env.rank, self.env.world_size)
 
     def batches(self, seeds: torch.Tensor, epoch: int):
@@ -157,8 +159,7 @@ class Trainer:
         if not self.step.uses_graph:  # a feature-only model (the MLP) needs no neighbours
             for chunk in seeds.split(cfg.batch_size):
                 with timer.phase("gather"):
-                    batch = Data(x=self.data.x[chunk], y=self.data.y[chunk], n_id=chunk,
-                                 edge_index=torch.empty(2, 0, dtype=torch.long), batch_size=chunk.numel())
+                    batch = self.form.feature_batch(self.data, chunk)
                 yield batch
             return
         plan = self.sampling

@@ -204,7 +204,7 @@ def resume(run: Run) -> None:
         dump_config(run.config, out_dir / "config.yaml")
         if env.job_id and not run.config.output.dir:  # whose directory this is (train/loop/rundir.py)
             write_identity(out_dir, job_identity(env.job_id, env.cluster_name, env.submission_id))
-    settle_gradient_buckets(trainer.ddp, trainer.optimizer, trainer.data.num_features, trainer.device)
+    settle_gradient_buckets(trainer.ddp, trainer.optimizer, trainer.form.feature_width(trainer.data), trainer.device)
 
 
 def train(run: Run, signals: StopSignals) -> tuple[StepAgreement, FitResult]:

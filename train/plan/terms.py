@@ -13,12 +13,11 @@ import math
 from dataclasses import dataclass, field
 
 from train.config import Config
+from train.graph.graphsize import FLOAT, INDEX, GraphSize
 from train.graph.segments import shares_graph
 
 GIB = 2**30
 MIB = 2**20
-FLOAT = 4  # bytes of a float32 feature / activation
-INDEX = 8  # bytes of an int64 node or edge id
 
 # One rank's interpreter, torch, PyG and gloo before the graph: measured 0.34-0.36 GiB RSS per rank here
 # (0.25 GiB private: Python objects of the imports and torch's static state; 0.09 GiB shared libraries).
@@ -73,29 +72,14 @@ LOADER_PEAK = {"synthetic": lambda x, e, n: max(17 * e, 2 * e + 3 * x),
 
 
 @dataclass(frozen=True)
-class GraphSize:
-    nodes: int
-    edges: int  # directed edges as training sees them (both directions of an undirected edge)
-    features: int
-    classes: int
-    split: tuple[int, int, int]  # train, val, test nodes
-
-    @property
-    def degree(self) -> float:
-        return self.edges / max(self.nodes, 1)
-
-    @property
-    def feature_bytes(self) -> int:
-        return self.nodes * (self.features * FLOAT + INDEX)  # x and y
-
-
 def graph_size_of(data) -> GraphSize:
     """The size of a loaded graph (a run's own figures for the terms it shares with the plan)."""
-    from train.graph.data import num_classes
+    from train.graph.form import form_of
     from train.graph.shared_graph import num_edges
 
-    split = tuple(int(getattr(data, f"{name}_idx").numel()) for name in ("train", "val", "test"))
-    return GraphSize(data.num_nodes, num_edges(data), data.num_features, num_classes(data), split)
+    form = form_of(data)
+    split = tuple(int(form.split_nodes(data, name).numel()) for name in ("train", "val", "test"))
+    return GraphSize(form.num_nodes(data), num_edges(data), form.feature_width(data), form.num_classes(data), split)
 
 
 @dataclass(frozen=True)
@@ -228,8 +212,10 @@ def loading_bytes(size: GraphSize, source: str) -> int:
 
 
 def loader_kind(name: str) -> str:
-    """Which loader takes data.name (train/graph/data.py): the generator, own files, OGB's or PyG's datasets."""
-    return name if name in ("synthetic", "files") else "ogb" if name.startswith("ogbn-") else "pyg"
+    """Whose loading peak data.name has (its kind's, train/graph/kinds.py): the generator, own files, OGB or PyG."""
+    from train.graph.kinds import dataset_kind  # here: it imports torch (see shared_graph_bytes)
+
+    return dataset_kind(name).loader
 
 
 @dataclass
@@ -261,17 +247,10 @@ class Plan:
 
 def shared_graph_bytes(size: GraphSize) -> int:
     """What data.share=node writes once per node (train/graph/shared_graph.py's graph_tensors), from meta tensors."""
-    import torch  # here: `python -m train` imports the plan to build its parser
-    from torch_geometric.data import Data
+    from train.graph.form import form_named  # here: `python -m train` imports the plan to build its parser
 
-    from train.graph.shared_graph import graph_tensors
-
-    meta = Data(x=torch.empty(size.nodes, size.features, device="meta"),
-                y=torch.empty(size.nodes, dtype=torch.long, device="meta"),
-                edge_index=torch.empty(2, size.edges, dtype=torch.long, device="meta"),
-                **{f"{s}_idx": torch.empty(n, dtype=torch.long, device="meta")
-                   for s, n in zip(("train", "val", "test"), size.split)})
-    return graph_tensors(meta)[1]
+    form = form_named(size.form)
+    return form.shared_tensors(form.planned(size))[1]
 
 
 def csc_index_bytes(size: GraphSize, sharing: bool) -> int:

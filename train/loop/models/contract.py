@@ -17,23 +17,19 @@ from torch import Tensor
 
 from train.config import ModelConfig
 from train.errors import UserError
-from train.graph.sampler import build_csc, make_node_loader
+from train.graph.form import HOMOGENEOUS, GraphForm
+from train.graph.sampler import make_node_loader
 from train.loop.models.spec import resolve
 from train.loop.models.step import ModelStep
 
 FEATURES, CLASSES, NODES, SEEDS, FANOUT = 6, 3, 40, 4, 3  # the stand-in graph: small, every hop non-empty
 
 
-def tiny_batch(num_layers: int):
-    """A batch as training samples it (seeds, then each hop; hop counts attached) from a random graph."""
-    from torch_geometric.data import Data
-
-    generator = torch.Generator().manual_seed(0)
-    edge_index = torch.randint(0, NODES, (2, NODES * 4), generator=generator)
-    edge_index = edge_index[:, edge_index[0] != edge_index[1]]
-    data = Data(x=torch.randn(NODES, FEATURES, generator=generator), edge_index=edge_index, num_nodes=NODES)
+def tiny_batch(num_layers: int, form: GraphForm = HOMOGENEOUS):
+    """A batch as training samples it (seeds, then each hop; hop counts attached) from a random graph of `form`."""
+    data = form.tiny(NODES, FEATURES, torch.Generator().manual_seed(0))
     loader = make_node_loader(data, torch.arange(SEEDS), [FANOUT] * num_layers, SEEDS, seed=0,
-                              csc=build_csc(edge_index, NODES))
+                              csc=form.structure(data))
     return next(iter(loader))
 
 

@@ -1,0 +1,27 @@
+"""A graph's size without loading it: what the memory plan reads (train/plan/terms.py), and what each dataset
+kind answers (train/graph/kinds.py). Free of torch: `python -m train` imports the plan to build its parser."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+FLOAT = 4  # bytes of a float32 feature / activation
+INDEX = 8  # bytes of an int64 node or edge id
+
+
+@dataclass(frozen=True)
+class GraphSize:
+    nodes: int
+    edges: int  # directed edges as training sees them (both directions of an undirected edge)
+    features: int
+    classes: int
+    split: tuple[int, int, int]  # train, val, test nodes
+    form: str = "homogeneous"  # the graph's form, whose tensors these are (train/graph/form.py FORMS)
+
+    @property
+    def degree(self) -> float:
+        return self.edges / max(self.nodes, 1)
+
+    @property
+    def feature_bytes(self) -> int:
+        return self.nodes * (self.features * FLOAT + INDEX)  # x and y

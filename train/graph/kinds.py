@@ -1,0 +1,352 @@
+"""Dataset kinds: each kind of dataset answers, in one class, everything the package asks of a `data.name`.
+
+How it loads, what it is and where its files come from (`describe`), its size for the memory plan without
+loading it (`plan_size`), what the doctor looks at on a node (`probe`), whether its files are ready in a
+data root (`is_prepared`, checked before a job is queued) and how to prepare them. DATASETS maps each
+`data.name` to its kind: a new dataset of a known kind is one row, a new kind one class. Every loader
+returns a homogeneous PyG `Data` (train/graph/form.py): x, y, edge_index and the split as index tensors.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from train.config import DataConfig
+from train.errors import UserError
+from train.files import check_dir
+from train.graph.graphsize import GraphSize
+from train.graph.ogbn import OGB_NODE_DATASETS, RELEASE, ogb_source, open_ogb
+from train.graph.rawfiles import prepare_again, problems
+
+if TYPE_CHECKING:  # PyG is imported where a graph is made: the doctor's probe of a synthetic graph needs none
+    from torch_geometric.data import Data
+
+
+def make_data(name: str, root: Path) -> str:
+    """The command that prepares dataset `name` into `root` (mk/data.mk)."""
+    return f"make data DATASET={name} DATA_DIR={root}"
+
+
+class DatasetKind(ABC):
+    """One dataset (`name`) of one kind; `root` is the data root (data.root, else DATA_DIR, else ./data)."""
+
+    name: str
+    kind: str  # what the kind is called in `describe`
+    loader: str  # whose loading peak the memory plan counts (train/plan/terms.py LOADER_PEAK)
+    in_data_root = True  # its files live under the data root
+
+    def check(self, data: DataConfig) -> None:
+        """What the config must give for this kind beyond its name (raises UserError)."""
+
+    @abstractmethod
+    def describe(self) -> str:
+        """What it is, where its files come from and what prepares them: one sentence."""
+
+    @abstractmethod
+    def folder(self, data: DataConfig, root: Path) -> Path | None:
+        """Where its files are (None: nothing on disk)."""
+
+    @abstractmethod
+    def plan_size(self, data: DataConfig) -> GraphSize:
+        """Its size for the memory plan, without loading it."""
+
+    @abstractmethod
+    def load(self, data: DataConfig, root: Path) -> Data:
+        """The graph; a dataset that needs preparing must be prepared (`prepare`)."""
+
+    def prepare(self, data: DataConfig, root: Path) -> None:
+        """Download and process it into `root` (once, on a login node); nothing for most kinds."""
+
+    @abstractmethod
+    def is_prepared(self, data: DataConfig, root: Path) -> bool:
+        """Whether a job can load it from `root` without internet."""
+
+    def unprepared(self, data: DataConfig, root: Path, source: str) -> str:
+        """Why it is not prepared under `root` (named by `source`, e.g. DATA_DIR) and how to prepare it."""
+        return (f"dataset {self.name!r} is not prepared in {str(root)!r} ({source}): {self.describe()}; "
+                f"prepare it on a login node (with internet): {make_data(self.name, root)}")
+
+    @abstractmethod
+    def probe(self, data: DataConfig, root: Path) -> dict:
+        """What the doctor records of it on a node, never downloading: name, root, dir, state (generated,
+        missing, present) and detail; for files found, `counted` (their bytes make its size) and `opened`."""
+
+
+class Synthetic(DatasetKind):
+    name, kind, loader, in_data_root = "synthetic", "generated", "synthetic", False
+
+    def describe(self) -> str:
+        return "a stochastic block model generated from data.seed and its data.* sizes: nothing to prepare"
+
+    def folder(self, data: DataConfig, root: Path) -> Path | None:
+        return None
+
+    def plan_size(self, data: DataConfig) -> GraphSize:
+        train = int(data.num_nodes * data.train_fraction)
+        val = int(data.num_nodes * data.val_fraction)
+        edges = 2 * int(data.num_nodes * data.avg_degree / 2)  # an upper bound: self-loops and repeats are dropped
+        return GraphSize(data.num_nodes, edges, data.num_features, data.num_classes,
+                         (train, val, data.num_nodes - train - val))
+
+    def load(self, data: DataConfig, root: Path) -> Data:
+        from train.graph.synthetic import synthetic_graph
+
+        return synthetic_graph(data)
+
+    def is_prepared(self, data: DataConfig, root: Path) -> bool:
+        return True
+
+    def probe(self, data: DataConfig, root: Path) -> dict:
+        edges = int(data.num_nodes * data.avg_degree)  # rough: features, labels, edge_index and CSC
+        return {"name": self.name, "state": "generated", "root": "-", "dir": "-", "detail": "generated from data.seed",
+                "bytes": data.num_nodes * (data.num_features * 4 + 16) + edges * 32}
+
+
+class Files(DatasetKind):
+    """The user's own graph at data.path (train/graph/graphfiles.py)."""
+
+    name, kind, loader, in_data_root = "files", "your own", "files", False
+    fix = "set data.path to your graph (a folder of arrays or a saved .pt) on storage every node mounts"
+
+    def check(self, data: DataConfig) -> None:
+        if not data.path:
+            raise UserError("data.name=files needs data.path: a folder of arrays (edge_index, x, y and the split) "
+                            "or a .pt file holding a saved PyG Data.")
+
+    def describe(self) -> str:
+        return "your own graph at data.path, a folder of arrays or a saved PyG Data (.pt): nothing to prepare"
+
+    def folder(self, data: DataConfig, root: Path) -> Path | None:
+        return Path(data.path)
+
+    def plan_size(self, data: DataConfig) -> GraphSize:
+        """Shapes from the memory-mapped arrays (headers), checked as `fit` checks them but without reading a
+        feature or an edge: an empty, cut-short or ill-shaped file is named, never a traceback."""
+        from train.graph.graphfiles import check_graph, read_graph_arrays
+
+        arrays, source = read_graph_arrays(data.path)
+        y, splits = check_graph(arrays, source, scan_values=False)
+        x, edges = arrays["x"], arrays["edge_index"]
+        classes = int(y.max()) + 1  # check_graph: a labeled, non-empty train split
+        return GraphSize(x.size(0), edges.size(-1), x.size(-1), classes,
+                         tuple(splits[s].numel() for s in ("train", "val", "test")))
+
+    def load(self, data: DataConfig, root: Path) -> Data:
+        from train.graph.graphfiles import load_files
+
+        return load_files(data.path)
+
+    def is_prepared(self, data: DataConfig, root: Path) -> bool:
+        return bool(data.path) and Path(data.path).exists()
+
+    def unprepared(self, data: DataConfig, root: Path, source: str) -> str:
+        return f"data.path={data.path!r} does not exist here: {self.fix}"
+
+    def probe(self, data: DataConfig, root: Path) -> dict:
+        out = {"name": self.name, "root": data.path or "-", "dir": data.path or "-", "fix": self.fix}
+        if not data.path:
+            return {**out, "state": "missing", "detail": "data.path is empty"}
+        path = Path(data.path)
+        files = [path] if path.is_file() else sorted(p for p in path.glob("*") if p.is_file())
+        if not files:
+            return {**out, "state": "missing", "detail": f"no files at data.path={data.path}"}
+        return {**out, "state": "present", "detail": "files", "counted": files, "opened": files}
+
+
+class OnDisk(DatasetKind):
+    """A published dataset that a library downloads and processes into its folder under the data root."""
+
+    needed: tuple[str, ...]  # the files processing reads (raw files, split files), relative to the folder
+    processed: tuple[str, ...]  # what a processed dataset holds
+    source: str  # where the library downloads it from
+    size: GraphSize  # published sizes (PyG's docs, OGB's paper and leaderboards), as this project stores it
+
+    def describe(self) -> str:
+        return f"{self.kind} {self.name}, downloaded from {self.source}; `make data DATASET={self.name}` prepares it"
+
+    def plan_size(self, data: DataConfig) -> GraphSize:
+        return self.size
+
+    def is_processed(self, root: Path) -> bool:
+        return all((self.folder(None, root) / f).is_file() for f in self.processed)
+
+    marks: tuple[str, ...] = ()  # files a usable folder always holds, processed or not
+
+    def is_prepared(self, data: DataConfig, root: Path) -> bool:
+        """Processed, or every file processing reads is there (the job processes them without internet)."""
+        folder = self.folder(data, root)
+        return all((folder / f).is_file() for f in self.marks) and (
+            self.is_processed(root) or all((folder / f).is_file() for f in self.needed))
+
+    def unprepared(self, data: DataConfig, root: Path, source: str) -> str:
+        folder = self.folder(data, root)
+        missing = next(str(folder / f) for f in (*self.processed, *self.marks, *self.needed)
+                       if not (folder / f).is_file())
+        return (f"dataset {self.name!r} is not prepared in {str(root)!r} ({source}): {missing} is missing; prepare "
+                f"it on a login node (with internet): {make_data(self.name, root)}")
+
+    @abstractmethod
+    def open(self, root: Path) -> Data:
+        """Open it (processing on first use, downloading when absent)."""
+
+    @abstractmethod
+    def origin(self, folder: Path) -> tuple[str, str]:
+        """Where its files come from, and where to put them (for a machine without internet)."""
+
+    def prepare(self, data: DataConfig, root: Path) -> None:
+        if not self.is_processed(root):
+            root.mkdir(parents=True, exist_ok=True)
+            self.load(data, root, preparing=True)
+
+    def load(self, data: DataConfig, root: Path, preparing: bool = False) -> Data:
+        """Open it, naming a bad file. Before processing, the files it reads are checked (cheaply for large
+        ones); a missing one is named when the download that PyG or OGB then tries fails, as it does
+        offline (`preparing`: where the files come from and where to copy them instead); a failure while
+        processing or reading the processed file is traced back to its file."""
+        folder = self.folder(data, root)
+        check_dir(folder, f"dataset {self.name!r}: its folder {str(folder)!r}",
+                  f"move it away, or give another data.root; then {prepare_again(self.name)}", create=True)
+        processed = self.is_processed(root)
+        if not processed and any((folder / f).exists() for f in self.needed):
+            damaged = [p for p in problems(folder, self.needed) if not p.endswith(" is missing")]
+            if damaged:
+                raise UserError(f"dataset {self.name!r}: {'; '.join(damaged)}. Delete it and "
+                                f"{prepare_again(self.name)}.")
+        try:
+            return self.open(root)
+        except UserError:
+            raise
+        except (OSError, ConnectionError) as exc:  # URLError is an OSError; so is a file not found
+            if preparing and not self.is_processed(root):
+                origin, action = self.origin(folder)
+                raise UserError(
+                    f"dataset {self.name!r} could not be downloaded: no internet from this machine ({exc}).\n"
+                    f"{origin}.\nDownload them on a machine with internet and {action}.\n"
+                    "Then run this again: it prepares the files it finds there, with no download.") from None
+            missing = [p for p in problems(folder, self.needed, thorough=False) if p.endswith(" is missing")]
+            what = f"{'; '.join(missing)}" if missing else f"{str(folder)!r} could not be read"
+            raise UserError(
+                f"dataset {self.name!r} is not prepared under {str(root)!r}: {what}, and it could not be downloaded "
+                f"({exc}). Compute nodes often have no internet: {prepare_again(self.name)}."
+            ) from None
+        except Exception as exc:
+            found = problems(folder, self.processed if processed else self.needed, thorough=True)
+            if not found:
+                raise
+            advice = f"delete {str(folder / 'processed')!r}" if processed else "delete it"
+            raise UserError(f"dataset {self.name!r}: {'; '.join(found)} ({type(exc).__name__} while loading). "
+                            f"{advice[0].upper()}{advice[1:]} and {prepare_again(self.name)}.") from None
+
+    def probe(self, data: DataConfig, root: Path) -> dict:
+        directory = self.folder(data, root)
+        out = {"name": self.name, "root": str(root), "dir": str(directory)}
+        processed = sorted(p for p in (directory / "processed").glob("*") if p.is_file())
+        raw = sorted(p for p in (directory / "raw").glob("*") if p.is_file())
+        if not processed + raw:
+            return {**out, "state": "missing", "detail": "no files in its processed/ or raw/ folder"}
+        kind = "processed" if processed else "raw only (processed on first load)"
+        return {**out, "state": "present", "detail": kind, "counted": processed or raw, "opened": processed + raw}
+
+
+class PygDataset(OnDisk):
+    """A `torch_geometric.datasets` class stored under root/`sub`, with its masks as the split."""
+
+    loader = "pyg"
+
+    def __init__(self, name: str, size: GraphSize, raw: tuple[str, ...], sub: str = "", args: tuple = (),
+                 class_name: str = "", kind: str = "", source: str = ""):
+        self.name, self.size, self.sub, self.args = name, size, sub or name, args
+        self.class_name, self.kind, self.source = class_name or name, kind, source
+        self.needed, self.processed = tuple(f"raw/{f}" for f in raw), ("processed/data.pt",)
+
+    def folder(self, data: DataConfig | None, root: Path) -> Path:
+        return root / self.sub
+
+    def open(self, root: Path) -> Data:
+        import torch_geometric.datasets as datasets
+
+        dataset = getattr(datasets, self.class_name)(str(root / self.sub.split("/")[0]), *self.args)
+        return from_pyg_masks(dataset[0])
+
+    def origin(self, folder: Path) -> tuple[str, str]:
+        import torch_geometric.datasets as datasets
+
+        url = getattr(getattr(datasets, self.class_name), "url", None)  # PyG's own; GraphSAINT's files have ids
+        where = (f"Google Drive (the ids in PyG's torch_geometric.datasets.{self.class_name})" if not url else
+                 f"{url} (one zip)" if url.endswith(".zip") else f"{url}/<file>")
+        raw = ", ".join(f.removeprefix("raw/") for f in self.needed)
+        return f"Its raw files ({raw}) come from {where}", f"put them in {folder / 'raw'}/"
+
+
+def planetoid(name: str, size: GraphSize) -> PygDataset:
+    """Planetoid's citation graph `name` with its public split (PyG's `Planetoid`)."""
+    raw = tuple(f"ind.{name.lower()}.{part}" for part in ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index"))
+    return PygDataset(name, size, raw, f"Planetoid/{name}", (name,), "Planetoid", "Planetoid's citation graph",
+                      "github.com/kimiyoung/planetoid")
+
+
+class OgbNode(OnDisk):
+    """OGB's node-property datasets (train/graph/ogbn.py), with the official split."""
+
+    kind, loader, source = "OGB's node-property dataset", "ogb", "snap.stanford.edu/ogb"
+    marks = (RELEASE,)  # ogb's mark of a complete download: open_ogb refuses a folder without it
+
+    def __init__(self, name: str, size: GraphSize):
+        info = OGB_NODE_DATASETS[name]
+        self.name, self.size, self.sub = name, size, info.folder
+        self.needed, self.processed = info.needed, info.processed
+
+    def folder(self, data: DataConfig | None, root: Path) -> Path:
+        return root / self.sub
+
+    def open(self, root: Path) -> Data:
+        return open_ogb(self.name, root)
+
+    def origin(self, folder: Path) -> tuple[str, str]:
+        return ogb_source(self.name, folder)
+
+
+def from_pyg_masks(data) -> Data:
+    """x, y, a coalesced edge_index and the split as indices, from a PyG graph with split masks."""
+    from torch_geometric.data import Data
+    from torch_geometric.utils import coalesce
+
+    out = Data(x=data.x, y=data.y.view(-1), edge_index=coalesce(data.edge_index, num_nodes=data.num_nodes))
+    for split in ("train", "val", "test"):
+        mask = getattr(data, f"{split}_mask")
+        if mask.dim() > 1:  # some datasets ship several splits; use the first
+            mask = mask[:, 0]
+        out[f"{split}_idx"] = mask.nonzero().view(-1)
+    return out
+
+
+_SAINT = ("adj_full.npz", "feats.npy", "class_map.json", "role.json")
+_SAINT_SOURCE = "GraphSAINT's Google Drive folder"
+# Every data.name, as the user writes it, and its kind.
+DATASETS: dict[str, DatasetKind] = {kind.name: kind for kind in (
+    Synthetic(),
+    PygDataset("Reddit", GraphSize(232_965, 114_615_892, 602, 41, (153_431, 23_831, 55_703)),
+               ("reddit_data.npz", "reddit_graph.npz"), kind="the Reddit post graph", source="data.dgl.ai"),
+    PygDataset("Reddit2", GraphSize(232_965, 23_213_838, 602, 41, (153_932, 23_699, 55_334)), _SAINT,
+               kind="GraphSAINT's sparser Reddit graph", source=_SAINT_SOURCE),
+    PygDataset("Flickr", GraphSize(89_250, 899_756, 500, 7, (44_625, 22_312, 22_313)), _SAINT,
+               kind="GraphSAINT's Flickr image graph", source=_SAINT_SOURCE),
+    planetoid("Cora", GraphSize(2_708, 10_556, 1_433, 7, (140, 500, 1_000))),
+    planetoid("CiteSeer", GraphSize(3_327, 9_104, 3_703, 6, (120, 500, 1_000))),
+    planetoid("PubMed", GraphSize(19_717, 88_648, 500, 3, (60, 500, 1_000))),
+    OgbNode("ogbn-arxiv", GraphSize(169_343, 1_166_243, 128, 40, (90_941, 29_799, 48_603))),
+    OgbNode("ogbn-products", GraphSize(2_449_029, 123_718_280, 100, 47, (196_615, 39_323, 2_213_091))),
+    OgbNode("ogbn-papers100M", GraphSize(111_059_956, 1_615_685_872, 128, 172, (1_207_179, 125_265, 214_338))),
+    Files(),
+)}
+
+
+def dataset_kind(name: str) -> DatasetKind:
+    """The kind of `data.name`; an unknown name is refused with the list of known ones."""
+    if name not in DATASETS:
+        named = [n for n in DATASETS if n != Files.name]
+        raise UserError(f"data.name={name!r} is not known; expected one of: {', '.join(named)}, "
+                        f"or {Files.name} (your own graph at data.path).")
+    return DATASETS[name]
