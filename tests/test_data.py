@@ -93,8 +93,8 @@ def test_preparing_offline_says_where_each_datasets_files_come_from(tmp_path, mo
     assert lines[1:3] == ["Its raw files (reddit_data.npz, reddit_graph.npz) come from "
                           "https://data.dgl.ai/dataset/reddit.zip (one zip).",
                           f"Download them on a machine with internet and put them in {tmp_path}/Reddit/raw/."]
-    origin, action = DATASETS["ogbn-products"].source(tmp_path / "ogbn_products")
+    origin, action = DATASETS["ogbn-products"].origin(tmp_path / "ogbn_products")
     assert origin == "Its files come from http://snap.stanford.edu/ogb/data/nodeproppred/products.zip (one zip)"
     assert action == f"unzip it in {tmp_path}/, renaming the folder it makes (products/) to ogbn_products/"
-    origin, _ = DATASETS["Flickr"].source(tmp_path / "Flickr")
+    origin, _ = DATASETS["Flickr"].origin(tmp_path / "Flickr")
     assert "Google Drive (the ids in PyG's torch_geometric.datasets.Flickr)" in origin

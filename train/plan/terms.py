@@ -71,7 +71,6 @@ LOADER_PEAK = {"synthetic": lambda x, e, n: max(17 * e, 2 * e + 3 * x),
                "files": lambda x, e, n: 1.25 * x + 2 * e + n * INDEX}
 
 
-@dataclass(frozen=True)
 def graph_size_of(data) -> GraphSize:
     """The size of a loaded graph (a run's own figures for the terms it shares with the plan)."""
     from train.graph.form import form_of
