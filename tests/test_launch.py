@@ -49,8 +49,13 @@ def code_dir(tmp_path_factory) -> Path:
     return code
 
 
+# What the test session's own `make test` exports (a user's shell has none of it): under it, make would say
+# make[1] and the ranks would see the checkout's PYTHONPATH.
+SESSION_VARS = ("PYTHONPATH", "OMP_NUM_THREADS", "MAKEFLAGS", "MFLAGS", "MAKELEVEL")
+
+
 def make(*words: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "OMP_NUM_THREADS", "MAKEFLAGS", "MFLAGS")}
+    env = {k: v for k, v in os.environ.items() if k not in SESSION_VARS}
     return subprocess.run(["make", "--no-print-directory", *words], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=timeout)
 

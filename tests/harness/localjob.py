@@ -50,6 +50,7 @@ def run_local_job(args: list[str], world_size: int, nodes: int = 1, job_id: str 
 
 def make_data(*assignments: str) -> subprocess.CompletedProcess:
     """`make data`; the .sqsh route runs with the real enroot in tests/test_container_real.py."""
-    env = {k: v for k, v in os.environ.items() if k not in ("DATA_DIR", "IMAGE", "DATASET", "DRY_RUN")}
+    env = {k: v for k, v in os.environ.items()  # a user runs it from a shell: not under the session's make test
+           if k not in ("DATA_DIR", "IMAGE", "DATASET", "DRY_RUN", "MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
     return subprocess.run(["make", "--no-print-directory", "data", *assignments], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=300)
