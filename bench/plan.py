@@ -17,13 +17,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.common import ROOT, bench_main, table, write_result
+from bench.common import bench_main, free_port, table, write_result
 
 PROBE_DIR = "PLAN_PROBE_DIR"  # where each probed rank writes rank<R>.json
 STATUS_KEYS = ("VmRSS", "VmHWM", "RssAnon", "RssFile", "RssShmem")
@@ -125,21 +124,17 @@ def run_probed(config: str, overrides: list[str], ranks: int, nodes: int, timeou
                extra_env: dict[str, str] | None = None) -> list[dict]:
     """Each rank's probe report (rank order) for `fit --config config overrides` on `ranks` ranks, `nodes` nodes;
     `extra_env` adds to (or replaces in) the ranks' environment."""
-    from tests.harness.localjob import collect, free_port, srun_env
+    from bench.localranks import LocalRanks, srun_env
 
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="plan-probe-") as tmp:
-        base = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "MASTER_", "TORCHELASTIC_"))
-                and k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK")}
-        base.update(PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1", PLAN_PROBE_DIR=tmp, **(extra_env or {}))
         argv = ["fit", "--config", config, *overrides, f"output.dir={Path(tmp) / 'run'}", "output.progress=lines"]
-        procs = [subprocess.Popen(
-            [sys.executable, "-m", "bench.plan", "--probe", *argv], cwd=ROOT, text=True,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            env={**base, **srun_env(rank, ranks, nodes, "4343", port)}) for rank in range(ranks)]
-        result = collect(procs, timeout)
-        if any(result.returncodes):
-            raise RuntimeError("probed run failed:\n" + "\n".join(o[-3000:] for o in result.outputs))
+        with LocalRanks([sys.executable, "-m", "bench.plan", "--probe", *argv], ranks,
+                        lambda rank: srun_env(rank, ranks, nodes, "4343", port),
+                        extra_env={"PLAN_PROBE_DIR": tmp, **(extra_env or {})}) as job:
+            codes = job.wait(timeout, dump_stacks=True)
+            if codes != [0] * ranks:  # None: still running at the timeout (its stack is in the tail)
+                raise RuntimeError(f"probed run failed (exit statuses {codes}):\n{job.tail()}")
         return [json.loads((Path(tmp) / f"rank{r}.json").read_text()) for r in range(ranks)]
 
 

@@ -21,3 +21,14 @@ def test_no_benchmark_imports_another_ones_private_names():
                if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("bench")
                for alias in node.names if alias.name.startswith("_")]
     assert not private, private
+
+
+def test_no_benchmark_imports_the_tests():
+    """bench/ runs where tests/ may be absent (make bench, make gpu-check); the harness imports bench, not back
+    (bench/plan.py's probe once called a helper of tests/harness that had moved into bench/localranks.py)."""
+    found = [f"{path.name}:{node.lineno} {module}" for path in sorted(BENCH.glob("*.py"))
+             for node in ast.walk(ast.parse(path.read_text(), str(path)))
+             for module in ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                            [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+             if module == "tests" or module.startswith("tests.")]
+    assert not found, found
