@@ -63,12 +63,12 @@ def check_input(command: str, rest: list[str]) -> None:
 
     args = build_parser().parse_args([command, *rest])
     config = load_config(args.config, args.overrides)  # before torch loads: a config error takes a moment
-    if command == "fit":
-        from train.graph.data import check_dataset_name
-        from train.loop.models.contract import check_model
+    if command == "fit":  # what every rank's preflight checks first that needs no rank (train/cli/preflight.py)
+        from train.cli.preflight import check_model_input
+        from train.graph.data import dataset_kind
 
-        check_dataset_name(config.data.name)
-        check_model(config.model)
+        dataset_kind(config.data)  # a known name, and what its kind needs (data.path for files)
+        check_model_input(config)
 
 
 def exit_status(exitcode: int) -> int:

@@ -78,6 +78,7 @@ def one_error(p: subprocess.CompletedProcess, target: str = "run") -> str:
     (["CONFIG=nope"], "error: --config 'nope' is neither a shipped config nor a YAML file; shipped configs: cora,"),
     (["ARGS=trainer.epoch=3"], "error: unknown config key 'trainer.epoch'; valid trainer keys: epochs,"),
     (["ARGS=data.name=Coraa"], "error: data.name='Coraa' is not known; expected one of: synthetic,"),
+    (["ARGS=data.name=files"], "error: data.name=files needs data.path:"),  # the kind's own need, not just the name
 ])
 def test_a_bad_input_to_make_run_is_one_error_line_before_any_rank_starts(words, said):
     assert one_error(make("run", *words)).startswith(said)

@@ -51,7 +51,13 @@ def check_fit(config: Config, env: DistEnv) -> None:
     if resume not in ("auto", "never"):  # a missing, empty or unreadable file, a directory, a FIFO: named
         check_file(resume, f"trainer.resume={resume!r}", "expected auto, never, or the path of a checkpoint file "
                    "(e.g. runs/<id>/checkpoints/ckpt-e000002-s00000000.pt)")
+    check_model_input(config)
+
+
+def check_model_input(config: Config) -> None:
+    """The model: imported, model.kwargs checked, run on a tiny sampled batch, and its fanouts against its layers
+    (a user's model says only through its forward whether it reads the graph)."""
     from train.loop.models.contract import check_model
 
-    step = check_model(config.model)  # imports the model, checks model.kwargs, runs it on a tiny sampled batch
-    check_layer_fanouts(config, step.uses_graph)  # the user's model: known only now, from its forward
+    step = check_model(config.model)
+    check_layer_fanouts(config, step.uses_graph)

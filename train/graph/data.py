@@ -47,10 +47,6 @@ def dataset_kind(data: DataConfig) -> DatasetKind:
     return kind
 
 
-def check_dataset_name(name: str) -> None:
-    kinds.dataset_kind(name)
-
-
 def dataset_folder(config: DataConfig, data_dir: str | None = None) -> Path | None:
     """Where dataset `config.name` lives on disk (data.path for files; None for synthetic), for checks."""
     return kinds.dataset_kind(config.name).folder(config, data_root(config, data_dir))
