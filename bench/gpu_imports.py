@@ -16,6 +16,7 @@ import re
 import sys
 from pathlib import Path
 
+from login.wheel_list import dependencies, normalized  # pyproject's reader (stdlib only too)
 from train.errors import EXIT_USER_ERROR  # stdlib only, like this module
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,24 +45,11 @@ def imported_modules(package_dir: Path) -> dict[str, str]:
     return found
 
 
-def _normal(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def dependencies(pyproject_text: str) -> list[str]:
-    """pyproject's [project] dependencies, as written ("python-hostlist>=1.23")."""
-    try:
-        import tomllib
-    except ModuleNotFoundError:  # Python 3.10: pip vendors the same parser
-        from pip._vendor import tomli as tomllib
-    return list(tomllib.loads(pyproject_text)["project"]["dependencies"])
-
-
 def distribution_of(module: str, requirements: list[str]) -> str | None:
     """The dependency that provides `module`: the same name (torch_geometric: torch-geometric), else the one
     whose name ends with it (yaml: pyyaml, hostlist: python-hostlist); None when pyproject lacks it."""
-    names = {_normal(re.split(r"[<>=!~;\[ ]", req, maxsplit=1)[0]): req for req in requirements}
-    wanted = _normal(module)
+    names = {normalized(re.split(r"[<>=!~;\[ ]", req, maxsplit=1)[0]): req for req in requirements}
+    wanted = normalized(module)
     if wanted in names:
         return names[wanted]
     return next((req for name, req in names.items() if name.endswith(wanted)), None)

@@ -34,13 +34,17 @@ def lock_pins(lock_text: str) -> dict[str, str]:
     return pins
 
 
+def dependencies(pyproject_text: str) -> list[str]:
+    """pyproject's [project] dependencies, as written ("python-hostlist>=1.23")."""
+    return list(tomllib.loads(pyproject_text)["project"]["dependencies"])
+
+
 def wanted(pyproject_text: str, lock_text: str, guard: str) -> list[str]:
     """The requirements to build wheels of: pinned where the lock pins them, else as pyproject states them."""
-    dependencies = tomllib.loads(pyproject_text)["project"]["dependencies"]
     pins = lock_pins(lock_text)
     guarded = re.compile(guard, re.I)
     out = []
-    for dependency in dependencies:
+    for dependency in dependencies(pyproject_text):
         name = re.match(r"[A-Za-z0-9._-]+", dependency).group(0)
         version = pins.get(normalized(name))
         if not guarded.search(f"{name}=={version or '0'}"):
