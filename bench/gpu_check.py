@@ -1,25 +1,29 @@
 """`make gpu-check` (`python -m bench.gpu_check`): what a first lent GPU should tell us, in one run.
 
-Checks, each bounded in time and isolated (a failure is recorded, the next check still runs):
+Checks, each bounded in time and isolated (a failure is recorded, the next check still runs), in the order a lent
+GPU must tell first (issue 30's figures, then the checks that passed before):
   env            python, torch, CUDA, GPU, PyG, pyg-lib, NCCL as this interpreter sees them
-  cuda_tests     the GPU-only tests (`pytest -m gpu`): evaluation exact on the GPU and within near-ties of
-                 the CPU, one sampler map on the GPU over many epochs, the CUDA RNG under another layout,
-                 a CUDA optimizer state sent on the CPU, deterministic scatter, sampling, timing
-  nccl           a single-rank `python -m train fit` over NCCL (tiny config)
-  shared_gpu     two tasks on one GPU: refused at once with the srun line (bench/gpu_forms.py, as the next three)
-  resume_layout  a checkpoint from another GPU layout resumes bit for bit (one GPU: simulated layouts)
-  late_node      a node loading past the collective timeout, an uneven epoch (2 GPUs)
-  dead_rank      a killed rank is named by the survivor within the collective timeout (2 GPUs)
-  pinned         feature gathering for a batch: gather into pinned memory + non-blocking copy against
-                 a pageable gather + copy (GB/s of features delivered to the GPU)
   sampler        sampled edges/s, fanouts [25, 10], batch 1024: the CPU sampler, Floyd's hops on the GPU, and the
                  fused hops `sampler.device=cuda` uses (goal: 250M edges/s, issue 30)
-  training       `python -m train fit` on one GPU at the seed's settings (configs/reddit.yaml: SAGE 256,
-                 [25, 10], batch 1024, 4 loader workers): seeds/s, epoch time, where the time goes
+  training       `python -m train fit` on one GPU at the seed's settings with the defaults (configs/reddit.yaml:
+                 SAGE 256, [25, 10], batch 1024, 4 loader workers): seeds/s, epoch time, where the time goes,
+                 where sampler.device=auto put the graph (goal: 150,000 seeds/s)
+  products       an ogbn-products-sized synthetic graph under configs/ogbn-products.yaml with the defaults: a full
+                 epoch (goal 1.0 s) and the exact evaluation of every node (goal 2 s)
   determinism    the training step with trainer.deterministic=true against false, and the ratio that decides
                  its default (bench/gpu_numerics.py)
   feature_dtype  the synthetic config on one GPU with float32 and with bfloat16 features: accuracy beside
                  accuracy, and where sampler.device=auto put the graph
+  cuda_tests     the GPU-only tests (`pytest -m gpu`): evaluation exact on the GPU and within near-ties of
+                 the CPU, one sampler map on the GPU over many epochs, the CUDA RNG under another layout,
+                 a CUDA optimizer state sent on the CPU, deterministic scatter, sampling, timing
+  nccl           a single-rank `python -m train fit` over NCCL (tiny config)
+  pinned         feature gathering for a batch: gather into pinned memory + non-blocking copy against
+                 a pageable gather + copy (GB/s of features delivered to the GPU)
+  resume_layout  a checkpoint from another GPU layout resumes bit for bit (one GPU: simulated layouts)
+  shared_gpu     two tasks on one GPU: refused at once with the srun line (bench/gpu_forms.py, as the next three)
+  late_node      a node loading past the collective timeout, an uneven epoch (2 GPUs)
+  dead_rank      a killed rank is named by the survivor within the collective timeout (2 GPUs)
 Graph (sampler, pinned, training): Reddit's nodes (232,965) and features (602) with a tenth of its edges
 (avg degree 50, ~11.6M), so that the whole check stays under 8 minutes on one GPU with 16 cores. Without
 CUDA the checks that need it are skipped with the reason and the others run on the small graph of
@@ -48,10 +52,12 @@ from bench.gpu_forms import (  # noqa: F401 - Skip is this module's too (its che
     clean_env,
     need_gpus,
 )
-from bench.gpu_numerics import check_determinism, check_feature_dtype
+from bench.gpu_numerics import check_determinism, check_feature_dtype, placement_line
 
 ROOT = Path(__file__).resolve().parents[1]
 REDDIT_NODES, REDDIT_FEATURES, REDDIT_CLASSES = 232_965, 602, 41
+PRODUCTS_NODES, PRODUCTS_FEATURES, PRODUCTS_DEGREE, PRODUCTS_CLASSES = 2_449_029, 100, 25.0, 47
+PRODUCTS_TRAIN_FRACTION, PRODUCTS_VAL_FRACTION = 0.08, 0.016  # OGB's split: 196,615 train, 39,323 val
 GPU_DEGREE = 50.0  # a tenth of Reddit's 492: the graph builds in seconds, and sampling still subsamples [25, 10]
 FANOUTS = [25, 10]
 
@@ -122,7 +128,8 @@ def check_cuda_tests(args, budget: float) -> dict:
         if len(words) >= 2 and words[0].isdigit():
             counts[words[1]] = int(words[0])
     if proc.returncode not in (0, 5):  # 5: nothing collected
-        raise RuntimeError(f"pytest -m gpu exited {proc.returncode}: {tail}\n{proc.stdout[-3000:]}")
+        # the whole report goes to the JSON: a failure's cause is often well above pytest's summary
+        raise RuntimeError(f"pytest -m gpu exited {proc.returncode}: {tail}\n{proc.stdout[-30000:]}")
     return {"summary": tail, "files": files, **counts}
 
 
@@ -227,20 +234,14 @@ def check_pinned(args, budget: float) -> dict:
             "pinned_gb_per_s": rates["pinned"] / 1e9, "pinned_over_pageable": rates["pinned"] / rates["pageable"]}
 
 
-def check_training(args, budget: float) -> dict:
-    """One rank of `python -m train fit` at the seed's settings: epoch 0 warms up, epoch 1 is measured,
-    epoch 2 adds the evaluation. A run past the budget is stopped and its finished epochs still count."""
-    cuda = _cuda()
-    overrides = ["data.name=synthetic", f"data.num_nodes={args.nodes}", f"data.avg_degree={args.degree}",
-                 f"data.num_features={args.features}", f"data.num_classes={REDDIT_CLASSES}",
-                 f"sampler.num_workers={args.workers}", f"sampler.batch_size={args.batch_size}",
-                 "trainer.epochs=3", f"trainer.eval_every={10**6}", f"trainer.max_steps_per_epoch={args.steps}",
-                 "trainer.checkpoint_every=0", "output.progress=lines", f"trainer.log_every={10**6}",
-                 f"dist.backend={'nccl' if cuda else 'gloo'}"]
+def _fit(config: str, overrides: list[str], budget: float) -> tuple[list[dict], str]:
+    """One rank of `python -m train fit` on this GPU (or the CPU): its metrics rows and its output. A run past the
+    budget is stopped and its finished epochs still count; fewer than two epochs is a failure."""
+    backend = "nccl" if _cuda() else "gloo"
     with tempfile.TemporaryDirectory() as out, tempfile.TemporaryFile("w+") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "train", "fit", "--config", "reddit", *overrides,
-                                 f"output.dir={out}"], cwd=ROOT, env=_clean_env(), stdout=log, stderr=subprocess.STDOUT,
-                                text=True)
+        proc = subprocess.Popen([sys.executable, "-m", "train", "fit", "--config", config, *overrides,
+                                 f"dist.backend={backend}", f"output.dir={out}"], cwd=ROOT, env=_clean_env(),
+                                stdout=log, stderr=subprocess.STDOUT, text=True)
         try:
             code = proc.wait(timeout=budget)
         except subprocess.TimeoutExpired:
@@ -254,13 +255,14 @@ def check_training(args, budget: float) -> dict:
     if code not in (0, None) or len(rows) < 2:
         why = f"exited {code}" if code is not None else f"stopped after {budget:.0f} s with {len(rows)} epoch(s) done"
         raise RuntimeError(f"python -m train fit {why}:\n{output[-2000:]}")
+    return rows, output
+
+
+def _epoch_figures(rows: list[dict], budget: float, full_steps: int, steps: int) -> dict:
+    """Epoch 1 (epoch 0 warms up) and the evaluation of epoch 2, the last."""
     warm = rows[1]
-    train_seeds = int(args.nodes * 0.6)  # data.train_fraction's default
-    full_steps = -(-train_seeds // args.batch_size)
-    steps = min(args.steps, full_steps) if args.steps else full_steps
-    result = {"device": "cuda" if cuda else "cpu (no CUDA: the same run on the CPU over gloo)",
-              "config": "reddit (seed's settings) on a synthetic graph", "steps_per_epoch_measured": steps,
-              "seeds_per_second": warm["seeds_per_second"], "epoch_seconds": warm["epoch_seconds"],
+    result = {"steps_per_epoch_measured": steps, "seeds_per_second": warm["seeds_per_second"],
+              "epoch_seconds": warm["epoch_seconds"],
               "full_epoch_seconds_projected": warm["epoch_seconds"] * full_steps / max(steps, 1),
               "phase_seconds": warm["phase_seconds"]}
     if len(rows) > 2:
@@ -270,14 +272,48 @@ def check_training(args, budget: float) -> dict:
     return result
 
 
-CHECKS = {"env": check_env, "cuda_tests": check_cuda_tests, "nccl": check_nccl, "shared_gpu": check_shared_gpu,
-          "resume_layout": check_resume_layout, "late_node": check_late_node, "dead_rank": check_dead_rank,
-          "pinned": check_pinned, "sampler": check_sampler, "training": check_training,
-          "determinism": check_determinism, "feature_dtype": check_feature_dtype}
+def check_training(args, budget: float) -> dict:
+    """`python -m train fit` at the seed's settings with the defaults (sampler.device=auto): epoch 0 warms up,
+    epoch 1 is measured, epoch 2 adds the evaluation."""
+    overrides = ["data.name=synthetic", f"data.num_nodes={args.nodes}", f"data.avg_degree={args.degree}",
+                 f"data.num_features={args.features}", f"data.num_classes={REDDIT_CLASSES}",
+                 f"sampler.num_workers={args.workers}", f"sampler.batch_size={args.batch_size}",
+                 "trainer.epochs=3", f"trainer.eval_every={10**6}", f"trainer.max_steps_per_epoch={args.steps}",
+                 "trainer.checkpoint_every=0", "output.progress=lines", f"trainer.log_every={10**6}"]
+    rows, output = _fit("reddit", overrides, budget)
+    train_seeds = int(args.nodes * 0.6)  # data.train_fraction's default
+    full_steps = -(-train_seeds // args.batch_size)
+    steps = min(args.steps, full_steps) if args.steps else full_steps
+    return {"device": "cuda" if _cuda() else "cpu (no CUDA: the same run on the CPU over gloo)",
+            "config": "reddit (seed's settings) on a synthetic graph", "placement": placement_line(output),
+            **_epoch_figures(rows, budget, full_steps, steps)}
+
+
+def check_products(args, budget: float) -> dict:
+    """An ogbn-products-sized synthetic graph (2,449,029 nodes, 100 features, average degree 25, OGB's 8 % of
+    training seeds) under configs/ogbn-products.yaml (SAGE 3x256, [15, 10, 5], batch 1024) with the defaults:
+    full epochs (goal 1.0 s, issue 30 §6) and the exact layer-wise evaluation of every node (goal 2 s, §5)."""
+    overrides = ["data.name=synthetic", f"data.num_nodes={args.products_nodes}",
+                 f"data.avg_degree={args.products_degree}", f"data.num_features={args.products_features}",
+                 f"data.num_classes={PRODUCTS_CLASSES}", f"data.train_fraction={PRODUCTS_TRAIN_FRACTION}",
+                 f"data.val_fraction={PRODUCTS_VAL_FRACTION}", f"sampler.num_workers={args.workers}",
+                 "trainer.epochs=3", f"trainer.eval_every={10**6}", "trainer.checkpoint_every=0",
+                 "output.progress=lines", f"trainer.log_every={10**6}"]
+    rows, output = _fit("ogbn-products", overrides, budget)
+    full_steps = -(-int(args.products_nodes * PRODUCTS_TRAIN_FRACTION) // 1024)
+    return {"config": "ogbn-products on a synthetic graph of its size", "nodes": args.products_nodes,
+            "placement": placement_line(output), **_epoch_figures(rows, budget, full_steps, full_steps)}
+
+
+# In order of what a lent GPU must tell first: the figures issue 30 asks, then the checks that passed before.
+CHECKS = {"env": check_env, "sampler": check_sampler, "training": check_training, "products": check_products,
+          "determinism": check_determinism, "feature_dtype": check_feature_dtype, "cuda_tests": check_cuda_tests,
+          "nccl": check_nccl, "pinned": check_pinned, "resume_layout": check_resume_layout,
+          "shared_gpu": check_shared_gpu, "late_node": check_late_node, "dead_rank": check_dead_rank}
 # Seconds each check may take at most (the overall --budget caps them all together). On one H200 with 16 cores
 # the checks that run there (late_node and dead_rank need two GPUs) add up to well under the budget.
 LIMITS = {"env": 30, "cuda_tests": 150, "nccl": 60, "shared_gpu": 60, "resume_layout": 120, "late_node": 120,
-          "dead_rank": 100, "pinned": 30, "sampler": 90, "training": 150, "determinism": 90,
+          "dead_rank": 100, "pinned": 30, "sampler": 90, "training": 150, "products": 120, "determinism": 90,
           "feature_dtype": 80}
 
 
@@ -355,6 +391,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     args.batches = 4 if small else 20
     args.steps = 3 if small else 60  # training steps per epoch (the epoch is capped; the full one is projected)
     args.workers = 0 if small else 4
+    args.products_nodes = args.nodes if small else PRODUCTS_NODES
+    args.products_degree = args.degree if small else PRODUCTS_DEGREE
+    args.products_features = args.features if small else PRODUCTS_FEATURES
     args.gather_rows, args.gather_repeats = (1000, 2) if small else (200_000, 10)
     if args.only:
         unknown = [c for c in args.only.split(",") if c not in CHECKS]

@@ -31,6 +31,7 @@ from bench.localranks import LocalRanks, scrubbed_env, torchrun_env
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--config", "tiny", "dist.backend=nccl", "output.progress=lines"]
+EXACT = [*TINY, "trainer.deterministic=true"]  # bit for bit on a GPU needs it (docs/training.md)
 # tiny with 1709 nodes: 1025 training seeds, 513 and 512 per rank: 5 and 4 steps of 128 (an uneven epoch)
 UNEVEN = "data.num_nodes=1709"
 ADVICE = "--gpus-per-task=1 --gpu-bind=none"
@@ -137,25 +138,25 @@ def check_resume_layout(args, budget: float) -> dict:
     result = {}
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)
-        run_job([*TINY, f"output.dir={out}/whole"], 1, out / "logs-whole", per_run)
+        run_job([*EXACT, f"output.dir={out}/whole"], 1, out / "logs-whole", per_run)
         whole = final_weights(out / "whole")
-        run_job([*TINY, "trainer.epochs=1", f"output.dir={out}/half"], 1, out / "logs-half", per_run)
+        run_job([*EXACT, "trainer.epochs=1", f"output.dir={out}/half"], 1, out / "logs-half", per_run)
         layouts = {"cuda3_of_4": lambda own: {"device": 3, "state": own["state"]},
                    "list_of_4": lambda own: [own["state"]] * 4}  # the format before: one state per visible GPU
         for name, as_written in layouts.items():
             shutil.copytree(out / "half", out / name)
             _rewrite_cuda_rng(ck.list_checkpoints(out / name / ck.CHECKPOINT_DIR)[-1], as_written)
-            resumed = run_job([*TINY, f"output.dir={out}/{name}"], 1, out / f"logs-{name}", per_run)
+            resumed = run_job([*EXACT, f"output.dir={out}/{name}"], 1, out / f"logs-{name}", per_run)
             if "resuming from" not in resumed.output(0):
                 raise RuntimeError(f"{name}: the run did not resume:\n{resumed.tail()}")
             result[f"{name}_bit_exact"] = final_weights(out / name) == whole
         if gpus() >= 2:  # for real: each task sees both GPUs (cuda:LOCAL_RANK), then only its own (cuda:0)
             ids = device_ids()[:2]
             both = {"CUDA_VISIBLE_DEVICES": ",".join(ids)}
-            run_job([*TINY, f"output.dir={out}/whole2"], 2, out / "logs-w2", per_run, rank_env=lambda r: both)
-            run_job([*TINY, "trainer.epochs=1", f"output.dir={out}/two"], 2, out / "logs-t1", per_run,
+            run_job([*EXACT, f"output.dir={out}/whole2"], 2, out / "logs-w2", per_run, rank_env=lambda r: both)
+            run_job([*EXACT, "trainer.epochs=1", f"output.dir={out}/two"], 2, out / "logs-t1", per_run,
                     rank_env=lambda r: both)
-            run_job([*TINY, f"output.dir={out}/two"], 2, out / "logs-t2", per_run,
+            run_job([*EXACT, f"output.dir={out}/two"], 2, out / "logs-t2", per_run,
                     rank_env=lambda r: {"CUDA_VISIBLE_DEVICES": ids[r]})
             result["two_gpus_bit_exact"] = final_weights(out / "two") == final_weights(out / "whole2")
     if not all(result.values()):  # trainer.deterministic=true promises it on one GPU model and software

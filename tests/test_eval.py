@@ -60,6 +60,14 @@ def _worker(rank, world, port, out_dir):
             if name == "sampled":
                 result["sampled-again"] = evaluate(model, data, config, _Env(rank, world), torch.device("cpu"),
                                                    sampling)
+        # data.feature_dtype=bfloat16: the features kept in 16 bits where the graph is; the layer-wise pass widens
+        # them as the training step does (on an H200 its first layer met bf16 rows and float32 weights)
+        half = data.clone()
+        half.x = data.x.bfloat16()
+        config = load_config("tiny", ["sampler.eval_batch_size=64", *SAGE])
+        model = ModelStep(build_model(config.model, data.num_features, 5, seed=3))
+        result["sage bf16 features"] = evaluate(model, half, config, _Env(rank, world), torch.device("cpu"),
+                                                plan_sampling(half, config.sampler, torch.device("cpu")))
         full = torch.arange(data.num_nodes * 3, dtype=torch.float32).view(-1, 3)
         owners = RowOwners(data.num_nodes, world)
         mine = full[owners.rows(rank)]
@@ -83,13 +91,14 @@ def ranks(tmp_path_factory, world: int) -> list[dict]:
     return _RESULTS[world]
 
 
-def single_process_accuracy(overrides):
-    """The reference: the whole graph through the model at once (full neighbourhoods), one process."""
+def single_process_accuracy(overrides, feature_dtype=torch.float32):
+    """The reference: the whole graph through the model at once (full neighbourhoods), one process, from the
+    features as `feature_dtype` keeps them (widened back to float32)."""
     config = load_config("tiny", list(overrides))
     data = _graph()
     model = ModelStep(build_model(config.model, data.num_features, 5, seed=3)).eval()
     with torch.no_grad():
-        pred = model(data.x, data.edge_index).argmax(-1)  # PyG's own forward on the whole graph
+        pred = model(data.x.to(feature_dtype).float(), data.edge_index).argmax(-1)  # PyG's forward, whole graph
     return {f"{s}_acc": int((pred[data[f"{s}_idx"]] == data.y[data[f"{s}_idx"]]).sum()) / data[f"{s}_idx"].numel()
             for s in ("val", "test")}
 
@@ -99,6 +108,12 @@ def single_process_accuracy(overrides):
 def test_full_evaluation_equals_a_single_process_pass(tmp_path_factory, world, model):
     expected = single_process_accuracy(CASES[model])
     assert [r[model] for r in ranks(tmp_path_factory, world)] == [expected] * world
+
+
+@pytest.mark.parametrize("world", [1, 3])
+def test_16_bit_features_are_evaluated_as_their_widened_float32(tmp_path_factory, world):
+    expected = single_process_accuracy(SAGE, torch.bfloat16)
+    assert [r["sage bf16 features"] for r in ranks(tmp_path_factory, world)] == [expected] * world
 
 
 @pytest.mark.parametrize("world", [1, 3])
@@ -161,17 +176,18 @@ def test_evaluation_on_cuda_repeats_exactly_and_matches_the_cpu_up_to_near_ties(
     try:
         device = torch.device("cuda", 0)
         data = _graph()
-        # (the model's case, the evaluated case, more overrides): sampler.device=cuda puts the graph on the GPU,
-        # and the exact evaluation runs there (its chunks read from the GPU's CSC, its layers kept there)
-        runs = [("sage", "sage", []), ("sage", "sampled-full-fanouts", []), ("sage", "sage", ["sampler.device=cuda"]),
-                ("gcn", "gcn", ["sampler.device=cuda"]), ("gat", "gat", ["sampler.device=cuda"])]
-        for model_case, case, extra in runs:
+        # (the model's case, the evaluated case, where the graph is): sampler.device=cuda (and auto, the default,
+        # with room on the GPU) puts it on the GPU, and the exact evaluation runs there (its chunks read from the
+        # GPU's CSC, its layers kept there); cpu keeps it on the host
+        runs = [("sage", "sage", "cpu"), ("sage", "sampled-full-fanouts", "cpu"), ("sage", "sage", "cuda"),
+                ("gcn", "gcn", "cuda"), ("gat", "gat", "auto")]
+        for model_case, case, where in runs:
             reference, ties = single_process_accuracy(CASES[model_case]), near_ties(CASES[model_case])
-            overrides = [*CASES[case], *extra]
+            overrides = [*CASES[case], f"sampler.device={where}"]
             config = load_config("tiny", ["sampler.eval_batch_size=64", *overrides])
             model = ModelStep(build_model(config.model, data.num_features, 5, seed=3)).to(device)
             sampling = plan_sampling(data, config.sampler, device)
-            assert sampling.csc[0].is_cuda == bool(extra) and sampling.host_features is None
+            assert sampling.csc[0].is_cuda == (where != "cpu") and sampling.host_features is None, where
             first = evaluate(model, data, config, _Env(0, 1), device, sampling)
             assert evaluate(model, data, config, _Env(0, 1), device, sampling) == first  # bit for bit
             for split in ("val", "test"):

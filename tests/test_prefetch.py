@@ -87,8 +87,11 @@ def _worker(on_gpu: bool) -> None:
     from train.config import load_config
     from train.graph.shared_graph import shared_graphs
     from train.loop.fit import Trainer
+    from train.loop.numerics import set_gpu_numerics
     from train.loop.run import obtain_graph
 
+    if on_gpu:  # bit for bit on a GPU needs trainer.deterministic=true's switches, set as `fit` sets them
+        set_gpu_numerics(True)
     settings = {"serial": ["sampler.prefetch=0"], "prefetch 1": ["sampler.prefetch=1"],
                 "prefetch 3": ["sampler.prefetch=3"], "mlp prefetch 2": ["model.name=mlp", "sampler.prefetch=2"],
                 "mlp serial": ["model.name=mlp", "sampler.prefetch=0"]}
@@ -98,8 +101,8 @@ def _worker(on_gpu: bool) -> None:
                     if name in ("serial", "prefetch 3")}  # gpu-check's time is short
     rows = {}
     env = resolve(os.environ)
-    base = ["trainer.epochs=2", f"dist.backend={'nccl' if on_gpu else 'gloo'}", "output.progress=lines",
-            "model.dropout=0.5", "data.share=process"]
+    base = ["trainer.epochs=2", "trainer.deterministic=true", f"dist.backend={'nccl' if on_gpu else 'gloo'}",
+            "output.progress=lines", "model.dropout=0.5", "data.share=process"]
     with process_group(env, load_config("tiny", base).dist) as (_backend, device), shared_graphs():
         data = obtain_graph(load_config("tiny", base), env)
         for name, overrides in settings.items():
@@ -120,9 +123,13 @@ def _worker(on_gpu: bool) -> None:
 def _train(on_gpu: bool = False) -> dict:
     import subprocess
 
+    from train.loop.numerics import numerics_env
+
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "WORLD_SIZE": "1", "RANK": "0",
            "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
     env = {k: v for k, v in env.items() if not k.startswith("SLURM_")}
+    if on_gpu:  # what `fit` exports for trainer.deterministic=true before CUDA starts
+        env.update(numerics_env(True, env))
     proc = subprocess.run([sys.executable, "-m", "tests.test_prefetch", "worker", *(["cuda"] if on_gpu else [])],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

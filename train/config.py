@@ -117,7 +117,9 @@ class TrainerConfig:
     fail_at_step: int = field(default=-1, metadata=TESTING)
     fail_rank: int = field(default=0, metadata=TESTING)
     step_delay_seconds: float = field(default=0.0, metadata=TESTING)
-    deterministic: bool = True  # on a GPU: TF32 off, deterministic scatter and cuBLAS (train/loop/numerics.py)
+    # on a GPU: TF32 off, deterministic scatter and cuBLAS (train/loop/numerics.py); off by default since an H200
+    # measured its cost at +56% per training step (docs/training.md); bit-exact resume on a GPU needs true
+    deterministic: bool = False
 
 
 @dataclass(frozen=True)

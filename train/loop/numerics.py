@@ -4,12 +4,13 @@ On the CPU a run is deterministic as it stands: the same config, seed and world 
 weights, and a resumed run continues bit-exactly. On a GPU three things vary unless switched off:
 TF32 matmuls (NVIDIA's containers turn them on with TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1), atomic
 adds in scatter (SAGE's mean aggregation, the backward of the feature gather), and cuBLAS's choice of
-workspace. `trainer.deterministic=true` (the default) switches all three off on a GPU: the same run on
+workspace. `trainer.deterministic=true` switches all three off on a GPU: the same run on
 the same GPU model and software then repeats its weights bit for bit, and so does a resumed run; an
 op torch has no deterministic kernel for warns once instead of failing (warn_only). What stays within
 a tolerance: a GPU against the CPU (other kernels sum in another order: logits differ in the last
 bits, so an argmax may flip where two classes tie within them), and GPUs of another model or another
-CUDA/NCCL version. `trainer.deterministic=false` keeps torch's (and the container's) fast defaults.
+CUDA/NCCL version. `trainer.deterministic=false` (the default: docs/training.md gives the cost measured)
+keeps torch's (and the container's) fast defaults.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 import train.loop.models.trim as trim
-from train.loop.models.step import ModelStep
+from train.loop.models.step import ModelStep, widened
 
 
 class LayerWise:
@@ -33,7 +33,7 @@ class LayerWise:
 
     def rows(self, index: int, x: Tensor, edge_index: Tensor, seeds: int,
              source_degree: tuple[Tensor, Tensor] | None = None) -> Tensor:
-        out = trim.layer_rows(self.model, index, x, edge_index, seeds, source_degree)
+        out = trim.layer_rows(self.model, index, widened(x), edge_index, seeds, source_degree)
         return trim.head(self.model, [], out) if index == self.num_layers - 1 else out
 
 

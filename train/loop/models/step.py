@@ -26,6 +26,12 @@ HOP_ARGUMENTS = ("num_sampled_nodes_per_hop", "num_sampled_edges_per_hop")
 HALF_FEATURES = (torch.bfloat16, torch.float16)  # data.feature_dtype's storage forms, widened before the model
 
 
+def widened(x: Tensor) -> Tensor:
+    """Features as the model computes on them: data.feature_dtype stores them in 16 bits, the model in float32.
+    Every way into the model (the training step, the layer-wise evaluation) widens them here."""
+    return x.float() if x.dtype in HALF_FEATURES else x
+
+
 def forward_parameters(forward) -> tuple[set[str], bool]:
     """The names `forward` takes and whether it takes **kwargs (a bound method or a class's function)."""
     params = inspect.signature(forward).parameters.values()
@@ -66,8 +72,7 @@ class ModelStep(nn.Module):
 
     def forward(self, x: Tensor, edge_index: Tensor | None = None, num_sampled_nodes: list[int] | None = None,
                 num_sampled_edges: list[int] | None = None) -> Tensor:
-        if x.dtype in HALF_FEATURES:  # data.feature_dtype stores them in 16 bits; the model computes in float32
-            x = x.float()
+        x = widened(x)
         if self.input_dropout:
             x = F.dropout(x, self.input_dropout, self.training)
         if not self.uses_graph:
