@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import time
 
@@ -224,3 +225,47 @@ def test_the_feature_dtype_figures_put_accuracy_beside_accuracy_with_where_auto_
     assert figures["float32_test_acc"] == 0.9 and figures["bfloat16_val_acc"] == 0.9
     assert figures["bfloat16_minus_float32_test_acc"] == pytest.approx(-0.025)
     assert figures["bfloat16_placement"] == said and "float32_minus_float32_test_acc" not in figures
+
+
+# ---- the figures the docs quote come from the recorded H200 run --------------------------------------------
+
+H200_RUN = ROOT / "bench" / "figures" / "gpu-check-h200-20261204.json"
+
+
+def test_the_docs_list_every_check_in_the_order_gpu_check_runs_them():
+    rows = re.findall(r"^\| `(\w+)` \| (?!\d)", (ROOT / "docs" / "doctor.md").read_text(), re.M)
+    listed = [name for name in rows if name in gpu_check.CHECKS]
+    assert listed[: len(gpu_check.CHECKS)] == list(gpu_check.CHECKS)
+
+
+def test_the_gpu_figures_quoted_are_the_recorded_runs():
+    """README.md and docs/doctor.md quote the H200's figures: each as the JSON of that run holds it."""
+    checks = json.loads(H200_RUN.read_text())["checks"]
+    assert all(result["status"] in ("ok", "skipped") for result in checks.values())
+    sampler, training, products = checks["sampler"], checks["training"], checks["products"]
+    readme, doctor = (ROOT / "README.md").read_text(), (ROOT / "docs" / "doctor.md").read_text()
+    assert f"train at {training['seeds_per_second']:,.0f} seeds/s" in readme
+    assert f"{sampler['cuda_fused_edges_per_s'] / 1e6:.0f}M sampled edges/s" in readme
+    assert f"epoch takes {products['full_epoch_seconds_projected']:.2f} s" in readme
+    assert f"of its {products['nodes']:,} nodes {products['eval_seconds']:.2f} s" in readme
+    determinism, pinned = checks["determinism"], checks["pinned"]
+    for quoted in (f"{sampler['cuda_fused_edges_per_s']:,.0f} sampled edges/s",
+                   f"{sampler['cuda_edges_per_s']:,.0f} with Floyd's", f"({sampler['fused_over_floyd']:.2f}x)",
+                   f"{training['seeds_per_second']:,.0f} seeds/s",
+                   f"(a full epoch of 137 steps: {training['full_epoch_seconds_projected']:.2f} s)",
+                   f"full epoch of {products['steps_per_epoch_measured']} steps "
+                   f"{products['full_epoch_seconds_projected']:.2f} s ({products['seeds_per_second']:,.0f} seeds/s)",
+                   f"the exact evaluation {products['eval_seconds']:.2f} s",
+                   f"{determinism['fast_step_ms']:.2f} ms per step with `false`, "
+                   f"{determinism['deterministic_step_ms']:.2f} ms with `true` "
+                   f"({determinism['deterministic_over_fast']:.2f}x",
+                   f"test accuracy {checks['feature_dtype']['float32_test_acc']:.3f} with float32",
+                   f"{pinned['pinned_gb_per_s']:.1f} GB/s pinned against {pinned['pageable_gb_per_s']:.2f} GB/s "
+                   f"pageable ({pinned['pinned_over_pageable']:.2f}x)"):
+        assert quoted in doctor, quoted
+    assert checks["feature_dtype"]["bfloat16_test_acc"] == checks["feature_dtype"]["float32_test_acc"]
+    assert checks["resume_layout"]["cuda3_of_4_bit_exact"] and checks["resume_layout"]["list_of_4_bit_exact"]
+    # the default follows the figure (issue 30 §7)
+    from train.config import TrainerConfig
+
+    assert TrainerConfig().deterministic is (determinism["deterministic_over_fast"] <= gpu_numerics.DEFAULT_LIMIT)

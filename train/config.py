@@ -118,7 +118,7 @@ class TrainerConfig:
     fail_rank: int = field(default=0, metadata=TESTING)
     step_delay_seconds: float = field(default=0.0, metadata=TESTING)
     # on a GPU: TF32 off, deterministic scatter and cuBLAS (train/loop/numerics.py); off by default since an H200
-    # measured its cost at +56% per training step (docs/training.md); bit-exact resume on a GPU needs true
+    # measured its cost at +56% and +109% per step (docs/doctor.md); bit-exact resume on a GPU needs true
     deterministic: bool = False
 
 
