@@ -72,7 +72,8 @@ def compare_table(names: list[str], summaries: list[dict], configs: list[dict | 
 
 # (metrics.jsonl key, panel title, y label, from 0): one panel each, every run's curve in it; rates and times
 # from 0, so that noise does not look like swings (as in curves.png)
-PANELS = (("loss", "training loss (epoch mean)", "cross-entropy", False), ("val_acc", "val accuracy", "accuracy", False),
+PANELS = (("loss", "training loss (epoch mean)", "cross-entropy", False),
+          ("val_acc", "val accuracy", "accuracy", False),
           ("seeds_per_second", "throughput (all ranks)", "seeds / s", True),
           ("wall_seconds", "time per epoch (mean rank)", "seconds", True))
 
