@@ -20,8 +20,8 @@ from train.loop.checkpoint import saved_line
 from train.loop.metrics_file import MetricsFile
 from train.loop.progress import ProgressDisplay, epoch_line, step_line
 from train.loop.records import EpochRecord, Sink, StepRecord
-from train.loop.tensorboard_events import TensorBoardEvents
 from train.loop.run import weights_line
+from train.loop.tensorboard_events import TensorBoardEvents
 
 ROW_KEYS = ["epoch", "loss", "train_acc", "val_acc", "test_acc", "epoch_seconds", "seeds_per_second", "world_size",
             "phase_seconds", "wall_seconds"]  # metrics.jsonl's keys, in this order, since the phase times came
