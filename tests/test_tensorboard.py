@@ -198,3 +198,30 @@ def test_tensorboard_serves_the_runs_event_files(tmp_path):
         output = server.communicate(timeout=30)[0]
     assert served is not None and [(step, value) for _, step, value in served] == [(0, 0.5)], output
     assert f"ssh -N -L {port}:localhost:{port} " in output and " --logdir runs --host localhost" in output
+
+
+def test_on_cuda_rank_0s_gpu_memory_goes_with_each_epoch(tmp_path, monkeypatch):
+    """No GPU here: torch.cuda's answers stand in for one this process uses (2 GiB allocated, 3 at the peak, 4 held)."""
+    import torch
+
+    for name, value in (("is_initialized", True), ("memory_allocated", 2 * 2**30),
+                        ("max_memory_allocated", 3 * 2**30), ("memory_reserved", 4 * 2**30)):
+        monkeypatch.setattr(torch.cuda, name, lambda value=value: value)
+    sink = TensorBoardEvents(load_config("tiny", ["output.tensorboard=true"]), None, tmp_path)
+    sink.start([])
+    sink.epoch(record(0))
+    sink.close()
+    events = read_events(tmp_path / TENSORBOARD)
+    assert {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]
+            if tag.startswith("memory/")} == {"memory/gpu_allocated_gib": [(0, 2.0)],
+                                               "memory/gpu_peak_allocated_gib": [(0, 3.0)],
+                                               "memory/gpu_reserved_gib": [(0, 4.0)]}
+
+
+def test_a_new_event_file_sorts_after_the_ones_there(tmp_path):
+    """Readers replay a folder's event files in name order, whose first field is the second the file was made: a
+    resume within the same second as the last file waits for the next one, so its purge comes after."""
+    now = int(time.time())
+    (tmp_path / f"events.out.tfevents.{now:010d}.node.99999.0").write_bytes(b"")
+    tensorboard_events.after_existing_files(tmp_path)
+    assert int(time.time()) > now
