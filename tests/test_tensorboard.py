@@ -170,7 +170,17 @@ def test_make_tensorboard_prints_the_ssh_line_and_refuses_a_taken_port():
         f"on your own machine: ssh -N -L {port}:localhost:{port} {getpass.getuser()}@{node_name()}"
     assert f"then open http://localhost:{port}/" in p.stdout
     assert f"error: TB_PORT={port} cannot be used on this node" in p.stderr and f"TB_PORT={port + 1}" in p.stderr
-    assert node_name() != "localhost"
+
+
+@pytest.mark.parametrize("full, host, named", [("login1.cluster.org", "login1", "login1.cluster.org"),
+                                               ("localhost", "login1", "login1"),
+                                               ("localhost.localdomain", "login1", "login1")])
+def test_the_ssh_line_names_the_node_as_another_machine_reaches_it(monkeypatch, full, host, named):
+    from login import tensorboard
+
+    monkeypatch.setattr(tensorboard.socket, "getfqdn", lambda: full)
+    monkeypatch.setattr(tensorboard.socket, "gethostname", lambda: host)
+    assert tensorboard.ssh_line(6006, "ada", tensorboard.node_name()) == f"ssh -N -L 6006:localhost:6006 ada@{named}"
 
 
 def test_tensorboard_serves_the_runs_event_files(tmp_path):
