@@ -45,6 +45,8 @@ declare -A SHAPE=(
     [GPU_PYTHON]="optional command"
     [GPU_CHECK_ARGS]="words"
     [RUN]="optional path"
+    [RUNS]="words"
+    [TB_PORT]="count 65535"
 )
 for _knob in "${KNOBS[@]}"; do SHAPE[$_knob]=${KNOB_SHAPE[$_knob]}; done
 unset _knob

@@ -64,11 +64,12 @@ def check_input(command: str, rest: list[str]) -> None:
     args = build_parser().parse_args([command, *rest])
     config = load_config(args.config, args.overrides)  # before torch loads: a config error takes a moment
     if command == "fit":  # what every rank's preflight checks first that needs no rank (train/cli/preflight.py)
-        from train.cli.preflight import check_model_input
+        from train.cli.preflight import check_model_input, check_outputs
         from train.graph.data import dataset_kind
 
         dataset_kind(config.data)  # a known name, and what its kind needs (data.path for files)
         check_model_input(config)
+        check_outputs(config)
 
 
 def exit_status(exitcode: int) -> int:

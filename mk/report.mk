@@ -4,12 +4,16 @@
 
 # make report: the run directory (runs/<id>); empty: the newest run
 RUN ?=
+# make report: runs to compare side by side, by id under runs/ or by directory ('7 8'): one table and compare.png
+RUNS ?=
+# make tensorboard: the port TensorBoard listens on, on this node (localhost; the ssh -L line it prints reaches it)
+TB_PORT ?= 6006
 # DOCTOR and DOCTOR_TIMEOUT: jobs/knobs.md.
 
 # NODES or GPUS given by the user (not mk/jobs.mk's defaults): the doctor runs as a SLURM job.
 DOCTOR_ON_SLURM = $(filter command line environment,$(origin NODES) $(origin GPUS))
 
-.PHONY: doctor report logs tail
+.PHONY: doctor report tensorboard logs tail
 
 doctor: $(if $(DOCTOR_ON_SLURM),,check-doctor setup) ## Check ranks, GPUs, network, data, all-reduce: NPROC local processes, or a job with NODES= GPUS=
 ifneq ($(DOCTOR_ON_SLURM),)
@@ -20,9 +24,12 @@ else
 		--timeout "$$DOCTOR_TIMEOUT" "$${args[@]}"
 endif
 
-report: check-report setup ## Draw RUN/curves.png and print the run's summary (RUN=runs/<id>; default: the newest run)
-	@run=(); [[ -z $$RUN ]] || run=(-- "$$RUN"); \
-	"$$VENV/bin/python" -m train report "$${run[@]}"
+report: check-report setup ## Draw RUN/curves.png and print the run's summary (default: the newest run); RUNS='a b': side by side
+	@$(call split,runs,RUNS); run=(); [[ -z $$RUN ]] || run=("$$RUN"); \
+	"$$VENV/bin/python" -m train report -- "$${run[@]}" "$${runs[@]}"
+
+tensorboard: check-tensorboard setup ## Serve the runs' TensorBoard event files (runs/) on this node; prints the ssh -L line to reach it
+	@"$$VENV/bin/python" -m login.tensorboard --port "$$TB_PORT"
 
 logs: check-logs ## Print the newest job's log (the last job make submit submitted, else the newest log under LOG_DIR)
 	@dir=$${LOG_DIR:-logs}; [[ $$dir == /* ]] || dir=./$$dir; \

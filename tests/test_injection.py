@@ -73,6 +73,8 @@ CHEAP = [
     ("image", "BUILDER", ["DRY_RUN=1"]),
     ("image", "SQSH", ["BUILDER=docker", "DRY_RUN=1"]),
     ("report", "RUN", []),
+    ("report", "RUNS", []),
+    ("tensorboard", "TB_PORT", []),
     ("logs", "LOG_DIR", []),
     *[(t, v, ["DRY_RUN=1", "IMAGE=none"] if v != "IMAGE" else ["DRY_RUN=1"])
       for t in ("submit", "srun")
@@ -84,7 +86,8 @@ CHEAP = [
 
 # Where a run costs seconds (the package checks the value), one value holds every form at once.
 EACH_FORM = {("data", "DATASET"), ("data", "DATA_MODE"), ("image", "PYG_TAG"), ("image", "IMAGE"),
-             ("image", "IMAGE_DIR"), ("image", "BUILDER"), ("image", "SQSH"), ("report", "RUN"), ("logs", "LOG_DIR"),
+             ("image", "IMAGE_DIR"), ("image", "BUILDER"), ("image", "SQSH"), ("report", "RUN"), ("report", "RUNS"),
+             ("logs", "LOG_DIR"),
              ("submit", "ARGS"), ("submit", "SBATCH_ARGS"), ("submit", "CONFIG"), ("srun", "SRUN_ARGS")}
 
 

@@ -21,6 +21,7 @@ from train.loop.metrics_file import MetricsFile
 from train.loop.progress import ProgressDisplay, epoch_line, step_line
 from train.loop.records import EpochRecord, Sink, StepRecord
 from train.loop.run import weights_line
+from train.loop.tensorboard_events import TensorBoardEvents
 
 ROW_KEYS = ["epoch", "loss", "train_acc", "val_acc", "test_acc", "epoch_seconds", "seeds_per_second", "world_size",
             "phase_seconds", "wall_seconds"]  # metrics.jsonl's keys, in this order, since the phase times came
@@ -105,9 +106,9 @@ def test_a_sink_is_one_class_in_the_list_and_only_rank_0_has_sinks(monkeypatch, 
             seen.append(rec)
 
     monkeypatch.setattr(outputs, "SINKS", [*outputs.SINKS, Third])
-    config = load_config("tiny", ["output.progress=lines"])
+    config = load_config("tiny", ["output.progress=lines", "output.tensorboard=false"])
     main = outputs.Outputs(config, SimpleNamespace(is_main=True), tmp_path)
-    assert [type(s) for s in main.sinks] == [MetricsFile, ProgressDisplay, Third]
+    assert [type(s) for s in main.sinks] == [MetricsFile, ProgressDisplay, TensorBoardEvents, Third]
     main.start([])
     main.epoch(record(0))
     assert seen == [record(0)] and (tmp_path / "metrics.jsonl").read_text().count("\n") == 1

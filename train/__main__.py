@@ -21,7 +21,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "fit": ("train.cli.fit", "train a model (run under srun or torchrun for several processes)"),
     "data": ("train.cli.data", "download and prepare a dataset (run on a login node)"),
     "doctor": ("train.doctor", "check the allocation, devices, network and data before a run"),
-    "report": ("train.cli.report", "draw curves.png and print a summary for a run directory"),
+    "report": ("train.cli.report", "draw curves.png and print a summary for a run directory; several: side by side"),
     "model": ("train.cli.model", "check model.name and model.kwargs as fit will build the model; nothing is written"),
     "plan": ("train.cli.plan", "print the memory a run will need per node, rank and GPU; refuse one that cannot fit"),
 }

@@ -135,10 +135,17 @@ class DistConfig:
     collective_timeout_seconds: float = 180.0  # a dead rank ends the others within this
 
 
+class Switch(str):
+    """A key that is true, false or auto (on where the machine allows it); YAML's booleans are taken as true/false."""
+
+
 @dataclass(frozen=True)
 class OutputConfig:
     dir: str = ""  # "" -> runs/$SLURM_JOB_ID under SLURM, else runs/<timestamp>
     progress: str = "auto"  # auto | bar | lines
+    # TensorBoard event files in RUN_DIR/tensorboard/ (train/loop/tensorboard_events.py); auto: on when the
+    # tensorboard package is importable, else off and the log says so once; true: refused where it is missing.
+    tensorboard: Switch = "auto"
 
 
 @dataclass(frozen=True)
@@ -163,6 +170,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "eval.mode": ("full", "sampled"),
     "dist.backend": ("auto", "nccl", "gloo"),
     "output.progress": ("auto", "bar", "lines"),
+    "output.tensorboard": ("auto", "true", "false"),
 }
 POSITIVE: tuple[str, ...] = (
     "data.num_nodes", "data.num_classes", "data.num_features", "sampler.batch_size",
@@ -230,8 +238,15 @@ def _to_str(value: Any) -> Any:
     return str(value) if isinstance(value, (str, int, float)) and not isinstance(value, bool) else _REFUSED
 
 
+def _to_switch(value: Any) -> Any:
+    """true/false from YAML's booleans (`output.tensorboard=true`); a string as given (CHOICES checks it)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return _to_str(value)
+
+
 # The scalar field types and their lossless conversions; any other type refuses every value.
-_SCALARS = {bool: _to_bool, int: _to_int, float: _to_float, str: _to_str}
+_SCALARS = {bool: _to_bool, int: _to_int, float: _to_float, str: _to_str, Switch: _to_switch}
 
 
 def _plain_data(key: str, value: Any) -> Any:

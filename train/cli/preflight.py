@@ -52,6 +52,17 @@ def check_fit(config: Config, env: DistEnv) -> None:
         check_file(resume, f"trainer.resume={resume!r}", "expected auto, never, or the path of a checkpoint file "
                    "(e.g. runs/<id>/checkpoints/ckpt-e000002-s00000000.pt)")
     check_model_input(config)
+    check_outputs(config)
+
+
+def check_outputs(config: Config) -> None:
+    """output.tensorboard=true where the tensorboard package is missing (auto says so and trains without)."""
+    from train.loop.tensorboard_events import unavailable
+
+    missing = unavailable() if config.output.tensorboard == "true" else None
+    if missing:
+        raise UserError(f"output.tensorboard=true, but {missing}; or output.tensorboard=auto to train without "
+                        "event files (the log then says so).")
 
 
 def check_model_input(config: Config) -> None:

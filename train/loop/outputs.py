@@ -1,6 +1,6 @@
 """Where the loop's records go: the sinks that subscribe to them, on rank 0.
 
-`SINKS` is the list: a new output (TensorBoard, ...) is one `Sink` class (train/loop/records.py)
+`SINKS` is the list: a new output is one `Sink` class (train/loop/records.py)
 added to it. Each is built as `cls(config, env, out_dir)`; the loop calls `Outputs`, which hands
 every record to every sink in order.
 """
@@ -14,8 +14,9 @@ from train.config import Config
 from train.loop.metrics_file import MetricsFile
 from train.loop.progress import ProgressDisplay
 from train.loop.records import EpochRecord, Sink, StepRecord
+from train.loop.tensorboard_events import TensorBoardEvents
 
-SINKS: list[type[Sink]] = [MetricsFile, ProgressDisplay]
+SINKS: list[type[Sink]] = [MetricsFile, ProgressDisplay, TensorBoardEvents]
 
 
 class Outputs:

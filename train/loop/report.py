@@ -19,12 +19,13 @@ import yaml
 
 from train.errors import UserError
 from train.files import dir_problem, file_problem, read_text
-from train.loop.rundir import RUNS
+from train.loop.rundir import RUNS, runs_under
 from train.loop.timing import PHASES
 
 CURVES = "curves.png"
 FIGSIZE = (12.0, 4.0)  # inches; with DPI the PNG is 1200 x 400 pixels
 DPI = 100
+SHOWN_RUNS = 12  # the runs a message about a run that does not exist names (the newest)
 
 
 # ---- reading (tolerant: the run may be writing right now) --------------------------------------
@@ -167,7 +168,11 @@ def plot_curves(rows: list[dict], path: Path, title: str) -> Path:
     FIGSIZE*DPI pixels.
     Written to a temporary file and renamed, so a viewer never sees half a picture."""
     plt = _pyplot(path)
-    fig = draw_curves(plt, rows, title)
+    return save_figure(plt, draw_curves(plt, rows, title), path)
+
+
+def save_figure(plt, fig, path: Path) -> Path:
+    """`fig` as a PNG at `path`, written to a temporary file and renamed (a viewer never sees half a picture)."""
     try:
         tmp = path.with_name(f".{path.name}.tmp")
         fig.savefig(tmp, format="png", dpi=DPI)
@@ -226,14 +231,27 @@ def plot_phases(ax, rows: list[dict]) -> None:
 
 
 # ---- entry points -------------------------------------------------------------------------------
+def runs_hint(run_dir: Path) -> str:
+    """` Runs under runs: a, b, c.`: the runs beside `run_dir` (else under runs/), newest last; '' when none."""
+    parent = run_dir.parent if run_dir.parent.is_dir() and run_dir.parent != Path(".") else RUNS
+    known = runs_under(parent)
+    shown = ", ".join(p.name for p in known[-SHOWN_RUNS:])
+    more = f" ({len(known)} in all, the newest shown)" if len(known) > SHOWN_RUNS else ""
+    return f" Runs under {parent}: {shown}{more}." if known else ""
+
+
+def resolve_run(name: str, runs: Path = RUNS) -> Path:
+    """A run as `make report` names it: a directory (runs/<id>, any path), or an id under runs/ (`RUNS='7 8'`)."""
+    path = Path(name)
+    if "/" not in name and not path.exists() and (runs / name).is_dir():
+        return runs / name
+    return path
+
+
 def load_run(run_dir: Path) -> tuple[list[dict], dict | None, dict | None]:
     problem = dir_problem(run_dir)
     if problem is not None:
-        parent = run_dir.parent if run_dir.parent.is_dir() else RUNS
-        known = sorted((p for p in parent.glob("*") if (p / "metrics.jsonl").is_file()),
-                       key=lambda p: p.stat().st_mtime)
-        hint = f" Runs under {parent}: {', '.join(p.name for p in known[-5:])}." if known else ""
-        raise UserError(f"run directory {str(run_dir)!r} {problem}.{hint}")
+        raise UserError(f"run directory {str(run_dir)!r} {problem}.{runs_hint(run_dir)}")
     metrics = run_dir / "metrics.jsonl"
     if not metrics.exists() and not metrics.is_symlink():
         raise UserError(f"{str(run_dir)!r} has no metrics.jsonl: is it a run directory (runs/<id>), and has its "

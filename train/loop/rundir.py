@@ -15,7 +15,7 @@ PYG_SUBMISSION_ID, the same for every requeue of that submission). Without `outp
 
 `decide` is the one rule: the run (train/loop/run.py), the checks before it (train/cli/preflight.py) and the
 doctor's probe ask it, each against the working directory (the job's --chdir); the report looks for runs in
-the same `RUNS` (`newest_run`, and its hint).
+the same `RUNS` (`newest_run`, `runs_under`: its hint).
 """
 
 from __future__ import annotations
@@ -80,10 +80,16 @@ def belongs_to(directory: Path, identity: Mapping[str, str], requeued: bool) -> 
     return requeued  # same cluster and id, no submission id: only a requeue is the same job
 
 
+def runs_under(runs: Path = RUNS) -> list[Path]:
+    """The runs under `runs` (folders with a readable metrics.jsonl), the one whose metrics changed last last."""
+    found = sorted((p.stat().st_mtime, p.parent) for p in runs.glob("*/metrics.jsonl") if file_problem(p) is None)
+    return [run for _, run in found]
+
+
 def newest_run(runs: Path = RUNS) -> Path | None:
     """The run under `runs` whose metrics.jsonl changed last (`make report` without RUN); None when there is none."""
-    found = [(p.stat().st_mtime, p.parent) for p in runs.glob("*/metrics.jsonl") if file_problem(p) is None]
-    return max(found)[1] if found else None
+    found = runs_under(runs)
+    return found[-1] if found else None
 
 
 def choose(runs: Path, identity: Mapping[str, str], requeued: bool) -> tuple[Path, str | None]:
