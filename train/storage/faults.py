@@ -109,10 +109,10 @@ def storage_message(fault: StorageFault, run_dir: str, checkpoint: str | None) -
     kept = (f"The last good checkpoint is {checkpoint}" if checkpoint else
             "No checkpoint was saved yet, so a resubmitted run starts from the beginning")
     remedy = fault.advice or REMEDIES[fault.errno]
-    return (f"storage fault: {describe(fault)}. {kept}. What to do: {remedy}, then resubmit "
-            f"with output.dir={run_dir}: trainer.resume=auto (the default) continues from "
-            f"{'that checkpoint' if checkpoint else 'the first checkpoint it saves'}. Exit status {EXIT_STORAGE} "
-            "(EXIT_STORAGE): not requeued, since a requeue would meet the same file system.")
+    resume = ": trainer.resume=auto (the default) continues from that checkpoint" if checkpoint else ""
+    return (f"storage fault: {describe(fault)}. {kept}. What to do: {remedy}, then resubmit with "
+            f"output.dir={run_dir}{resume}. Exit status {EXIT_STORAGE} (EXIT_STORAGE): not requeued, since a requeue "
+            "would meet the same file system.")
 
 
 def shared_graph_advice(total_bytes: int | None, need_bytes: int) -> str:
