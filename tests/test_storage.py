@@ -233,6 +233,41 @@ def test_a_read_only_file_system_is_named_for_every_writer(small_fs):
             write(small_fs)
 
 
+@pytest.fixture
+def one_rank():
+    """A process group of this process alone (gloo), for the collective writers."""
+    import torch.distributed as dist
+
+    from train.cluster.distenv import resolve
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    yield resolve({}, pick_free_port=lambda: 1)
+    dist.destroy_process_group()
+
+
+def test_the_checkpointer_says_a_storage_fault_when_saving_and_when_setting_a_damaged_one_aside(small_fs, one_rank):
+    class Part:
+        def __init__(self, **state):
+            self.state = state
+
+        def state_dict(self) -> dict:
+            return dict(self.state)
+
+    folder = small_fs / ck.CHECKPOINT_DIR
+    ck.save_checkpoint(folder, payload(1), keep=3)
+    newest = ck.save_checkpoint(folder, payload(2), keep=3)
+    newest.write_bytes(newest.read_bytes()[:1000])  # truncated: resume=auto renames it *.corrupt
+    fill(small_fs)
+    checkpointer = ck.Checkpointer(small_fs, one_rank, Part(epoch=3, model={"w": torch.ones(4096)}), Part(step=0),
+                                   config=load_config("tiny").to_dict(), fingerprint={}, keep=3, resume="auto")
+    with pytest.raises(StorageError, match=r"could not write ckpt-e000003-s00000000.pt .*\(ENOSPC\)"):
+        checkpointer.save("test")
+    subprocess.run(["mount", "-o", "remount,ro", str(small_fs)], check=True)
+    with pytest.raises(StorageError, match=rf"could not write checkpoints in {small_fs}: the file system is read-only"):
+        checkpointer.resume()
+    assert newest.exists()
+
+
 def test_a_full_shared_graph_directory_names_the_graphs_need_and_data_share_process(small_fs, monkeypatch):
     monkeypatch.setattr(shared_graph, "choose_dir", lambda required, candidates: (candidates[0], ""))
     config = dataclasses.replace(load_config("tiny").data, share_dir=str(small_fs))
@@ -290,6 +325,15 @@ def test_a_full_output_dir_ends_all_ranks_with_one_message_and_resume_continues(
     assert f"resuming from {checkpoint} " in again.outputs[0]
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["epoch"] for r in rows] == [0, 1, 2, 3] and (run / "summary.json").is_file()
+
+
+def test_a_quota_met_by_rank_0s_metrics_jsonl_ends_all_ranks_with_one_message(tmp_path):
+    run = tmp_path / "run"
+    job = run_local_job(["2", *TINY, f"output.dir={run}"], 2, job_id="28003", module="tests.harness.workers.over_quota")
+    message = assert_one_storage_message(job)
+    assert f"could not write metrics.jsonl in {run}: you are over your quota on this file system (EDQUOT)" in message
+    assert f"The last good checkpoint is {run}/checkpoints/ckpt-e000001-s00000000.pt." in message
+    assert [json.loads(line)["epoch"] for line in (run / "metrics.jsonl").read_text().splitlines()] == [0]
 
 
 def test_a_full_shared_graph_directory_ends_all_ranks_with_one_message(tmp_path, request):

@@ -34,6 +34,7 @@ from train.cluster.distenv import DistEnv
 from train.errors import UserError
 from train.files import dir_problem, file_problem
 from train.loop.rank0_writes import written_by_rank0
+from train.storage.faults import StorageError
 from train.storage.writes import TMP_PREFIX, atomic_write, guarded
 
 MAGIC = b"PYGCKPT1"
@@ -397,13 +398,18 @@ class Checkpointer:
         message: list = [None]
         if env.is_main:
             try:
-                message[0] = self._find()
+                with guarded(self.directory):  # it may rename a damaged checkpoint, or the folder (never)
+                    message[0] = self._find()
             except UserError as exc:
                 message[0] = {"error": str(exc)}
+            except StorageError as exc:
+                message[0] = {"storage": exc.fault}
         dist.broadcast_object_list(message, src=0)
         found = message[0]
         if "error" in found:
             raise UserError(found["error"])
+        if "storage" in found:
+            raise StorageError(found["storage"])
         if "note" in found:
             self._say(found["note"])
         if "payload" not in found:
