@@ -170,7 +170,8 @@ def write_job_identity(run: Path) -> None:
 
 
 def write_segment(run: Path) -> None:
-    (run / "segment").mkdir(exist_ok=True)
+    if not (run / "segment").is_dir():
+        (run / "segment").mkdir()
     shared_graph.write_tensors(run / "segment", {"x": torch.zeros(SIZE // 4)}, {})
 
 
@@ -226,10 +227,12 @@ def test_a_quota_met_at_fsync_leaves_the_old_file_and_no_partial_line(tmp_path, 
 
 
 def test_a_read_only_file_system_is_named_for_every_writer(small_fs):
-    MetricsFile(None, None, small_fs).start([record(0)])
+    start_metrics(small_fs)  # for curves.png
+    (small_fs / "segment").mkdir()
     subprocess.run(["mount", "-o", "remount,ro", str(small_fs)], check=True)
-    for write in (write_metrics_line, write_checkpoint, write_config):
-        with pytest.raises(StorageError, match=r"the file system is read-only \(EROFS\)"):
+    for write, name in WRITERS.values():
+        with pytest.raises(StorageError, match=rf"could not write {re.escape(name)} in .*: the file system is "
+                                               r"read-only \(EROFS\)"):
             write(small_fs)
 
 
