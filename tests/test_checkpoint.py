@@ -88,13 +88,6 @@ def test_sigkill_while_writing_leaves_the_previous_checkpoint_valid(tmp_path, wh
     assert not list(tmp_path.glob(f"{ck.TMP_PREFIX}*"))
 
 
-def test_atomic_write_replaces_whole_file(tmp_path):
-    target = tmp_path / "summary.json"
-    ck.atomic_write_text(target, "old")
-    ck.atomic_write_text(target, "new")
-    assert target.read_text() == "new" and [p.name for p in tmp_path.iterdir()] == ["summary.json"]
-
-
 # ---- compatibility ---------------------------------------------------------------------------
 def test_model_and_data_changes_are_incompatible_others_allowed():
     saved = load_config("tiny").to_dict()

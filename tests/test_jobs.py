@@ -21,6 +21,7 @@ import pytest
 from tests.harness import standin_bin
 from tests.harness.jobscript import KNOBS, run_job_script
 from tests.harness.knobs import TABLE, knobs, make_variables
+from train.errors import EXIT_STORAGE
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = [ROOT / "jobs" / "submit.sh", ROOT / "jobs" / "train.sbatch", *sorted((ROOT / "jobs" / "lib").glob("*.sh")),
@@ -397,6 +398,14 @@ def test_job_script_bare_mode_status_is_the_steps(tmp_path):
     (step,) = calls
     assert not [w for w in step if w.startswith(("--container", "--gpu"))], step
     assert step[-6:] == [str(ROOT / ".venv" / "bin" / "python"), "-m", "train", "fit", "--config", "tiny"]
+
+
+def test_job_script_does_not_requeue_after_a_storage_fault(tmp_path):
+    assert f"EXIT_STORAGE={EXIT_STORAGE} " in (ROOT / "jobs" / "train.sbatch").read_text()  # train/errors.py's
+    p, _ = run_job_script(tmp_path, {"IMAGE": "none", "GPUS_PER_TASK": "0", "CONFIG": "tiny"}, srun_rc=EXIT_STORAGE)
+    assert p.returncode == EXIT_STORAGE, p.stdout + p.stderr
+    assert f"training step exited with status {EXIT_STORAGE}\nstorage fault: not requeueing" in p.stdout
+    assert "requeueing job" not in p.stdout and "resubmit with output.dir=runs/123456" in p.stdout
 
 
 def test_scripts_are_shellcheck_clean():

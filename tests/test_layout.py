@@ -30,7 +30,8 @@ MAX_LINES = 500
 # `train.distenv` is the public alias of train.cluster.distenv, kept for other projects, so it lives in
 # cluster's layer.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("train.errors", "train.files", "train.heap"),  # files: the checks every reader of a user's file makes
+    # files: the checks every reader of a user's file makes; storage: how the run writes its files, and their faults
+    ("train.errors", "train.files", "train.heap", "train.storage"),
     ("train.config", "train.builtin_models"),  # builtin_models: the built-in models' table, torch-free
     ("train.cluster", "train.distenv"),
     ("train.graph",),

@@ -15,13 +15,15 @@ import pytest
 from tests.harness.localjob import ROOT
 from train.cluster.distenv import free_port
 from train.config import load_config
-from train.loop import metrics_file, outputs
+from train.loop import outputs
 from train.loop.checkpoint import saved_line
 from train.loop.metrics_file import MetricsFile
 from train.loop.progress import ProgressDisplay, epoch_line, step_line
 from train.loop.records import EpochRecord, Sink, StepRecord
 from train.loop.run import weights_line
 from train.loop.tensorboard_events import TensorBoardEvents
+from train.storage import writes
+from train.storage.faults import StorageError
 
 ROW_KEYS = ["epoch", "loss", "train_acc", "val_acc", "test_acc", "epoch_seconds", "seeds_per_second", "world_size",
             "phase_seconds", "wall_seconds"]  # metrics.jsonl's keys, in this order, since the phase times came
@@ -139,8 +141,8 @@ def test_a_short_write_leaves_no_partial_line(tmp_path, monkeypatch):
     sink.start([record(0)])
     before = (tmp_path / "metrics.jsonl").read_bytes()
     real_write = os.write
-    monkeypatch.setattr(metrics_file.os, "write", lambda fd, data: real_write(fd, data[: len(data) // 2]))
-    with pytest.raises(OSError, match="wrote .* of .* bytes of a line"):
+    monkeypatch.setattr(writes.os, "write", lambda fd, data: real_write(fd, data[: len(data) // 2]))
+    with pytest.raises(StorageError, match="could not write metrics.jsonl in .*: the file system is full"):
         sink.epoch(record(1))
     assert (tmp_path / "metrics.jsonl").read_bytes() == before
 
@@ -148,8 +150,8 @@ def test_a_short_write_leaves_no_partial_line(tmp_path, monkeypatch):
         real_write(fd, data[:10])
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(metrics_file.os, "write", full)
-    with pytest.raises(OSError, match="No space left"):
+    monkeypatch.setattr(writes.os, "write", full)
+    with pytest.raises(StorageError, match=r"the file system is full \(ENOSPC\)"):
         sink.epoch(record(1))
     assert (tmp_path / "metrics.jsonl").read_bytes() == before
 

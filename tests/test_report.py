@@ -14,6 +14,7 @@ from PIL import Image
 
 from train.config import dump_config, load_config
 from train.loop.report import DPI, FIGSIZE, draw_curves, format_summary, read_metrics, summarize, write_report
+from train.storage.writes import TMP_PREFIX
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -73,7 +74,7 @@ def test_report_draws_a_png_and_prints_the_summary(tmp_path):
     # mean per epoch: sample 1.6 s, gather 0.2, compute 0.1, allreduce 0.1, eval 0.25 (3 of 6 epochs) = 2.25 s
     assert ("step time            sample 71% | gather 9% | copy 0% | compute 4% | allreduce 4% | eval 11% | other 0% "
             "(of 2.25 s per epoch with evaluation, mean over ranks)") in out
-    assert not list(run.glob(".*.tmp"))  # written atomically
+    assert not list(run.glob(f"{TMP_PREFIX}*")) and not list(run.glob(".*"))  # written atomically
 
 
 @pytest.mark.parametrize("device, finished", [("cpu", True), ("cuda", False)])

@@ -1,7 +1,8 @@
 """`python -m train SUBCOMMAND`: the command-line entry point.
 
 Each subcommand lives in its own module with `add_arguments(parser)` and `main(args) -> int`;
-this file only dispatches, and turns a `UserError` into one clear message and exit status 2.
+this file only dispatches, and turns a `UserError` into one clear message and exit status 2 (a
+`StorageError`, a file system that failed a write, into one message and EXIT_STORAGE).
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ import os
 import sys
 import traceback
 
-from train.errors import EXIT_INTERRUPTED, EXIT_USER_ERROR, UserError, exit_without_teardown
+from train.errors import EXIT_INTERRUPTED, EXIT_STORAGE, EXIT_USER_ERROR, UserError, exit_without_teardown
 from train.heap import tune_heap
+from train.storage.faults import StorageError
 
 # name -> (module, one-line help). Modules are imported lazily: `env` must not pay for torch_geometric.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -50,6 +52,9 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return EXIT_USER_ERROR
+    except StorageError as exc:  # `fit` says more itself (train/loop/run.py); `report` meets it here
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return EXIT_STORAGE
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -22,6 +22,7 @@ import yaml
 from train.builtin_models import BUILTINS
 from train.errors import UserError
 from train.files import check_file, read_text
+from train.storage.writes import atomic_write_text
 
 CONFIG_DIR = Path(__file__).parent / "configs"
 
@@ -489,4 +490,4 @@ def config_from_dict(raw: dict[str, Any]) -> Config:
 
 
 def dump_config(config: Config, path: Path) -> None:
-    path.write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
+    atomic_write_text(path, yaml.safe_dump(config.to_dict(), sort_keys=False))

@@ -1,7 +1,8 @@
 """The one exception type that means "the user's input is wrong", and every exit status the package uses.
 
 The CLI turns a `UserError` into a short message and exit status 2, never a traceback. The
-statuses live here, once: jobs/train.sbatch reads 3 ("checkpointed, requeue me") and 4.
+statuses live here, once: jobs/train.sbatch reads 3 ("checkpointed, requeue me") and 5 ("a storage
+fault: do not requeue").
 `exit_without_teardown` is the one way the package ends a process with one of them.
 """
 
@@ -22,6 +23,7 @@ EXIT_FAILED = 1  # a check failed (doctor), or this rank or another one failed (
 EXIT_USER_ERROR = 2  # bad input: one clear message, no traceback
 EXIT_REQUEUE = 3  # checkpointed after a stop signal: requeue the job (jobs/train.sbatch does)
 EXIT_STOPPED = 4  # checkpointed after a stop signal, but trainer.max_restarts is used up: do not requeue
+EXIT_STORAGE = 5  # a file system failed a write (full, quota, read-only, I/O error): do not requeue (train/storage/)
 EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports SIGINT
 
 

@@ -34,11 +34,13 @@ def final_summary(run_dir: Path) -> dict:
 
 
 def run_local_job(args: list[str], world_size: int, nodes: int = 1, job_id: str = "4242",
-                  timeout: float = 240, extra_env: dict[str, str] | None = None, port: int | None = None) -> JobResult:
-    """`python -m train ARGS` as `world_size` ranks with srun's variables (bench/localranks.py); past `timeout`
-    the ranks still running print their stacks and are killed, so a hang shows up as output, not a stuck test."""
+                  timeout: float = 240, extra_env: dict[str, str] | None = None, port: int | None = None,
+                  module: str = "train") -> JobResult:
+    """`python -m train ARGS` (or another `module`: a worker that changes one thing first) as `world_size` ranks with
+    srun's variables (bench/localranks.py); past `timeout` the ranks still running print their stacks and are
+    killed, so a hang shows up as output, not a stuck test."""
     port = port or free_port()
-    with LocalRanks([sys.executable, "-m", "train", *args], world_size,
+    with LocalRanks([sys.executable, "-m", module, *args], world_size,
                     lambda rank: srun_env(rank, world_size, nodes, job_id, port), extra_env=extra_env or {},
                     threads=1) as ranks:
         codes = ranks.wait(timeout, dump_stacks=True)

@@ -16,11 +16,11 @@ from train.doctor.findings import (
     _agreement,
     by_host,
     failed,
-    format_bytes,
     format_cpus,
     is_loopback,
     rank_list,
 )
+from train.storage.faults import format_bytes
 
 
 def check_contract(records: list[dict], expected_world: int) -> list[Finding]:

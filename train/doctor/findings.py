@@ -53,16 +53,6 @@ def format_cpus(cpus) -> str:
     return ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in parts) or "-"
 
 
-def format_bytes(n: float | None) -> str:
-    if n is None:
-        return "-"
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" or n == int(n) else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"
-
-
 def parse_sizes(text: str) -> list[int]:
     """'64K,1M,1G' -> byte counts (binary units, as nccl-tests' -b/-e)."""
     sizes = []

@@ -24,7 +24,6 @@ from train.config import Config, DataConfig
 from train.doctor.findings import (
     FAIL,
     Finding,
-    format_bytes,
     interface_of,
     is_loopback,
     nccl_interfaces,
@@ -32,6 +31,7 @@ from train.doctor.findings import (
 from train.errors import UserError
 from train.graph.segments import free_bytes, planned_dir, shares_graph
 from train.loop.rundir import decide
+from train.storage.faults import format_bytes
 
 
 def resolve_host(name: str, port: int, timeout: float) -> tuple[list[str], str | None]:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from train.doctor.findings import allreduce_bandwidth, by_host, format_bytes, format_cpus, rank_list
+from train.doctor.findings import allreduce_bandwidth, by_host, format_cpus, rank_list
+from train.storage.faults import format_bytes
 
 
 def format_rows(header: list[str], rows: list[list[str]]) -> str:

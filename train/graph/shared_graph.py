@@ -31,7 +31,6 @@ whole-graph pass needs them.
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import math
 import os
@@ -40,6 +39,7 @@ import stat
 import sys
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from datetime import timedelta
 from functools import partial
 from pathlib import Path
@@ -79,6 +79,8 @@ from train.graph.segments import (  # noqa: F401 (the place of the files: re-exp
     shares_graph,
     user_dir,
 )
+from train.storage.faults import StorageError, shared_graph_advice
+from train.storage.writes import guarded
 
 MANIFEST = "manifest.json"
 FORMAT = 3  # 3: colptr and row, no edge_index, in int32 where the graph allows it
@@ -135,15 +137,17 @@ def write_tensors(directory: Path, tensors: Mapping[str, "Tensor | Callable[[], 
     try:
         for name, value in tensors.items():
             value = value() if callable(value) else value
-            with os.fdopen(os.open(f"{name}.bin", _NEW_FILE, 0o600, dir_fd=dir_fd), "wb") as fh:
+            with guarded(directory / f"{name}.bin"), \
+                    os.fdopen(os.open(f"{name}.bin", _NEW_FILE, 0o600, dir_fd=dir_fd), "wb") as fh:
                 _write_raw(fh, value)
             entries[name] = {"file": f"{name}.bin", "dtype": _dtype_name(value.dtype), "shape": list(value.shape)}
             del value
         manifest = {"format": FORMAT, "tensors": entries, **info}
-        with os.fdopen(os.open(f"{MANIFEST}.tmp", _NEW_FILE, 0o600, dir_fd=dir_fd), "w") as fh:
-            fh.write(json.dumps(manifest, indent=1))
-        # present only once every file is complete
-        os.replace(f"{MANIFEST}.tmp", MANIFEST, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        with guarded(directory / MANIFEST):
+            with os.fdopen(os.open(f"{MANIFEST}.tmp", _NEW_FILE, 0o600, dir_fd=dir_fd), "w") as fh:
+                fh.write(json.dumps(manifest, indent=1))
+            # present only once every file is complete
+            os.replace(f"{MANIFEST}.tmp", MANIFEST, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     finally:
         os.close(dir_fd)
     return manifest
@@ -224,16 +228,16 @@ def _write_segment(config: DataConfig, env: DistEnv, load: Callable[[DataConfig]
     name = segment_name(env.job_id, env.master_port, env.node_rank, os.getuid())
     owner = {"pid": os.getpid(), "host": socket.gethostname(), "job": env.job_id, "node_rank": env.node_rank,
              "bytes": size, "created": time.time()}
-    segment = Segment.create(private, name, owner, remove_base=bool(squatted))
     try:
-        write_tensors(segment.path, tensors, owner)
-    except BaseException as exc:
-        segment.remove()
-        if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
-            raise UserError(f"{base} filled up while the graph ({gib(size)}) was written to it (something else took "
-                            "the room after the check); free it, set data.share_dir to a node-local directory "
-                            "with room, or use data.share=process.") from None
-        raise
+        with guarded(private / name):
+            segment = Segment.create(private, name, owner, remove_base=bool(squatted))
+        try:
+            write_tensors(segment.path, tensors, owner)
+        except BaseException:
+            segment.remove()
+            raise
+    except StorageError as exc:  # the room was there at the check: something else took it, or the file system failed
+        raise StorageError(replace(exc.fault, advice=shared_graph_advice(exc.fault.total_bytes, size))) from None
     return segment, note
 
 
@@ -264,12 +268,14 @@ def share_graph(config: DataConfig, env: DistEnv, load: Callable[[DataConfig], D
                 status[0] = ("ok", str(segment.path))
             except BaseException as exc:  # tell the node's other ranks before failing
                 message = str(exc) if isinstance(exc, UserError) else f"{type(exc).__name__}: {exc}"
-                status[0] = ("error", message)
+                status[0] = ("storage", exc.fault) if isinstance(exc, StorageError) else ("error", message)
                 with contextlib.suppress(Exception):
                     dist.broadcast_object_list(status, src=leader, group=group)
                 raise
         dist.broadcast_object_list(status, src=leader, group=group)
         kind, payload = status[0]
+        if kind == "storage":  # the same fault on each rank of the node; run.obtain_graph tells all nodes
+            raise StorageError(payload)
         if kind != "ok":
             raise UserError(f"local rank 0 of node {env.node_rank} could not share the graph: {payload}")
         tensors = map_tensors(Path(payload))

@@ -33,13 +33,15 @@ from typing import Any, Protocol
 from train.cluster.distenv import DistEnv
 from train.errors import UserError
 from train.files import dir_problem, file_problem
+from train.loop.rank0_writes import written_by_rank0
+from train.storage.faults import StorageError
+from train.storage.writes import TMP_PREFIX, atomic_write, guarded
 
 MAGIC = b"PYGCKPT1"
 FORMAT_VERSION = 1
 CHECKPOINT_DIR = "checkpoints"
 NAME_RE = re.compile(r"^ckpt-e(\d{6})-s(\d{8})\.pt$")
 CORRUPT_SUFFIX = ".corrupt"
-TMP_PREFIX = ".tmp-"
 
 # Config keys that change what the model is or what it is trained on: a checkpoint made with
 # other values cannot be continued (shapes differ, or the remaining steps would see other
@@ -93,35 +95,6 @@ def decode(data: bytes) -> dict:
     return payload
 
 
-def fsync_dir(path: Path) -> None:
-    """Make a rename in `path` durable (POSIX: the directory entry is data of the directory)."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write `data` to `path` so that readers see the old file or the whole new one, nothing else."""
-    path = Path(path)
-    tmp = path.with_name(f"{TMP_PREFIX}{path.name}.{os.getpid()}")
-    try:
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    fsync_dir(path.parent)
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    atomic_write(path, text.encode())
-
-
 # ---- the checkpoint folder ----------------------------------------------------------------------
 def checkpoint_name(epoch: int, step: int) -> str:
     return f"ckpt-e{epoch:06d}-s{step:08d}.pt"
@@ -158,8 +131,9 @@ def remove_stale_temporaries(directory: Path) -> None:
 def save_checkpoint(directory: Path, payload: dict, keep: int) -> Path:
     """Write `payload` atomically under its name, then keep only the `keep` newest (rank 0 only)."""
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
     path = directory / checkpoint_name(payload["epoch"], payload["position_step"])
+    with guarded(path):
+        directory.mkdir(parents=True, exist_ok=True)
     atomic_write(path, encode(payload))
     prune(directory, keep)
     return path
@@ -362,8 +336,8 @@ class Checkpointer:
         position = (shared["epoch"], tuple(r["step"] for r in ranks))
         if position == self.last_position:
             return self.last_path
-        outcome = [None]
-        if env.is_main:
+
+        def write() -> str:
             payload = {
                 "format": FORMAT_VERSION, **shared, "position_step": max(position[1]), "ranks": ranks,
                 "config": self.config, "model_spec": self.model, "world_size": env.world_size, "data": self.fingerprint,
@@ -371,13 +345,13 @@ class Checkpointer:
                 "saved_at": time.time(), "job_id": env.job_id, "restart_count": env.restart_count,
             }
             try:
-                outcome[0] = str(save_checkpoint(self.directory, payload, self.keep))
-            except OSError as exc:
-                outcome[0] = OSError(f"could not write a checkpoint into {self.directory}: {exc}")
-        dist.broadcast_object_list(outcome, src=0)  # nobody moves on (or exits) before it is on disk
-        if isinstance(outcome[0], Exception):
-            raise outcome[0]
-        self.last_position, self.last_path = position, Path(outcome[0])
+                return str(save_checkpoint(self.directory, payload, self.keep))
+            except OSError as exc:  # not the file system's (train/storage/faults.py): say where
+                raise OSError(f"could not write a checkpoint into {self.directory}: {exc}") from None
+
+        # nobody moves on (or exits) before it is on disk; a storage fault ends every rank alike
+        saved = written_by_rank0(env.is_main, write)
+        self.last_position, self.last_path = position, Path(saved)
         self.last_save_time = time.monotonic()
         self._say(saved_line(self.last_path, position[0], sorted(set(position[1])), reason))
         return self.last_path
@@ -424,13 +398,18 @@ class Checkpointer:
         message: list = [None]
         if env.is_main:
             try:
-                message[0] = self._find()
+                with guarded(self.directory):  # it may rename a damaged checkpoint, or the folder (never)
+                    message[0] = self._find()
             except UserError as exc:
                 message[0] = {"error": str(exc)}
+            except StorageError as exc:
+                message[0] = {"storage": exc.fault}
         dist.broadcast_object_list(message, src=0)
         found = message[0]
         if "error" in found:
             raise UserError(found["error"])
+        if "storage" in found:
+            raise StorageError(found["storage"])
         if "note" in found:
             self._say(found["note"])
         if "payload" not in found:

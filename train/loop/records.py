@@ -49,7 +49,8 @@ class EpochRecord:
 
 class Sink:
     """What subscribes to the loop's records; a subclass overrides what it needs. Built on rank 0 as
-    `cls(config, env, out_dir)` by train/loop/outputs.py."""
+    `cls(config, env, out_dir)` by train/loop/outputs.py. A sink that writes files writes them through
+    train/storage/writes.py (or under its `guarded(path)`), so a failing file system ends every rank alike."""
 
     def start(self, history: list[EpochRecord]) -> None:
         """The run so far, before its first step: the epochs a resumed run restored, none on a fresh start."""

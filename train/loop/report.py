@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import statistics
 import sys
 from pathlib import Path
@@ -21,6 +20,8 @@ from train.errors import UserError
 from train.files import dir_problem, file_problem, read_text
 from train.loop.rundir import RUNS, runs_under
 from train.loop.timing import PHASES
+from train.storage.faults import StorageError
+from train.storage.writes import atomic_write
 
 CURVES = "curves.png"
 FIGSIZE = (12.0, 4.0)  # inches; with DPI the PNG is 1200 x 400 pixels
@@ -174,9 +175,7 @@ def plot_curves(rows: list[dict], path: Path, title: str) -> Path:
 def save_figure(plt, fig, path: Path) -> Path:
     """`fig` as a PNG at `path`, written to a temporary file and renamed (a viewer never sees half a picture)."""
     try:
-        tmp = path.with_name(f".{path.name}.tmp")
-        fig.savefig(tmp, format="png", dpi=DPI)
-        os.replace(tmp, path)
+        atomic_write(path, lambda fh: fig.savefig(fh, format="png", dpi=DPI))
     finally:
         plt.close(fig)
     return path
@@ -276,9 +275,12 @@ def report(run_dir: Path, output: Path | None = None, plot: bool = True) -> Path
 
 
 def write_report(run_dir: Path) -> Path | None:
-    """The end-of-run report from `fit`: a failure to draw warns and never fails the run."""
+    """The end-of-run report from `fit`: a failure to draw warns and never fails the run, but a failing file system
+    (`StorageError`) ends it as any other file of the run would."""
     try:
         return report(Path(run_dir))
+    except StorageError:
+        raise
     except Exception as exc:  # noqa: BLE001 - the run's results are written already; this is a bonus
         print(f"warning: no report for {run_dir}: {exc}", file=sys.stderr, flush=True)
         return None

@@ -3,8 +3,10 @@
 `run_fit` is what `python -m train fit` runs once config and environment are resolved. Stop
 signals are caught from the first moment (train/loop/stop_signals.py); a failure on any rank
 ends this one within dist.collective_timeout_seconds, with a message naming the rank that
-failed where it can be known (train/loop/failure_report.py). The epochs themselves are the
-`Trainer`'s (train/loop/fit.py).
+failed where it can be known (train/loop/failure_report.py). A file system that fails one of the
+run's files ends every rank alike (train/loop/rank0_writes.py): rank 0 names the file, the room and
+the last good checkpoint (train/storage/faults.py), and the status is EXIT_STORAGE. The epochs
+themselves are the `Trainer`'s (train/loop/fit.py).
 """
 
 from __future__ import annotations
@@ -30,17 +32,23 @@ from torch_geometric.data import Data
 from train.cluster.distenv import DistEnv
 from train.cluster.procgroup import process_group
 from train.config import Config, DataConfig, dump_config
-from train.errors import EXIT_FAILED, UserError
+from train.errors import EXIT_FAILED, EXIT_STORAGE, UserError
 from train.graph.data import load_graph, prepare_dataset
 from train.graph.shared_graph import obtain_shared_or_private, shared_graphs
-from train.loop.checkpoint import Checkpointer, atomic_write, atomic_write_text, graph_fingerprint
+from train.loop.checkpoint import CHECKPOINT_DIR, Checkpointer, graph_fingerprint, list_checkpoints
 from train.loop.failure_report import default_store, report_failure
 from train.loop.fit import FitResult, Trainer
 from train.loop.numerics import set_gpu_numerics
+from train.loop.rank0_writes import written_by_rank0
 from train.loop.report import write_report
 from train.loop.rundir import decide, job_identity, write_identity
 from train.loop.step_vote import StepAgreement
 from train.loop.stop_signals import STOP_SIGNALS, STOPPED, StopSignals, leave_in_order, signal_name, stop_outcome
+from train.storage.faults import StorageError, StorageFault, storage_message
+from train.storage.writes import atomic_write, atomic_write_text, guarded
+
+# The statuses after which every rank leaves in order, rank 0 last with the status (stop_signals.leave_in_order).
+AGREED_ENDS = (*STOPPED, EXIT_STORAGE)
 
 
 def run_dir(config: Config, env: DistEnv) -> Path:
@@ -65,29 +73,50 @@ def obtain_graph(config: Config, env: DistEnv) -> Data:
     All ranks meet after preparing and again after loading, under data.load_timeout_seconds: a node that
     loads minutes after the others keeps them waiting there, not in the default group's next collective
     (DDP's first broadcast), whose dist.collective_timeout_seconds would end the job.
+    A full node-local directory on one node (the shared graph's segments) ends every rank alike: the ranks meet with
+    their storage faults, and all raise the first one.
     """
     with loading_barrier(env, config.data.load_timeout_seconds) as all_meet:
         if env.is_main:
             prepare_dataset(config.data, env.data_dir)
         all_meet()
-        data = obtain_shared_or_private(config.data, env, late_loader(config.data, env))
-        all_meet()
+        data, fault = None, None
+        try:
+            data = obtain_shared_or_private(config.data, env, late_loader(config.data, env))
+        except StorageError as exc:
+            fault = exc.fault
+        all_meet(fault)
     return data
 
 
 @contextlib.contextmanager
-def loading_barrier(env: DistEnv, timeout_seconds: float) -> Iterator[Callable[[], None]]:
+def loading_barrier(env: DistEnv, timeout_seconds: float) -> Iterator[Callable[..., None]]:
     """A barrier of all ranks that waits up to `timeout_seconds`, on a gloo group of its own (whatever the
-    default backend); gloo's monitored barrier names the ranks that did not arrive. Collective."""
+    default backend); gloo's monitored barrier names the ranks that did not arrive. `all_meet(fault)` also hands
+    each rank's `StorageFault` (or None) to all, and every rank raises the first as a `StorageError`. Collective."""
     if env.world_size == 1:
-        yield lambda: None
+        yield raise_first
         return
     timeout = datetime.timedelta(seconds=timeout_seconds)
     group = dist.new_group(backend="gloo", timeout=timeout)
+
+    def all_meet(fault: StorageFault | None = None) -> None:
+        dist.monitored_barrier(group=group, timeout=timeout, wait_all_ranks=True)
+        faults: list = [None] * env.world_size
+        dist.all_gather_object(faults, fault, group=group)
+        raise_first(*faults)
+
     try:
-        yield lambda: dist.monitored_barrier(group=group, timeout=timeout, wait_all_ranks=True)
+        yield all_meet
     finally:
         dist.destroy_process_group(group)
+
+
+def raise_first(*faults: StorageFault | None) -> None:
+    """The first of the ranks' storage faults as a `StorageError`; nothing when there is none."""
+    found = next((fault for fault in faults if fault is not None), None)
+    if found is not None:
+        raise StorageError(found)
 
 
 def late_loader(config: DataConfig, env: DistEnv) -> Callable[[DataConfig], Data] | None:
@@ -145,7 +174,7 @@ def run_fit(config: Config, env: DistEnv) -> int:
                 raise  # the failure happened on this rank: its traceback says what
             print(message, file=sys.stderr, flush=True)
             return EXIT_FAILED
-    return leave_in_order(code, env.rank, env.world_size, store) if code in STOPPED else code
+    return leave_in_order(code, env.rank, env.world_size, store) if code in AGREED_ENDS else code
 
 
 @dataclass
@@ -160,15 +189,30 @@ class Run:
 
 
 def _run(config: Config, env: DistEnv, backend: str, device: torch.device, signals: StopSignals) -> int:
-    run = prepare(config, env, backend, device)
-    resume(run)
-    agreement, result = train(run, signals)
-    return stop(run, agreement, result) if result.stopped else finish(run, result)
-
-
-def prepare(config: Config, env: DistEnv, backend: str, device: torch.device) -> Run:
-    """Say where each rank runs, load the graph, build the trainer and its checkpointer (nothing written yet)."""
     out_dir = run_dir(config, env)
+    try:
+        run = prepare(config, env, out_dir, backend, device)
+        resume(run)
+        agreement, result = train(run, signals)
+        return stop(run, agreement, result) if result.stopped else finish(run, result)
+    except StorageError as exc:  # agreed by every rank (rank0_writes, loading_barrier)
+        return storage_stop(exc.fault, env, out_dir)
+
+
+def storage_stop(fault: StorageFault, env: DistEnv, out_dir: Path) -> int:
+    """A file system failed one of the run's files: rank 0 says which, where the run can go on from (the newest
+    checkpoint: each is written whole or not at all) and what to do; EXIT_STORAGE on every rank."""
+    if env.is_main:
+        newest: list[Path] = []
+        with contextlib.suppress(OSError):  # a failing file system may not even list the folder
+            newest = list_checkpoints(out_dir / CHECKPOINT_DIR)
+        checkpoint = str(newest[0]) if newest else None
+        print(f"error: {storage_message(fault, str(out_dir), checkpoint)}", file=sys.stderr, flush=True)
+    return EXIT_STORAGE
+
+
+def prepare(config: Config, env: DistEnv, out_dir: Path, backend: str, device: torch.device) -> Run:
+    """Say where each rank runs, load the graph, build the trainer and its checkpointer (nothing written yet)."""
     if env.is_main:
         print(f"run dir {out_dir}  world_size {env.world_size}  backend {backend}  device {device}", flush=True)
     # Every rank says where it runs, so a multi-node log shows the placement (and who is missing).
@@ -199,11 +243,15 @@ def resume(run: Run) -> None:
     """
     env, out_dir, trainer = run.env, run.out_dir, run.trainer
     run.checkpointer.resume()
-    if env.is_main:
-        out_dir.mkdir(parents=True, exist_ok=True)
+
+    def write() -> None:
+        with guarded(out_dir):
+            out_dir.mkdir(parents=True, exist_ok=True)
         dump_config(run.config, out_dir / "config.yaml")
         if env.job_id and not run.config.output.dir:  # whose directory this is (train/loop/rundir.py)
             write_identity(out_dir, job_identity(env.job_id, env.cluster_name, env.submission_id))
+
+    written_by_rank0(env.is_main, write)
     settle_gradient_buckets(trainer.ddp, trainer.optimizer, trainer.form.feature_width(trainer.data), trainer.device)
 
 
@@ -241,17 +289,21 @@ def finish(run: Run, result: FitResult) -> int:
     digests: list = [None] * env.world_size
     dist.all_gather_object(digests, weights_digest(model))  # all ranks must end with the same weights
     summary = {**result.summary, "weights_sha256": digests[0], "weights_same_on_all_ranks": len(set(digests)) == 1}
-    if env.is_main:
-        buffer = io.BytesIO()
-        torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, buffer)
-        atomic_write(out_dir / "model.pt", buffer.getvalue())  # the final weights, plain torch.load-able
-        atomic_write_text(out_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
-        print(f"final test accuracy {summary['final_test_acc']:.4f} (best val {summary['best_val_acc']:.4f} at epoch "
-              f"{summary['best_val_epoch']}, test there {summary['test_acc_at_best_val']:.4f})", flush=True)
-        same = summary["weights_same_on_all_ranks"]
-        print(weights_line(out_dir / "model.pt", digests), file=sys.stdout if same else sys.stderr, flush=True)
-        write_report(out_dir)  # curves.png and a summary table; a failure to draw only warns
+    written_by_rank0(env.is_main, lambda: write_results(out_dir, model, summary, digests))
     return 0
+
+
+def write_results(out_dir: Path, model: torch.nn.Module, summary: dict, digests: list[str]) -> None:
+    """Rank 0: the final weights, summary.json and the report (curves.png), each line of the log said once."""
+    buffer = io.BytesIO()
+    torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, buffer)
+    atomic_write(out_dir / "model.pt", buffer.getvalue())  # the final weights, plain torch.load-able
+    atomic_write_text(out_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
+    print(f"final test accuracy {summary['final_test_acc']:.4f} (best val {summary['best_val_acc']:.4f} at epoch "
+          f"{summary['best_val_epoch']}, test there {summary['test_acc_at_best_val']:.4f})", flush=True)
+    same = summary["weights_same_on_all_ranks"]
+    print(weights_line(out_dir / "model.pt", digests), file=sys.stdout if same else sys.stderr, flush=True)
+    write_report(out_dir)  # curves.png and a summary table; a failure to draw only warns, a storage fault raises
 
 
 def weights_line(path: Path, digests: list[str]) -> str:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from train.cluster.distenv import DistEnv
 from train.files import dir_problem, file_problem
-from train.loop.checkpoint import atomic_write_text
+from train.storage.writes import atomic_write_text
 
 IDENTITY_FILE = "job.json"
 RUNS = Path("runs")  # where runs go without output.dir, against the working directory

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from tests.harness.checkpoints import payload
 from train.loop import checkpoint as ck
+from train.storage import writes
 
 
 def die(*args, **kwargs):
@@ -40,6 +41,6 @@ if where == "before-rename":  # the new file is complete and fsynced, not yet re
     os.replace = die
 else:  # half of the bytes written, then the process dies
     real_open = open
-    ck.open = lambda path, mode: HalfFile(real_open(path, mode))
+    writes.open = lambda path, mode: HalfFile(real_open(path, mode))  # where every file of a run is written
 ck.save_checkpoint(directory, payload(2, 4, value=3.0), keep=3)
 print("not reached", flush=True)
