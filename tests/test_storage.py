@@ -7,6 +7,7 @@ callers) in this process; the agreement of the ranks, the one message and the ex
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import json
@@ -310,7 +311,9 @@ def assert_one_storage_message(job: JobResult) -> str:
 def test_a_full_output_dir_ends_all_ranks_with_one_message_and_resume_continues(tmp_path, request):
     fs = mount_tmpfs(tmp_path / "fs", request)
     run = fs / "run"
-    message = assert_one_storage_message(run_local_job([*TINY, f"output.dir={run}"], 2, job_id="28001"))
+    # output.tensorboard=false: the 64 KiB hold the config, metrics and the first checkpoint, and fail the second
+    message = assert_one_storage_message(run_local_job([*TINY, "output.tensorboard=false", f"output.dir={run}"], 2,
+                                                       job_id="28001"))
     found = re.search(r"error: storage fault: could not write (\S+) in (\S+): the file system is full \(ENOSPC\); "
                       r"\d+ B free of 64 KiB there\. The last good checkpoint is (\S+)\. What to do: free space there",
                       message)
@@ -323,7 +326,7 @@ def test_a_full_output_dir_ends_all_ranks_with_one_message_and_resume_continues(
     assert [r["epoch"] for r in rows] == list(range(len(rows)))
 
     subprocess.run(["mount", "-o", "remount,size=1m", str(fs)], check=True)  # room again: the same command
-    again = run_local_job([*TINY, f"output.dir={run}"], 2, job_id="28001")
+    again = run_local_job([*TINY, "output.tensorboard=false", f"output.dir={run}"], 2, job_id="28001")
     assert again.returncodes == [0, 0], "\n".join(again.outputs)
     assert f"resuming from {checkpoint} " in again.outputs[0]
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
@@ -347,3 +350,17 @@ def test_a_full_shared_graph_directory_ends_all_ranks_with_one_message(tmp_path,
     assert re.search(rf"could not write \w+\.bin in {fs}/\S+: the file system is full \(ENOSPC\)", message), message
     assert "No checkpoint was saved yet" in message and "use data.share=process" in message
     assert not [p for p in fs.rglob("*") if p.is_file()]  # nothing left in the node's directory
+
+
+def test_tensorboard_events_on_a_full_file_system_are_a_storage_error(small_fs):
+    """The event files are one more file of the run: a full disk ends it as the others do (train/storage)."""
+    from train.loop.tensorboard_events import TensorBoardEvents
+
+    sink = TensorBoardEvents(load_config("tiny", ["output.tensorboard=true"]), None, small_fs)
+    sink.start([])
+    fill(small_fs)
+    with pytest.raises(StorageError, match=r"could not write events in .*/tensorboard: the file system is full"):
+        for epoch in range(200):  # the event file's last page may hold a few epochs more
+            sink.epoch(record(epoch))
+    with contextlib.suppress(Exception):  # its writer thread has failed already
+        sink.close()

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from train.loop.records import EpochRecord, Sink
+from train.storage.writes import guarded
 
 TENSORBOARD = "tensorboard"  # the folder in the run directory
 GIB = 2**30
@@ -86,18 +87,20 @@ class TensorBoardEvents(Sink):
         from torch.utils.tensorboard import SummaryWriter
 
         self.close()
-        self.folder.mkdir(parents=True, exist_ok=True)
-        after_existing_files(self.folder)
         first = history[-1].epoch + 1 if history else 0  # the epoch this run trains first
-        self.writer = SummaryWriter(str(self.folder), purge_step=first)
+        with guarded(self.folder / "events"):  # a full disk ends the run as any file of it would (train/storage)
+            self.folder.mkdir(parents=True, exist_ok=True)
+            after_existing_files(self.folder)
+            self.writer = SummaryWriter(str(self.folder), purge_step=first)
         print(f"tensorboard events {self.folder} (from epoch {first}; make tensorboard serves them)", flush=True)
 
     def epoch(self, record: EpochRecord) -> None:
         if self.writer is None:
             return
-        for tag, value in {**scalars(record, self.lr), **gpu_memory()}.items():
-            self.writer.add_scalar(tag, value, global_step=record.epoch)
-        self.writer.flush()  # on disk at each epoch: a live `make tensorboard` shows it, a preemption keeps it
+        with guarded(self.folder / "events"):
+            for tag, value in {**scalars(record, self.lr), **gpu_memory()}.items():
+                self.writer.add_scalar(tag, value, global_step=record.epoch)
+            self.writer.flush()  # on disk at each epoch: a live `make tensorboard` shows it, a preemption keeps it
 
     def close(self) -> None:
         if self.writer is not None:
