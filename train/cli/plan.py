@@ -18,6 +18,7 @@ import subprocess
 
 from train.config import Config, load_config
 from train.errors import UserError
+from train.loop.killed_rank import NODE_MEMORY_REMEDIES
 from train.plan.terms import GIB, GraphSize, Plan, make_plan, shared_graph_bytes
 
 __all__ = ["GraphSize", "Plan", "format_plan", "graph_size", "make_plan", "refusals", "shared_graph_bytes"]
@@ -136,9 +137,8 @@ def refusals(plan: Plan) -> list[str]:
     found = []
     cap, source = plan.node_capacity
     if cap is not None and plan.node_peak > cap:
-        found.append(f"a node needs {_gib(plan.node_peak)} at its peak but has "
-                     f"{_gib(cap)} ({source}): use nodes with more memory, fewer ranks per node, data.share=node "
-                     "(one copy of the graph per node), or eval.mode=sampled")
+        found.append(f"a node needs {_gib(plan.node_peak)} at its peak but has {_gib(cap)} ({source}): "
+                     f"{NODE_MEMORY_REMEDIES}")
     if plan.fallback:
         found.append(plan.fallback + " Ask for what the run would do (sampler.device=cpu), or use GPUs with more "
                      "memory")
