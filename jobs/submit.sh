@@ -6,9 +6,9 @@
 #
 # The settings (NODES, GPUS, CONFIG, IMAGE, TIME, ...): their defaults, shapes, sbatch options and
 # documentation have one home, the table jobs/knobs.md (`make help` lists them; jobs/lib/knobs.sh reads it);
-# a setting that is unset or empty gets its default. DRY_RUN=1 prints the memory plan, the sbatch command
-# and the job's steps (install, doctor, training) exactly as jobs/train.sbatch will run them
-# (jobs/lib/steps.sh builds them for both), and submits nothing.
+# a setting that is unset or empty gets its default. DRY_RUN=1 prints the memory plan, the sbatch command,
+# the job's steps (install, doctor, training) exactly as jobs/train.sbatch will run them (jobs/lib/steps.sh
+# builds them for both) and the job's promises (jobs/lib/promises.sh), and submits nothing.
 #
 # Every check runs before sbatch, the same with DRY_RUN=1; each problem found names the bad value and what
 # is valid; then it exits 2 and submits nothing. Cheap and certain checks come first (shapes, files), then
@@ -37,6 +37,8 @@ knob_defaults
 source "$root/jobs/lib/steps.sh" # gpu_options, job_steps
 # shellcheck source=jobs/lib/cluster.sh
 source "$root/jobs/lib/cluster.sh" # ask_sinfo and the checks of the request against its answer
+# shellcheck source=jobs/lib/promises.sh
+source "$root/jobs/lib/promises.sh" # job_promises: the warning, the time limit and what follows each
 
 # ---- checks: shapes first (lib/checks.sh), then what each value names ---------------------------------
 check_shapes "${KNOBS[@]}" DRY_RUN
@@ -284,6 +286,9 @@ if [[ -n $DRY_RUN ]]; then
     job_steps "$NODES" "$CPUS_PER_TASK" JOBID
     print_steps
     echo "# The job script: $script (each step's line is also printed in the job's log)"
+    max_restarts=$(PYTHONPATH=$root "$check_py" -m login.config_check --value trainer.max_restarts "$CONFIG" \
+        "${args[@]}" 2>/dev/null) || max_restarts=
+    job_promises "$script" "$SBATCH_ARGS" "$TIME" "$max_restarts"
     exit 0
 fi
 
