@@ -172,9 +172,11 @@ fi
 
 # ---- the memory plan: what a node, a rank and a GPU will hold, against what they have -----------
 # `python -m train plan` (train/cli/plan.py), once the request is otherwise valid; its table is printed
-# (stdout), and a plan that cannot fit is refused with its numbers. It needs torch and PyG here.
+# (stdout), and a plan that cannot fit is refused with its numbers. It needs torch and PyG here. Its figures
+# (a rank's peak, a node's memory) go to the job as PYG_MEMORY_PLAN: the job names them if a rank is killed.
+memory_plan_figures=
 memory_plan() {
-    local err status=0
+    local err status=0 figures
     local -a plan_args=(--config "$config_arg" --nodes "$NODES" --gpus "$GPUS")
     ((GPUS_PER_TASK > 0)) || plan_args+=(--cpu)
     [[ -z $job_partition ]] || plan_args+=(--partition "$job_partition")
@@ -184,8 +186,12 @@ memory_plan() {
         say "note: $check_py cannot import torch and torch_geometric: the memory plan was not made ('make setup' builds .venv)."
         return 0
     fi
+    figures=$(mktemp)
+    plan_args+=(--figures-file "$figures")
     { err=$(PYTHONPATH=${CODE_DIR:+$CODE_DIR:}$root "$check_py" -m train plan "${plan_args[@]}" -- "${args[@]}" 2>&1 >&3 3>&-) ||
         status=$?; } 3>&1
+    memory_plan_figures=$(<"$figures")
+    rm -f "$figures"
     if ((status == 2)); then
         problem "memory plan for CONFIG='$CONFIG' ARGS='$ARGS' NODES=$NODES GPUS=$GPUS: ${err#error: }"
     elif ((status != 0)); then
@@ -275,6 +281,7 @@ sbatch_cmd=(sbatch --parsable --export=ALL --chdir="$root" --output="$LOG_DIR/%x
 # The settings of jobs/train.sbatch (the rows whose job column says yes) travel in the environment:
 # --export=ALL (as the seed), also where a site sets SBATCH_EXPORT=NONE.
 job_env=(PROJECT_DIR="$root" PYG_SUBMISSION_ID="$submission")
+[[ -z $memory_plan_figures ]] || job_env+=(PYG_MEMORY_PLAN="$memory_plan_figures") # train/cli/killed.py reads it
 while read -r name; do job_env+=("$name=${!name}"); done < <(knobs_to_job)
 
 if [[ -n $DRY_RUN ]]; then

@@ -3,10 +3,11 @@ queued (jobs/submit.sh) or prepared (container/data.sh): a typo in ARGS must not
 
     python3 -m login.config_check [--dataset] [--data-dir DIR] [--value KEY] CONFIG [OVERRIDE...]
 
---value KEY prints the value the config and its overrides give KEY (section.name; make submit DRY_RUN=1 shows
-trainer.max_restarts), nothing where this Python cannot load the config. --dataset checks the dataset's name (and what its kind needs, e.g. data.path for files); --data-dir also
+--dataset checks the dataset's name (and what its kind needs, e.g. data.path for files); --data-dir also
 checks that the dataset is prepared in DIR (the job's DATA_DIR), so that a job is not queued to fail on the
-nodes, and names the `make data` that prepares it. Exit status 0: valid, or not checkable with this Python
+nodes, and names the `make data` that prepares it. --value KEY prints the value the config and its overrides
+give KEY (section.name; make submit DRY_RUN=1 shows trainer.max_restarts), nothing where this Python cannot
+load the config. Exit status 0: valid, or not checkable with this Python
 (then one line on stdout says what was not checked and why); 2: not valid, the package's message on stderr.
 The config needs PyYAML; the dataset needs torch and PyG (train.graph.data), which a login node's python3
 may lack.

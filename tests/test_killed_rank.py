@@ -18,6 +18,8 @@ import pytest
 import torch.distributed as dist
 
 from bench.localranks import scrubbed_env
+from tests.harness import standin_bin
+from tests.harness.jobscript import run_job_script
 from train.config import load_config
 from train.loop import checkpoint as ck
 from train.loop.failure_report import _failure_cause, _whereabouts, announce
@@ -25,9 +27,14 @@ from train.loop.killed_rank import (
     GIB,
     NODE_MEMORY_REMEDIES,
     MemoryFigures,
+    figures_text,
+    first_killed_task,
     killed_rank_message,
     node_memory_bytes,
+    parse_figures,
     plan_figures,
+    sacct_max_rss,
+    signal_of_words,
     silent_rank_cause,
 )
 from train.plan.terms import make_plan
@@ -172,3 +179,78 @@ def test_make_runs_launcher_names_a_rank_killed_mid_epoch_and_the_last_checkpoin
         assert noise not in text, text
     path, _state = ck.find_latest_valid(run_dir / ck.CHECKPOINT_DIR, on_invalid=pytest.fail)
     assert path.name == ck.checkpoint_name(1, 0)  # the end of epoch 0: intact, and the one a rerun resumes
+
+
+# ---- in a job: srun's first task line, the plan's figures make submit gave, sacct's MaxRSS ---------------
+@pytest.mark.parametrize(("words", "signum"), [("Killed", signal.SIGKILL), ("Segmentation fault (core dumped)",
+                                                                          signal.SIGSEGV), ("Bus error", signal.SIGBUS),
+                                               ("Exited with exit code 1", None)])
+def test_srun_words_name_their_signal(words, signum):
+    assert signal_of_words(words) == signum
+
+
+def test_only_sruns_first_task_line_counts():
+    """--kill-on-bad-exit kills the other tasks after the first one ended: their lines say Killed too."""
+    assert first_killed_task(["0: epoch 1 step 2/4", "srun: error: n2: task 3: Killed",
+                              "srun: error: n1: tasks 0-1: Killed"]) == ("n2", 3, signal.SIGKILL)
+    assert first_killed_task(["srun: error: n2: tasks 2,5: Bus error"]) == ("n2", 2, signal.SIGBUS)
+    assert first_killed_task(["srun: error: n2: task 3: Exited with exit code 1",
+                              "srun: error: n1: tasks 0-1: Killed"]) is None  # a rank that failed by itself
+    assert first_killed_task(["1: srun: error: n2: task 3: Killed (a rank's own output)"]) is None
+
+
+def test_the_figures_travel_as_text_and_come_back():
+    assert parse_figures(figures_text(KNOWN)) == KNOWN
+    assert figures_text(MemoryFigures()) == "rank_peak=- node_memory=- shared_graph=0"
+    assert parse_figures("rank_peak=- node_memory=12 other=3 junk") == MemoryFigures(node_memory=12)
+
+
+def test_sacct_gives_the_training_steps_max_rss():
+    text = "77|||\n77.batch|5000K|n1\n77.extern|0|n1\n77.0|812M|n1\n77.1|3900M|n2\n"
+    assert sacct_max_rss(text) == "3900M (on n2)"
+    assert sacct_max_rss("77|||\n77.batch|5000K|n1\n") == ""  # no step: nothing to say
+    assert sacct_max_rss("") == ""
+
+
+def test_the_plan_writes_its_figures_for_the_job(tmp_path):
+    out = tmp_path / "figures"
+    p = subprocess.run([sys.executable, "-m", "train", "plan", "--config", "tiny", "--nodes", "1", "--gpus", "2",
+                        "--cpu", "--node-memory", "8", "--figures-file", str(out)], cwd=ROOT, capture_output=True,
+                       text=True)
+    assert p.returncode == 0, p.stderr
+    config = load_config("tiny", [])
+    assert parse_figures(out.read_text()) == dataclasses.replace(plan_figures(config, 1, 2, gpus=False),
+                                                                 node_memory=8 * GIB)
+
+
+def test_the_job_script_names_a_task_a_signal_ended(tmp_path):
+    """jobs/train.sbatch with a stand-in srun that ends as a task killed by SIGBUS would leave it, and a stand-in
+    sacct: the job's log names the task, its node, the signal, the shared graph's size and the MaxRSS."""
+    bindir = tmp_path / "bin"
+    standin_bin.install(bindir, "sacct", "fixed-output")
+    (bindir / "sacct.out").write_text("123456|||\n123456.batch|5000K|gpu07\n123456.0|3900M|gpu08\n")
+    p, _calls = run_job_script(tmp_path, {
+        "IMAGE": "none", "GPUS_PER_TASK": "0", "CONFIG": "tiny", "PYG_MEMORY_PLAN": figures_text(KNOWN),
+        "STANDIN_DIR": str(bindir), "STANDIN_SRUN_STDERR": "srun: error: gpu08: task 5: Bus error"}, srun_rc=135)
+    assert p.returncode == 135, p.stdout + p.stderr
+    assert "srun: error: gpu08: task 5: Bus error" in p.stderr  # srun's own line still reaches the log
+    assert ("training step exited with status 135\nrank 5 on gpu08 was ended by SIGBUS: a memory-mapped file could "
+            "not be backed, most often a full /dev/shm under the node-shared graph (0.5 GiB, data.share=node)") \
+        in p.stdout, p.stdout
+    (bindir / "sacct.out").write_text("123456.0|3900M|gpu08\n")
+    p, _calls = run_job_script(tmp_path, {
+        "IMAGE": "none", "GPUS_PER_TASK": "0", "CONFIG": "tiny", "PYG_MEMORY_PLAN": figures_text(KNOWN),
+        "STANDIN_DIR": str(bindir), "STANDIN_SRUN_STDERR": "srun: error: gpu08: task 5: Killed"}, srun_rc=137)
+    assert "sacct says the step's MaxRSS was 3900M (on gpu08)" in p.stdout, p.stdout
+    assert (bindir / "sacct.argv").read_text().splitlines()[-1] == "-n -P -j 123456 -o JobID,MaxRSS,MaxRSSNode"
+
+
+def test_the_words_run_on_a_python_without_site_packages(tmp_path):
+    """The job script runs them with the node's own Python, outside the image: the standard library only."""
+    errors = tmp_path / "srun-errors"
+    errors.write_text("srun: error: n2: task 3: Killed\n")
+    p = subprocess.run([sys.executable, "-S", "-m", "train.cli.killed", "--srun-errors", str(errors),
+                        "--figures", figures_text(KNOWN)], cwd=ROOT, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith("rank 3 on n2 was ended by SIGKILL: often the kernel's out-of-memory killer: the plan "
+                               "said this rank peaks at 1.5 GiB and the node has 4.0 GiB;"), p.stdout

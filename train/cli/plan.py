@@ -15,10 +15,11 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from pathlib import Path
 
 from train.config import Config, load_config
 from train.errors import UserError
-from train.loop.killed_rank import NODE_MEMORY_REMEDIES
+from train.loop.killed_rank import NODE_MEMORY_REMEDIES, figures_of_plan, figures_text
 from train.plan.terms import GIB, GraphSize, Plan, make_plan, shared_graph_bytes
 
 __all__ = ["GraphSize", "Plan", "format_plan", "graph_size", "make_plan", "refusals", "shared_graph_bytes"]
@@ -163,6 +164,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--gpu-memory", type=float, default=None, metavar="GIB", help="memory of one GPU, GiB")
     parser.add_argument("--node-memory-unknown", default="", metavar="WHY",
                         help="sinfo is not asked: the caller knows it cannot answer (make submit: no controller)")
+    parser.add_argument("--figures-file", default="", metavar="PATH",
+                        help="also write a rank's peak, a node's memory and the shared graph there, one line "
+                             "(make submit gives it to the job, which names them if a rank is killed)")
 
 
 def main(args) -> int:
@@ -185,6 +189,8 @@ def main(args) -> int:
     if found:
         raise UserError("this plan does not fit: " + "; ".join(found) + ".")
     print(verdict(plan, gpus=not args.cpu), flush=True)
+    if args.figures_file:
+        Path(args.figures_file).write_text(figures_text(figures_of_plan(plan, plan.node_capacity[0])) + "\n")
     return 0
 
 

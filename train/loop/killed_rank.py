@@ -4,14 +4,18 @@ A rank killed by a signal cannot say so itself. Its launcher sees the signal (to
 login/launch.py; srun in a job, whose status jobs/train.sbatch reports); the survivors see only that it went
 silent (train/loop/failure_report.py). Both say it in the words made here, from numbers: the memory plan's
 figures (train/plan/terms.py) against what the node has tell whether the kernel's out-of-memory killer is the
-likely cause, and so does sacct's MaxRSS where sacct answers. The words need only the standard library.
+likely cause, and so does sacct's MaxRSS where sacct answers. In a job, srun's first "task N: <signal>"
+line says which task a signal ended (`first_killed_task`) and `make submit` hands the plan's figures to the
+job as text (`figures_text`). The words need only the standard library: jobs/train.sbatch runs them with the
+node's own Python (train/cli/killed.py).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import signal
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 GIB = 2**30
 # What lowers a node's memory peak, as the memory plan's refusal says it (train/cli/plan.py).
@@ -27,6 +31,10 @@ class MemoryFigures:
     node_memory: int | None = None  # the memory of the node
     shared_graph: int = 0  # the graph shared once per node in /dev/shm (data.share=node); 0: none
     max_rss: str = ""  # sacct's MaxRSS of the step, as sacct wrote it ("" where sacct did not answer)
+
+
+# srun's line for tasks that ended badly: "srun: error: n2: task 3: Killed", "... tasks 0-1: Segmentation fault"
+SRUN_TASK_LINE = re.compile(r"^srun: error: (?P<node>[^:\s]+): tasks? (?P<task>\d+)[\d,-]*: (?P<words>.+)$")
 
 
 def _gib(n: int) -> str:
@@ -90,18 +98,66 @@ def node_memory_bytes() -> int | None:
         return None
 
 
+def figures_of_plan(plan, node_memory: int | None) -> MemoryFigures:
+    """A memory plan's (train/plan/terms.py's Plan) figures, with the node's memory."""
+    from train.graph.segments import shares_graph
+    from train.plan.terms import shared_graph_bytes
+
+    shared = shared_graph_bytes(plan.size) if shares_graph(plan.share, plan.ranks_per_node) else 0
+    return MemoryFigures(rank_peak=plan.rank_peak, node_memory=node_memory, shared_graph=shared)
+
+
 def plan_figures(config, nodes: int, ranks: int, gpus: bool) -> MemoryFigures:
-    """The memory plan's figures for this run (train/plan/terms.py) and this node's memory; unknown where the
-    plan cannot be made (it is asked after a failure: it must not fail in turn)."""
+    """The memory plan's figures for this run and this machine's memory; unknown where the plan cannot be made
+    (it is asked after a failure: it must not fail in turn)."""
     memory = node_memory_bytes()
     try:
         from train.graph.data import dataset_kind
-        from train.graph.segments import shares_graph
-        from train.plan.terms import make_plan, shared_graph_bytes
+        from train.plan.terms import make_plan
 
-        size = dataset_kind(config.data).plan_size(config.data)
-        plan = make_plan(config, size, nodes, ranks, gpus=gpus)
-        shared = shared_graph_bytes(size) if shares_graph(config.data.share, ranks // nodes) else 0
-        return MemoryFigures(rank_peak=plan.rank_peak, node_memory=memory, shared_graph=shared)
+        plan = make_plan(config, dataset_kind(config.data).plan_size(config.data), nodes, ranks, gpus=gpus)
+        return figures_of_plan(plan, memory)
     except Exception:  # a plan that cannot be made leaves the figures unknown, and the message says so
         return MemoryFigures(node_memory=memory)
+
+
+def figures_text(figures: MemoryFigures) -> str:
+    """The figures as one word per figure (NAME=BYTES; '-' where unknown), for the job's environment."""
+    return " ".join(f"{f.name}={'-' if getattr(figures, f.name) is None else getattr(figures, f.name)}"
+                    for f in fields(MemoryFigures) if f.name != "max_rss")
+
+
+def parse_figures(text: str) -> MemoryFigures:
+    """`figures_text`'s words back as figures; what is missing or not a number stays unknown."""
+    known = {f.name for f in fields(MemoryFigures)} - {"max_rss"}
+    given = dict(word.split("=", 1) for word in text.split() if "=" in word)
+    return MemoryFigures(**{name: int(value) for name, value in given.items() if name in known and value.isdigit()})
+
+
+def signal_of_words(words: str) -> int | None:
+    """The signal whose description (as srun prints it, strsignal's) is `words`: Killed -> SIGKILL."""
+    words = words[:-len(" (core dumped)")] if words.endswith(" (core dumped)") else words
+    return next((int(sig) for sig in signal.Signals if signal.strsignal(sig) == words), None)
+
+
+def first_killed_task(srun_lines: list[str]) -> tuple[str, int, int] | None:
+    """(node, task, signal) when srun's first line about a task says a signal ended it, else None.
+
+    Only the first: srun --kill-on-bad-exit then ends the others, whose lines say "Killed" too.
+    """
+    for line in srun_lines:
+        found = SRUN_TASK_LINE.match(line.strip())
+        if found:
+            signum = signal_of_words(found["words"])
+            return None if signum is None else (found["node"], int(found["task"]), signum)
+    return None
+
+
+def sacct_max_rss(text: str) -> str:
+    """The training step's MaxRSS from `sacct -n -P -o JobID,MaxRSS,MaxRSSNode` ("" where it has none): the last
+    numbered step's, as sacct writes it, with its node."""
+    steps = [line.split("|") for line in text.splitlines() if re.match(r"^\d+(_\d+)?\.\d+\|", line)]
+    if not steps or len(steps[-1]) < 3 or not steps[-1][1]:
+        return ""
+    _step, rss, node = steps[-1][:3]
+    return f"{rss} (on {node})" if node else rss
