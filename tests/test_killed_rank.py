@@ -62,7 +62,7 @@ def test_unknown_figures_are_said_to_be_unknown_not_invented():
 def test_sigbus_points_at_a_full_dev_shm_only_where_the_graph_is_shared_there():
     shared = killed_rank_message(signal.SIGBUS, 1, "n1", KNOWN)
     assert "was ended by SIGBUS: a memory-mapped file could not be backed, most often a full /dev/shm under the " \
-           "node-shared graph (0.5 GiB, data.share=node): see `df -h /dev/shm` on that node, or use " \
+           "node-shared graph (512.0 MiB, data.share=node): see `df -h /dev/shm` on that node, or use " \
            "data.share=process." in shared
     private = killed_rank_message(signal.SIGBUS, 1, "n1", dataclasses.replace(KNOWN, shared_graph=0))
     assert "/dev/shm" not in private and "removed, truncated, or its file system gone" in private
@@ -235,7 +235,7 @@ def test_the_job_script_names_a_task_a_signal_ended(tmp_path):
     assert p.returncode == 135, p.stdout + p.stderr
     assert "srun: error: gpu08: task 5: Bus error" in p.stderr  # srun's own line still reaches the log
     assert ("training step exited with status 135\nrank 5 on gpu08 was ended by SIGBUS: a memory-mapped file could "
-            "not be backed, most often a full /dev/shm under the node-shared graph (0.5 GiB, data.share=node)") \
+            "not be backed, most often a full /dev/shm under the node-shared graph (512.0 MiB, data.share=node)") \
         in p.stdout, p.stdout
     (bindir / "sacct.out").write_text("123456.0|3900M|gpu08\n")
     p, _calls = run_job_script(tmp_path, {

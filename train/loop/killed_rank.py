@@ -37,15 +37,16 @@ class MemoryFigures:
 SRUN_TASK_LINE = re.compile(r"^srun: error: (?P<node>[^:\s]+): tasks? (?P<task>\d+)[\d,-]*: (?P<words>.+)$")
 
 
-def _gib(n: int) -> str:
-    return f"{n / GIB:,.1f} GiB"
+def memory_words(n: int) -> str:
+    """Bytes as the memory plan prints them: GiB, or MiB below one GiB (train/cli/plan.py uses it too)."""
+    return f"{n / GIB:,.1f} GiB" if n >= GIB else f"{n / 2**20:,.1f} MiB"
 
 
 def memory_sentence(figures: MemoryFigures, who: str = "this rank", node: str = "the node") -> str:
     """"the plan said this rank peaks at X GiB and the node has Y", with what is known of it."""
-    peak = f"the plan said {who} peaks at {_gib(figures.rank_peak)}" if figures.rank_peak is not None else \
+    peak = f"the plan said {who} peaks at {memory_words(figures.rank_peak)}" if figures.rank_peak is not None else \
         "the plan's figures are not known here (`python -m train plan` prints them)"
-    has = f"{node} has {_gib(figures.node_memory)}" if figures.node_memory is not None else \
+    has = f"{node} has {memory_words(figures.node_memory)}" if figures.node_memory is not None else \
         f"{node}'s memory is not known"
     rss = f"; sacct says the step's MaxRSS was {figures.max_rss}" if figures.max_rss else ""
     return f"{peak} and {has}{rss}"
@@ -59,8 +60,8 @@ def likely_cause(signum: int, figures: MemoryFigures) -> str:
     if signum == signal.SIGBUS:
         if figures.shared_graph:
             return (f"a memory-mapped file could not be backed, most often a full /dev/shm under the node-shared "
-                    f"graph ({_gib(figures.shared_graph)}, data.share=node): see `df -h /dev/shm` on that node, "
-                    "or use data.share=process")
+                    f"graph ({memory_words(figures.shared_graph)}, data.share=node): see `df -h /dev/shm` on that "
+                    "node, or use data.share=process")
         return "a memory-mapped file could not be read: removed, truncated, or its file system gone"
     if signum == signal.SIGSEGV:
         return ("a crash in native code (torch, PyG, a CUDA or NCCL library, or an extension built for another "
