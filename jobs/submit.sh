@@ -6,9 +6,9 @@
 #
 # The settings (NODES, GPUS, CONFIG, IMAGE, TIME, ...): their defaults, shapes, sbatch options and
 # documentation have one home, the table jobs/knobs.md (`make help` lists them; jobs/lib/knobs.sh reads it);
-# a setting that is unset or empty gets its default. DRY_RUN=1 prints the memory plan, the sbatch command
-# and the job's steps (install, doctor, training) exactly as jobs/train.sbatch will run them
-# (jobs/lib/steps.sh builds them for both), and submits nothing.
+# a setting that is unset or empty gets its default. DRY_RUN=1 prints the memory plan, the sbatch command,
+# the job's steps (install, doctor, training) exactly as jobs/train.sbatch will run them (jobs/lib/steps.sh
+# builds them for both) and the job's promises (jobs/lib/promises.sh), and submits nothing.
 #
 # Every check runs before sbatch, the same with DRY_RUN=1; each problem found names the bad value and what
 # is valid; then it exits 2 and submits nothing. Cheap and certain checks come first (shapes, files), then
@@ -37,6 +37,8 @@ knob_defaults
 source "$root/jobs/lib/steps.sh" # gpu_options, job_steps
 # shellcheck source=jobs/lib/cluster.sh
 source "$root/jobs/lib/cluster.sh" # ask_sinfo and the checks of the request against its answer
+# shellcheck source=jobs/lib/promises.sh
+source "$root/jobs/lib/promises.sh" # job_promises: the warning, the time limit and what follows each
 
 # ---- checks: shapes first (lib/checks.sh), then what each value names ---------------------------------
 check_shapes "${KNOBS[@]}" DRY_RUN
@@ -170,9 +172,11 @@ fi
 
 # ---- the memory plan: what a node, a rank and a GPU will hold, against what they have -----------
 # `python -m train plan` (train/cli/plan.py), once the request is otherwise valid; its table is printed
-# (stdout), and a plan that cannot fit is refused with its numbers. It needs torch and PyG here.
+# (stdout), and a plan that cannot fit is refused with its numbers. It needs torch and PyG here. Its figures
+# (a rank's peak, a node's memory) go to the job as PYG_MEMORY_PLAN: the job names them if a rank is killed.
+memory_plan_figures=
 memory_plan() {
-    local err status=0
+    local err status=0 figures
     local -a plan_args=(--config "$config_arg" --nodes "$NODES" --gpus "$GPUS")
     ((GPUS_PER_TASK > 0)) || plan_args+=(--cpu)
     [[ -z $job_partition ]] || plan_args+=(--partition "$job_partition")
@@ -182,8 +186,12 @@ memory_plan() {
         say "note: $check_py cannot import torch and torch_geometric: the memory plan was not made ('make setup' builds .venv)."
         return 0
     fi
+    figures=$(mktemp)
+    plan_args+=(--figures-file "$figures")
     { err=$(PYTHONPATH=${CODE_DIR:+$CODE_DIR:}$root "$check_py" -m train plan "${plan_args[@]}" -- "${args[@]}" 2>&1 >&3 3>&-) ||
         status=$?; } 3>&1
+    memory_plan_figures=$(<"$figures")
+    rm -f "$figures"
     if ((status == 2)); then
         problem "memory plan for CONFIG='$CONFIG' ARGS='$ARGS' NODES=$NODES GPUS=$GPUS: ${err#error: }"
     elif ((status != 0)); then
@@ -273,6 +281,7 @@ sbatch_cmd=(sbatch --parsable --export=ALL --chdir="$root" --output="$LOG_DIR/%x
 # The settings of jobs/train.sbatch (the rows whose job column says yes) travel in the environment:
 # --export=ALL (as the seed), also where a site sets SBATCH_EXPORT=NONE.
 job_env=(PROJECT_DIR="$root" PYG_SUBMISSION_ID="$submission")
+[[ -z $memory_plan_figures ]] || job_env+=(PYG_MEMORY_PLAN="$memory_plan_figures") # train/cli/killed.py reads it
 while read -r name; do job_env+=("$name=${!name}"); done < <(knobs_to_job)
 
 if [[ -n $DRY_RUN ]]; then
@@ -284,6 +293,9 @@ if [[ -n $DRY_RUN ]]; then
     job_steps "$NODES" "$CPUS_PER_TASK" JOBID
     print_steps
     echo "# The job script: $script (each step's line is also printed in the job's log)"
+    max_restarts=$(PYTHONPATH=$root "$check_py" -m login.config_check --value trainer.max_restarts "$CONFIG" \
+        "${args[@]}" 2>/dev/null) || max_restarts=
+    job_promises "$script" "$SBATCH_ARGS" "$TIME" "$max_restarts"
     exit 0
 fi
 

@@ -1,11 +1,13 @@
 """Check a config, its overrides and the dataset it names as the job will read them, before anything is
 queued (jobs/submit.sh) or prepared (container/data.sh): a typo in ARGS must not wait in the queue.
 
-    python3 -m login.config_check [--dataset] [--data-dir DIR] CONFIG [OVERRIDE...]
+    python3 -m login.config_check [--dataset] [--data-dir DIR] [--value KEY] CONFIG [OVERRIDE...]
 
 --dataset checks the dataset's name (and what its kind needs, e.g. data.path for files); --data-dir also
 checks that the dataset is prepared in DIR (the job's DATA_DIR), so that a job is not queued to fail on the
-nodes, and names the `make data` that prepares it. Exit status 0: valid, or not checkable with this Python
+nodes, and names the `make data` that prepares it. --value KEY prints the value the config and its overrides
+give KEY (section.name; make submit DRY_RUN=1 shows trainer.max_restarts), nothing where this Python cannot
+load the config. Exit status 0: valid, or not checkable with this Python
 (then one line on stdout says what was not checked and why); 2: not valid, the package's message on stderr.
 The config needs PyYAML; the dataset needs torch and PyG (train.graph.data), which a login node's python3
 may lack.
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 import sys
 
-USAGE = "usage: python3 -m login.config_check [--dataset] [--data-dir DIR] CONFIG [OVERRIDE...]"
+USAGE = "usage: python3 -m login.config_check [--dataset] [--data-dir DIR] [--value KEY] CONFIG [OVERRIDE...]"
 
 
 def check(config_name: str, overrides: list[str], dataset: bool, data_dir: str | None = None) -> str:
@@ -42,17 +44,37 @@ def check(config_name: str, overrides: list[str], dataset: bool, data_dir: str |
     return ""
 
 
-def parse(argv: list[str]) -> tuple[bool, str | None, list[str]] | None:
-    """(--dataset, --data-dir's DIR, CONFIG and the overrides), or None when argv is not a valid call."""
-    dataset, data_dir = False, None
-    while argv and argv[0] in ("--dataset", "--data-dir"):
+def value(config_name: str, overrides: list[str], key: str) -> str:
+    """The value `key` (section.name) has in the config with its overrides; '' where this Python cannot load it.
+    Raises train.errors.UserError when the config is not valid or has no such key."""
+    try:
+        from train.config import load_config
+    except ModuleNotFoundError:
+        return ""
+    from train.errors import UserError
+
+    config = load_config(config_name, overrides)
+    section, _, name = key.partition(".")
+    found = getattr(getattr(config, section, None), name, None) if name else None
+    if found is None:
+        raise UserError(f"--value {key!r}: the config has no such key; expected section.name, e.g. trainer.epochs")
+    return str(found)
+
+
+def parse(argv: list[str]) -> tuple[bool, str | None, str | None, list[str]] | None:
+    """(--dataset, --data-dir's DIR, --value's KEY, CONFIG and the overrides), or None when argv is not a valid
+    call."""
+    dataset, data_dir, key = False, None, None
+    while argv and argv[0] in ("--dataset", "--data-dir", "--value"):
         if argv[0] == "--dataset":
             dataset, argv = True, argv[1:]
         elif len(argv) < 2:
             return None
-        else:
+        elif argv[0] == "--data-dir":
             data_dir, argv = argv[1], argv[2:]
-    return (dataset, data_dir, argv) if argv else None
+        else:
+            key, argv = argv[1], argv[2:]
+    return (dataset, data_dir, key, argv) if argv else None
 
 
 def main(argv: list[str]) -> int:
@@ -60,16 +82,16 @@ def main(argv: list[str]) -> int:
     if parsed is None:
         print(USAGE, file=sys.stderr)
         return 2
-    dataset, data_dir, argv = parsed
+    dataset, data_dir, key, argv = parsed
     from train.errors import UserError  # the standard library only
 
     try:
-        not_checked = check(argv[0], argv[1:], dataset, data_dir)
+        said = value(argv[0], argv[1:], key) if key else check(argv[0], argv[1:], dataset, data_dir)
     except UserError as exc:
         print(exc, file=sys.stderr)
         return 2
-    if not_checked:
-        print(not_checked)
+    if said:
+        print(said)
     return 0
 
 

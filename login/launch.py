@@ -8,7 +8,9 @@ check, here). Before any rank starts, the config and its overrides (and for fit 
 model's contract) are checked in this one process, as `make submit` checks them before sbatch: a mistake is
 one `error:` line and exit status 2. A rank that fails later prints its own message; torchrun's report of it
 (`ChildFailedError`, its traceback, its log line) is left out, and this process exits with the status of the
-rank that failed first (train/errors.py). Each rank gets OMP_NUM_THREADS (this machine's cores / N, at least 1)
+rank that failed first (train/errors.py). A rank ended by a signal could say nothing: this process, which sees
+the signal, names it with its likely cause and the memory plan's figures (train/loop/killed_rank.py), and exits
+with the status a shell gives that signal. Each rank gets OMP_NUM_THREADS (this machine's cores / N, at least 1)
 unless it is set already, so torchrun's banner about it is not printed; CODE_DIR goes in front of PYTHONPATH.
 """
 
@@ -18,7 +20,7 @@ import argparse
 import logging
 import os
 import shlex
-import signal
+import socket
 import sys
 from pathlib import Path
 
@@ -56,8 +58,9 @@ def threads_per_rank(nproc: int, cores: int) -> int:
     return max(1, cores // max(1, nproc))
 
 
-def check_input(command: str, rest: list[str]) -> None:
-    """What every rank would refuse first, checked once: `UserError` (or argparse's exit) when it is wrong."""
+def check_input(command: str, rest: list[str]):
+    """What every rank would refuse first, checked once: `UserError` (or argparse's exit) when it is wrong.
+    Returns the config."""
     from train.__main__ import build_parser
     from train.config import load_config
 
@@ -70,6 +73,7 @@ def check_input(command: str, rest: list[str]) -> None:
         dataset_kind(config.data)  # a known name, and what its kind needs (data.path for files)
         check_model_input(config)
         check_outputs(config)
+    return config
 
 
 def exit_status(exitcode: int) -> int:
@@ -77,8 +81,23 @@ def exit_status(exitcode: int) -> int:
     return 128 - exitcode if exitcode < 0 else exitcode
 
 
-def launch(nproc: int, command: str, rest: list[str]) -> int:
-    """torchrun's launcher in this process; the status of the rank that failed first, or 0."""
+def killed_ranks(failures: dict, config, nproc: int) -> list[str]:
+    """The line for each rank that a signal ended (torchrun's failures: rank -> ProcessFailure), in rank order."""
+    import torch
+
+    from train.loop.killed_rank import killed_rank_message, plan_figures
+
+    killed = sorted(rank for rank, failure in failures.items() if failure.exitcode < 0)
+    if not killed:
+        return []
+    figures = plan_figures(config, 1, nproc, gpus=torch.cuda.is_available())
+    return [killed_rank_message(-failures[rank].exitcode, rank, socket.gethostname(), figures, failures[rank].pid)
+            for rank in killed]
+
+
+def launch(nproc: int, command: str, rest: list[str], config) -> int:
+    """torchrun's launcher in this process; the status of the rank a signal ended, else of the rank that failed
+    first, or 0."""
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import parse_args, run
@@ -88,11 +107,11 @@ def launch(nproc: int, command: str, rest: list[str]) -> int:
     try:
         run(parse_args(["--standalone", f"--nproc-per-node={nproc}", "-m", "train", command, *rest]))
     except ChildFailedError as exc:
-        rank, failure = exc.get_first_failure()
-        if failure.exitcode < 0:  # killed: the rank could say nothing
-            name = signal.Signals(-failure.exitcode).name
-            print(f"error: rank {rank} was ended by {name} (pid {failure.pid})", file=sys.stderr, flush=True)
-        return exit_status(failure.exitcode)
+        lines = killed_ranks(exc.failures, config, nproc)  # killed: the rank could say nothing
+        for line in lines:
+            print(f"error: {line}", file=sys.stderr, flush=True)
+        signalled = [failure for failure in exc.failures.values() if failure.exitcode < 0]
+        return exit_status((signalled or [exc.get_first_failure()[1]])[0].exitcode)
     except SignalException as exc:  # Ctrl-C or a stop signal to the launcher: the ranks got it too
         return 128 + exc.sigval
     return 0
@@ -111,7 +130,7 @@ def main(argv: list[str], environ: dict[str, str] | os._Environ = os.environ) ->
             from train.__main__ import main as train_main
 
             return train_main([options.command, *options.rest])
-        check_input(options.command, options.rest)
+        config = check_input(options.command, options.rest)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return EXIT_USER_ERROR
@@ -122,7 +141,7 @@ def main(argv: list[str], environ: dict[str, str] | os._Environ = os.environ) ->
              os.path.relpath(Path(sys.executable).with_name("torchrun")), "--standalone",
              f"--nproc-per-node={options.nproc}", "-m", "train", options.command, *options.rest]
     print(shlex.join(shown), flush=True)
-    return launch(options.nproc, options.command, options.rest)
+    return launch(options.nproc, options.command, options.rest, config)
 
 
 if __name__ == "__main__":

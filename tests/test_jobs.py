@@ -631,7 +631,8 @@ def test_what_make_passes_submit_checks_and_forwards_are_the_tables_rows(standin
     words = sbatch_words(p.stdout)
     for name, value in given.items():
         assert f"{rows[name].sbatch[0]}={value}" in words, (name, words)
-    assert set(job_env(p.stdout)) == {k for k, r in rows.items() if r.job} | {"PROJECT_DIR", "PYG_SUBMISSION_ID"}
+    assert set(job_env(p.stdout)) == {k for k, r in rows.items() if r.job} | {"PROJECT_DIR", "PYG_SUBMISSION_ID",
+                                                                                         "PYG_MEMORY_PLAN"}
     # SBATCH_ARGS may set none of those options, long or short: each names its setting
     for name, row in rows.items():
         for option in row.sbatch:

@@ -170,6 +170,7 @@ def test_one_failing_rank_fails_the_job_quickly(slurm_cluster, tmp_path, capsys)
     assert state == "FAILED", text
     assert "injected failure on rank 3 at step 2" in text
     assert re.search(r"training step exited with status [1-9]", text), text
+    assert "was ended by SIG" not in text, "a rank that failed by itself is not named as killed by a signal"
     assert elapsed < JOB_TIMEOUT
     assert not FINAL.search(text), "the run finished although a rank failed"
 

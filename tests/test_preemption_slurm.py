@@ -162,6 +162,12 @@ def test_kill_9_of_one_rank_fails_the_job_in_time_and_a_resubmission_completes(s
     assert state == "FAILED", text
     assert elapsed < timeout + 15, text
     assert "task 2: Killed" in text
+    # the job script names it (train/cli/killed.py): srun's first task line, the plan's figures make submit gave
+    said = re.search(r"^rank 2 on (n\d) was ended by SIGKILL: often the kernel's out-of-memory killer: the plan said "
+                     r"this rank peaks at [\d.,]+ [GM]iB and the node has ([\d.]+) GiB", text, re.M)
+    assert said, text
+    assert said.group(1) == re.search(r"^2: rank 2/4 on (n\d) ", text, re.M).group(1)  # where rank 2 ran
+    assert float(said.group(2)) == round(2000 / 1024, 1)  # the cluster's nodes declare RealMemory=2000 (MB)
     path, _ = ck.find_latest_valid(run_dir / ck.CHECKPOINT_DIR, on_invalid=pytest.fail)
     assert path.name == ck.checkpoint_name(1, 0)
     again, log2 = submit(slurm_cluster, tmp_path, "resubmit", f"{TRAIN} output.dir={run_dir}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import faulthandler
 import os
 
 from train.config import available_configs, load_config
@@ -22,6 +23,7 @@ def main(args) -> int:
     from train.loop.stop_signals import StopSignals
 
     StopSignals.shared().install()  # first: a stop signal while torch loads is kept, not fatal
+    faulthandler.enable()  # a crash in native code (SIGSEGV, SIGBUS, SIGABRT) prints the rank's Python stack
     config = load_config(args.config, args.overrides)  # config errors before any rendezvous
     env = resolve(os.environ, command=command_line())  # before torch: a refusal takes well under a second
     from train.cli.preflight import check_fit

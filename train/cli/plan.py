@@ -15,9 +15,11 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from pathlib import Path
 
 from train.config import Config, load_config
 from train.errors import UserError
+from train.loop.killed_rank import NODE_MEMORY_REMEDIES, figures_of_plan, figures_text, memory_words
 from train.plan.terms import GIB, GraphSize, Plan, make_plan, shared_graph_bytes
 
 __all__ = ["GraphSize", "Plan", "format_plan", "graph_size", "make_plan", "refusals", "shared_graph_bytes"]
@@ -110,10 +112,6 @@ def gpu_memory(given_gib: float | None) -> tuple[int | None, str]:
 
 # ---- printing and the verdict --------------------------------------------------------------------
 
-def _gib(n: int) -> str:
-    return f"{n / GIB:,.1f} GiB" if n >= GIB else f"{n / 2**20:,.1f} MiB"
-
-
 def format_plan(plan: Plan, config: Config) -> str:
     size = plan.size
     lines = [f"memory plan: {config.data.name} ({size.nodes:,} nodes, {size.edges:,} edges, {size.features} features), "
@@ -124,10 +122,10 @@ def format_plan(plan: Plan, config: Config) -> str:
         if not items:
             continue
         for i, (item, value) in enumerate(items.items()):
-            lines.append(f"{('per ' + scope) if i == 0 else '':<9} {item:<56} {_gib(value):>11}")
+            lines.append(f"{('per ' + scope) if i == 0 else '':<9} {item:<56} {memory_words(value):>11}")
         if scope in capacity:
             cap, source = capacity[scope]
-            lines.append(f"{'':<9} {'a ' + scope + ' has':<56} {_gib(cap) if cap else '?':>11}  ({source})")
+            lines.append(f"{'':<9} {'a ' + scope + ' has':<56} {memory_words(cap) if cap else '?':>11}  ({source})")
     lines += plan.notes
     return "\n".join(lines)
 
@@ -136,16 +134,16 @@ def refusals(plan: Plan) -> list[str]:
     found = []
     cap, source = plan.node_capacity
     if cap is not None and plan.node_peak > cap:
-        found.append(f"a node needs {_gib(plan.node_peak)} at its peak but has "
-                     f"{_gib(cap)} ({source}): use nodes with more memory, fewer ranks per node, data.share=node "
-                     "(one copy of the graph per node), or eval.mode=sampled")
+        found.append(f"a node needs {memory_words(plan.node_peak)} at its peak but has {memory_words(cap)} ({source}): "
+                     f"{NODE_MEMORY_REMEDIES}")
     if plan.fallback:
         found.append(plan.fallback + " Ask for what the run would do (sampler.device=cpu), or use GPUs with more "
                      "memory")
     cap, source = plan.gpu_capacity
     if cap is not None and plan.rows["GPU"] and plan.gpu_total > cap:
-        found.append(f"a GPU needs {_gib(plan.gpu_total)} but has {_gib(cap)} ({source}): lower sampler.batch_size, "
-                     "the fanouts or model.hidden, or keep the graph on the host (sampler.device=cpu)")
+        found.append(f"a GPU needs {memory_words(plan.gpu_total)} but has {memory_words(cap)} ({source}): lower "
+                     "sampler.batch_size, the fanouts or model.hidden, or keep the graph on the host "
+                     "(sampler.device=cpu)")
     return found
 
 
@@ -163,6 +161,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--gpu-memory", type=float, default=None, metavar="GIB", help="memory of one GPU, GiB")
     parser.add_argument("--node-memory-unknown", default="", metavar="WHY",
                         help="sinfo is not asked: the caller knows it cannot answer (make submit: no controller)")
+    parser.add_argument("--figures-file", default="", metavar="PATH",
+                        help="also write a rank's peak, a node's memory and the shared graph there, one line "
+                             "(make submit gives it to the job, which names them if a rank is killed)")
 
 
 def main(args) -> int:
@@ -185,6 +186,8 @@ def main(args) -> int:
     if found:
         raise UserError("this plan does not fit: " + "; ".join(found) + ".")
     print(verdict(plan, gpus=not args.cpu), flush=True)
+    if args.figures_file:
+        Path(args.figures_file).write_text(figures_text(figures_of_plan(plan, plan.node_capacity[0])) + "\n")
     return 0
 
 

@@ -4,7 +4,8 @@ A rank that raises posts its error in the rendezvous store (a TCPStore in rank 0
 and exits with its traceback. A rank whose collective fails because a peer is gone (gloo: at
 once, as the peer's connections close; any backend: after dist.collective_timeout_seconds)
 reads the store and says which rank failed, that rank 0 is gone (the store no longer answers),
-or which ranks went silent (killed, out of memory, node lost, hung), then exits with
+or which ranks went silent (killed, out of memory, node lost, hung), with the node and pid each rank
+posted at the start (`announce`) and the memory plan's figures (train/loop/killed_rank.py), then exits with
 EXIT_FAILED; under SLURM, srun --kill-on-bad-exit ends the step as soon as the first task exits.
 Under NCCL, `fit` exports TORCH_NCCL_ASYNC_ERROR_HANDLING=2 (train/cluster/procgroup.py): the watchdog
 aborts the communicators, not the process, so the survivor's next collective raises here.
@@ -14,9 +15,13 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import re
 import socket
 import time
+from collections.abc import Callable
+
+from train.loop.killed_rank import MemoryFigures, silent_rank_cause
 
 FAILURE_GRACE_SECONDS = 3.0  # how long a survivor waits for the others' reports before it exits
 _PEER_ERROR = re.compile(
@@ -31,6 +36,25 @@ def default_store():
         return dist.distributed_c10d._get_default_store()
     except (RuntimeError, ValueError, AttributeError):
         return None
+
+
+def announce(store, rank: int) -> None:
+    """Post where this rank runs (node, pid), so that a survivor can name the node of a rank that went silent."""
+    if store is not None:
+        store.set(f"where/{rank}", json.dumps({"node": socket.gethostname(), "pid": os.getpid()}))
+
+
+def _whereabouts(store, ranks: list[int]) -> dict[int, str]:
+    """"node NAME, pid N" of each of `ranks` that announced itself (none where the store is gone)."""
+    found = {}
+    for rank in ranks:
+        try:
+            if store is not None and store.check([f"where/{rank}"]):
+                where = json.loads(store.get(f"where/{rank}"))
+                found[rank] = f"{where['node']}, pid {where['pid']}"
+        except Exception:  # the store lives in rank 0's process: it may be gone
+            return found
+    return found
 
 
 def is_peer_failure(exc: BaseException) -> bool:
@@ -60,8 +84,10 @@ def _store_alive(host: str, port: int, timeout: float = 1.0) -> bool:
         return False
 
 
-def report_failure(exc: BaseException, env, grace: float = FAILURE_GRACE_SECONDS) -> str | None:
-    """Post this rank's failure in the store; for a survivor, return who failed, in words.
+def report_failure(exc: BaseException, env, grace: float = FAILURE_GRACE_SECONDS,
+                   figures: Callable[[], MemoryFigures] = MemoryFigures) -> str | None:
+    """Post this rank's failure in the store; for a survivor, return who failed, in words (`figures`: the memory
+    plan's, asked only when a rank went silent).
 
     Returns None on the rank where the error happened (it shows its own traceback).
     """
@@ -80,7 +106,14 @@ def report_failure(exc: BaseException, env, grace: float = FAILURE_GRACE_SECONDS
         return None
     others = [r for r in range(world_size) if r != rank]
     reports, unreachable = _gather_failures(store, others, grace) if store is not None else ({}, True)
-    cause = _failure_cause(reports, others, unreachable, rank)
+
+    def about_silent(silent: list[int]) -> str:
+        """Where the silent ranks ran and what likely ended them (asked only when some went silent)."""
+        where = {0: env.master_addr} if unreachable else _whereabouts(store, silent)
+        ran = "".join(f"; rank {r} ran on {where[r]}" for r in silent if r in where)
+        return f"{ran}: {silent_rank_cause(figures())}"
+
+    cause = _failure_cause(reports, others, unreachable, rank, about_silent)
     return f"rank {rank}: stopping because {cause}. This rank's error: {_first_line(exc)}"
 
 
@@ -115,17 +148,17 @@ def _gather_failures(store, others: list[int], grace: float) -> tuple[dict[int, 
         time.sleep(0.1)
 
 
-def _failure_cause(reports: dict[int, dict], others: list[int], unreachable: bool, rank: int) -> str:
-    """Who failed, in words: the ranks that reported an error, else rank 0 gone, else the silent ranks."""
+def _failure_cause(reports: dict[int, dict], others: list[int], unreachable: bool, rank: int,
+                   about_silent: Callable[[list[int]], str] = lambda _silent: "") -> str:
+    """Who failed, in words: the ranks that reported an error, else rank 0 gone, else the silent ranks (with
+    `about_silent`'s words on them)."""
     origins = {r: rep for r, rep in reports.items() if rep["kind"] == "error"}
     silent = [r for r in others if r not in reports]
     if origins:
         return "; ".join(f"rank {r} failed: {rep['error']}" for r, rep in sorted(origins.items()))
     if unreachable and rank != 0:
-        return ("rank 0 is gone: the rendezvous store it hosts no longer answers "
-                "(killed, out of memory, its node lost, or it failed)")
+        return f"rank 0 is gone: the rendezvous store it hosts no longer answers (it failed, or){about_silent([0])}"
     if silent:
         names = ("rank " if len(silent) == 1 else "ranks ") + ", ".join(str(r) for r in silent)
-        return (f"{names} stopped answering without reporting an error "
-                "(killed, out of memory, or its node was lost)")
+        return f"{names} stopped answering without reporting an error{about_silent(silent)}"
     return "every other rank reports a communication error too; none reported a cause"

@@ -36,8 +36,9 @@ from train.errors import EXIT_FAILED, EXIT_STORAGE, UserError
 from train.graph.data import load_graph, prepare_dataset
 from train.graph.shared_graph import obtain_shared_or_private, shared_graphs
 from train.loop.checkpoint import CHECKPOINT_DIR, Checkpointer, graph_fingerprint, list_checkpoints
-from train.loop.failure_report import default_store, report_failure
+from train.loop.failure_report import announce, default_store, report_failure
 from train.loop.fit import FitResult, Trainer
+from train.loop.killed_rank import plan_figures
 from train.loop.numerics import set_gpu_numerics
 from train.loop.rank0_writes import written_by_rank0
 from train.loop.report import write_report
@@ -164,12 +165,14 @@ def run_fit(config: Config, env: DistEnv) -> int:
     signals.rank = env.rank
     with process_group(env, config.dist) as (backend, device), shared_graphs():
         store = default_store()  # kept beyond the process group, for leave_in_order
+        announce(store, env.rank)  # where it runs: a survivor names the node of a rank that went silent
         try:
             code = _run(config, env, backend, device, signals)
         except UserError:
             raise
         except Exception as exc:
-            message = report_failure(exc, env)
+            message = report_failure(exc, env, figures=partial(plan_figures, config, env.num_nodes, env.world_size,
+                                                               gpus=device.type == "cuda"))
             if message is None:
                 raise  # the failure happened on this rank: its traceback says what
             print(message, file=sys.stderr, flush=True)
