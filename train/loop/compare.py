@@ -12,6 +12,7 @@ from pathlib import Path
 
 from train.errors import UserError
 from train.loop.report import DPI, _number, _pyplot, load_run, save_figure, summarize
+from train.loop.scores import score_rows
 
 COMPARE = "compare.png"
 FIGSIZE = (12.0, 4.5)  # inches: the four panels of curves.png, and a row for the legend of the runs
@@ -37,10 +38,6 @@ def differing_settings(configs: list[dict | None]) -> dict[str, list[str]]:
     return {key: values for key, values in rows.items() if len(set(values)) > 1}
 
 
-def _acc(value, epoch) -> str:
-    return "-" if value is None else f"{value:.4f} (epoch {epoch})"
-
-
 def summary_rows(s: dict) -> list[tuple[str, str]]:
     """One run's column: (row label, cell), in the order of the single run's summary."""
     planned = f" of {s['epochs_planned']}" if s["epochs_planned"] else ""
@@ -49,9 +46,7 @@ def summary_rows(s: dict) -> list[tuple[str, str]]:
         ("dataset, model", f"{s['dataset'] or '?'}, {s['model'] or '?'}"),
         ("world size", str(s["world_size"] or "?")),
         ("epochs", f"{s['epochs_done']}{planned}"),
-        ("best val accuracy", _acc(s["best_val_acc"], s["best_val_epoch"])),
-        ("test acc, best val", _acc(s["test_acc_at_best_val"], s["best_val_epoch"])),
-        ("final test accuracy", _acc(s["final_test_acc"], s["final_test_epoch"])),
+        *score_rows(s),
         ("final loss", "-" if s["final_loss"] is None else f"{s['final_loss']:.4f}"),
         ("time per epoch", "-" if s["mean_epoch_seconds"] is None else f"{s['mean_epoch_seconds']:.2f} s"),
         ("throughput", "-" if s["seeds_per_second"] is None else f"{s['seeds_per_second']:.0f} seeds/s"),
