@@ -27,8 +27,8 @@ def run_metric(rows: list[dict]) -> str:
 
 
 def score_summary(rows: list[dict]) -> dict:
-    """`metric`, `best_val_epoch` and `final_test_epoch`, and for accuracy (and ROC-AUC where there is one):
-    best_val_<m> and test_<m>_at_best_val (the usual protocol's figure) at the best-validation epoch,
+    """`metric`, `best_val_epoch` (by the metric) and `final_test_epoch`, and for accuracy (and ROC-AUC where there
+    is one): best_val_<m> and test_<m>_at_best_val (the usual protocol's figure) at the best-validation epoch,
     final_val_<m> and final_test_<m> at the last evaluated epoch."""
     metric = run_metric(rows)
     evaluated = [r for r in rows if number(r.get(f"val_{metric}")) is not None]
@@ -46,15 +46,19 @@ def _at(value, epoch) -> str:
 
 
 def score_rows(summary: dict) -> list[tuple[str, str]]:
-    """The summary table's rows of scores: (label, cell), accuracy's and then the ROC-AUC's where there is one."""
-    rows = [("best val accuracy", _at(summary["best_val_acc"], summary["best_val_epoch"])),
-            ("test acc, best val", _at(summary["test_acc_at_best_val"], summary["best_val_epoch"])),
-            ("final test accuracy", _at(summary["final_test_acc"], summary["final_test_epoch"]))]
+    """The summary table's rows of scores: (label, cell), the run's metric first. In a ROC-AUC run the accuracy's
+    rows are those of the epochs ROC-AUC picked."""
+    best, last = summary["best_val_epoch"], summary["final_test_epoch"]
+    rows = []
     if summary.get("metric") == "rocauc":
-        rows += [("best val ROC-AUC", _at(summary["best_val_rocauc"], summary["best_val_epoch"])),
-                 ("test ROC-AUC, best val", _at(summary["test_rocauc_at_best_val"], summary["best_val_epoch"])),
-                 ("final test ROC-AUC", _at(summary["final_test_rocauc"], summary["final_test_epoch"]))]
-    return rows
+        rows += [("best val ROC-AUC", _at(summary["best_val_rocauc"], best)),
+                 ("test ROC-AUC, best val", _at(summary["test_rocauc_at_best_val"], best)),
+                 ("final test ROC-AUC", _at(summary["final_test_rocauc"], last)),
+                 ("val acc, best val", _at(summary["best_val_acc"], best))]
+    else:
+        rows.append(("best val accuracy", _at(summary["best_val_acc"], best)))
+    return rows + [("test acc, best val", _at(summary["test_acc_at_best_val"], best)),
+                   ("final test accuracy", _at(summary["final_test_acc"], last))]
 
 
 def final_line(summary: dict) -> str:
