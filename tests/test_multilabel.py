@@ -3,6 +3,7 @@ refused before anything is written, and 2 ranks learn the tasks, scored by ROC-A
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -20,6 +21,7 @@ from train.cli.plan import graph_size
 from train.config import DataConfig, load_config
 from train.errors import UserError
 from train.graph.data import load_graph
+from train.loop.fit import EpochStats
 
 N, F, T = 240, 6, 5
 
@@ -112,3 +114,10 @@ def test_two_ranks_learn_tasks_with_unlabelled_entries_and_report_their_rocauc(t
     assert re.search(rf"\nbest val ROC-AUC +{summary['best_val_rocauc']:.4f} \(epoch {best['epoch']}\)\n"
                      rf"test ROC-AUC, best val +{summary['test_rocauc_at_best_val']:.4f} \(epoch {best['epoch']}\)\n"
                      rf"final test ROC-AUC +{summary['final_test_rocauc']:.4f} \(epoch 14\)\n", report), report
+
+
+def test_a_checkpoint_from_before_the_scored_count_resumes_with_every_seed_scored():
+    stats = EpochStats(loss_sum=1.5, correct=3, seeds=5, steps=1, scored=40)
+    assert EpochStats.restored(dataclasses.asdict(stats)) == stats
+    old = {"loss_sum": 1.5, "correct": 3, "seeds": 5, "steps": 1}  # one class per node: each seed scored once
+    assert EpochStats.restored(old) == EpochStats(1.5, 3, 5, 1, scored=5)
