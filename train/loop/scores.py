@@ -45,15 +45,16 @@ def _at(value, epoch) -> str:
     return "-" if value is None else f"{value:.4f} (epoch {epoch})"
 
 
-def score_rows(summary: dict) -> list[tuple[str, str]]:
-    """The summary table's rows of scores: (label, cell), the run's metric first. In a ROC-AUC run the accuracy's
-    rows are those of the epochs ROC-AUC picked."""
+def score_rows(summary: dict, metric: str | None = None) -> list[tuple[str, str]]:
+    """The summary table's rows of scores: (label, cell), the metric first (default: the run's; a table of runs
+    side by side gives the same rows to each). Under ROC-AUC the accuracy's rows are those of the epochs it picked;
+    a run without ROC-AUC shows '-' there."""
     best, last = summary["best_val_epoch"], summary["final_test_epoch"]
     rows = []
-    if summary.get("metric") == "rocauc":
-        rows += [("best val ROC-AUC", _at(summary["best_val_rocauc"], best)),
-                 ("test ROC-AUC, best val", _at(summary["test_rocauc_at_best_val"], best)),
-                 ("final test ROC-AUC", _at(summary["final_test_rocauc"], last)),
+    if (metric or summary.get("metric")) == "rocauc":
+        rows += [("best val ROC-AUC", _at(summary.get("best_val_rocauc"), best)),
+                 ("test ROC-AUC, best val", _at(summary.get("test_rocauc_at_best_val"), best)),
+                 ("final test ROC-AUC", _at(summary.get("final_test_rocauc"), last)),
                  ("val acc, best val", _at(summary["best_val_acc"], best))]
     else:
         rows.append(("best val accuracy", _at(summary["best_val_acc"], best)))
