@@ -100,3 +100,15 @@ def test_each_run_has_one_colour_in_every_panel():
         assert fig.axes[2].get_ylim()[0] == 0  # throughput from 0
     finally:
         plt.close(fig)
+
+
+def test_a_run_scored_by_rocauc_beside_one_scored_by_accuracy_gets_the_same_rows():
+    """Multi-label nodes (train/loop/targets.py) beside one class per node: each run's cells in the same rows, '-'
+    where a run has no ROC-AUC."""
+    rows = [row(0, 1.0, 0.5, 0.6, 0.61), row(1, 0.8, 0.7, 0.72, 0.7)]
+    tasks = [{**rows[0], "val_rocauc": 0.75, "test_rocauc": 0.74}, {**rows[1], "val_rocauc": 0.7, "test_rocauc": 0.71}]
+    table = compare_table(["classes", "tasks"], [summarize(rows), summarize(tasks)], [None, None]).splitlines()
+    cells = {line[:22].strip(): line[22:].split("  ") for line in table}
+    assert [c.strip() for c in cells["best val ROC-AUC"] if c] == ["-", "0.7500 (epoch 0)"]
+    assert [c.strip() for c in cells["val acc, best val"] if c] == ["0.7200 (epoch 1)", "0.6000 (epoch 0)"]
+    assert [c.strip() for c in cells["final test ROC-AUC"] if c] == ["-", "0.7100 (epoch 1)"]

@@ -3,6 +3,7 @@ user's log lines they and the run print."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -193,3 +194,9 @@ def test_weights_line():
     differ = weights_line(Path("runs/7/model.pt"), [same, other, same])
     assert differ.startswith("warning: the ranks ended with different weights: ") and f"rank 1 {'b' * 16}" in differ
     assert "rank 2" not in differ
+
+
+def test_a_multi_label_record_adds_its_rocauc_to_the_row_and_reads_back():
+    scored = dataclasses.replace(record(3), val_rocauc=0.71, test_rocauc=0.69)
+    row = scored.row()
+    assert list(row) == [*ROW_KEYS, "val_rocauc", "test_rocauc"] and EpochRecord.from_row(row) == scored

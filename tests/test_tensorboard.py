@@ -3,6 +3,7 @@ resume that shows no epoch twice, the knob off or the package missing, and `make
 
 from __future__ import annotations
 
+import dataclasses
 import getpass
 import json
 import os
@@ -235,3 +236,11 @@ def test_a_new_event_file_sorts_after_the_ones_there(tmp_path):
     (tmp_path / f"events.out.tfevents.{now:010d}.node.99999.0").write_bytes(b"")
     tensorboard_events.after_existing_files(tmp_path)
     assert int(time.time()) > now
+
+
+def test_multi_label_epochs_add_their_rocauc_and_others_do_not():
+    """Multi-label nodes (train/loop/targets.py): the ROC-AUCs as rocauc/val and rocauc/test, where evaluated."""
+    scored = dataclasses.replace(record(1), val_rocauc=0.71, test_rocauc=0.69)
+    assert {k: v for k, v in scalars(scored, 0.01).items() if k.startswith("rocauc/")} == \
+        {"rocauc/val": pytest.approx(0.71), "rocauc/test": pytest.approx(0.69)}
+    assert not any(tag.startswith("rocauc/") for tag in scalars(record(1), 0.01))

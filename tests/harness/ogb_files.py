@@ -61,3 +61,42 @@ def write_ogb(root: Path, name: str, num_nodes: int = 300, num_features: int = 8
         _csv_gz(split / f"{part}.csv.gz", idx)
     (folder / "RELEASE_v1.txt").write_text("# Release note for OGB dataset v1\n")
     return {"x": x, "y": y, "edge": edge, "labels": labels, **parts}
+
+
+def write_ogbn_proteins(root: Path, num_nodes: int = 300, num_edges: int = 3000, num_tasks: int = 6,
+                        seed: int = 0) -> dict[str, np.ndarray]:
+    """`root/ogbn_proteins/` as OGB's zip unpacks: no node features, 8 edge features, `num_tasks` binary labels.
+
+    Each node has one of four kinds; an edge's features hold its ends' kinds (plus noise), so the mean of a
+    node's in-edges' features (its node features) tells its kind, and each task is positive for a random set of
+    kinds, flipped for 10% of the nodes: learnable from the features, not perfectly. Returns the arrays written.
+    """
+    info = OGB_NODE_DATASETS["ogbn-proteins"]
+    rng = np.random.default_rng(seed)
+    folder = root / info.folder
+    raw, split = folder / "raw", folder / "split" / info.split
+    raw.mkdir(parents=True)
+    split.mkdir(parents=True)
+    kind = rng.integers(0, 4, num_nodes)
+    src, dst = rng.integers(0, num_nodes, num_edges), rng.integers(0, num_nodes, num_edges)
+    edge = np.stack([src, dst], axis=1).astype(np.int64)  # OGB adds the inverse edges (add_inverse_edge)
+    edge_feat = rng.uniform(0.0, 0.2, size=(num_edges, 8))
+    edge_feat[np.arange(num_edges), kind[src]] += 0.5
+    edge_feat[np.arange(num_edges), kind[dst]] += 0.5
+    tasks = rng.integers(0, 2, size=(4, num_tasks))
+    tasks[0], tasks[1] = 1, 0  # every task has both classes
+    labels = tasks[kind] ^ (rng.random((num_nodes, num_tasks)) < 0.1)
+    perm = rng.permutation(num_nodes)
+    n_train, n_val = num_nodes // 2, num_nodes // 4
+    parts = {"train": np.sort(perm[:n_train]), "valid": np.sort(perm[n_train:n_train + n_val]),
+             "test": np.sort(perm[n_train + n_val:])}
+    _csv_gz(raw / "edge.csv.gz", edge)
+    _csv_gz(raw / "edge-feat.csv.gz", edge_feat.astype(np.float32))
+    _csv_gz(raw / "node-label.csv.gz", labels.astype(np.int64))
+    _csv_gz(raw / "node_species.csv.gz", rng.integers(3702, 3710, num_nodes))
+    _csv_gz(raw / "num-node-list.csv.gz", np.array([num_nodes]))
+    _csv_gz(raw / "num-edge-list.csv.gz", np.array([num_edges]))
+    for part, idx in parts.items():
+        _csv_gz(split / f"{part}.csv.gz", idx)
+    (folder / "RELEASE_v1.txt").write_text("# Release note for OGB dataset v1\n")
+    return {"edge": edge, "edge_feat": edge_feat, "labels": labels, **parts}

@@ -22,6 +22,7 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from train.graph.graphsize import GraphSize
+from train.graph.labels import is_multilabel, num_outputs
 from train.graph.sampler import build_csc
 
 SPLITS = ("train_idx", "val_idx", "test_idx")
@@ -74,7 +75,11 @@ class GraphForm(ABC):
 
     @abstractmethod
     def num_classes(self, graph) -> int:
-        """The model's out_channels."""
+        """The model's out_channels: the classes, or the tasks of a multi-label graph (train/graph/labels.py)."""
+
+    @abstractmethod
+    def multilabel(self, graph) -> bool:
+        """Whether each node has several binary tasks (train/graph/labels.py), not one class."""
 
     @abstractmethod
     def split_nodes(self, graph, split: str) -> Tensor:
@@ -128,7 +133,10 @@ class Homogeneous(GraphForm):
         return int(graph.num_features)
 
     def num_classes(self, graph: Data) -> int:
-        return int(graph.y.max()) + 1
+        return num_outputs(graph.y)
+
+    def multilabel(self, graph: Data) -> bool:
+        return is_multilabel(graph.y)
 
     def split_nodes(self, graph: Data, split: str) -> Tensor:
         return graph[f"{split}_idx"]

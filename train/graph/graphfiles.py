@@ -1,7 +1,8 @@
 """`data.name: files`: a user's own graph, from a saved PyG `Data` (.pt) or a folder of arrays.
 
 A folder holds one file per array, `.npy` or `.pt`: `edge_index` (2 x E node ids), `x` (N x F
-floats), `y` (N integer labels, -1 for a node outside every split) and the split, as indices
+floats), `y` (N integer labels, -1 for a node outside every split; or N x T multi-label tasks:
+train/graph/labels.py) and the split, as indices
 (`train_idx`, `val_idx`, `test_idx`) or boolean masks (`train_mask`, ...). `.npy` files are
 memory-mapped (np.load mmap_mode="r") and `.pt` files loaded with mmap=True, so a graph larger
 than memory is paged in from the file system and, with data.share=node, streamed into the
@@ -26,6 +27,7 @@ from torch_geometric.data import Data
 
 from train.errors import UserError
 from train.files import dir_problem, file_problem
+from train.graph.labels import is_multilabel, multilabel_expected, multilabel_problem, multilabel_targets
 from train.graph.rawfiles import npy_problem, pt_problem
 
 ARRAYS = ("edge_index", "x", "y")
@@ -134,7 +136,8 @@ def _split_indices(arrays: Mapping[str, Tensor], split: str, num_nodes: int, sou
 
 def check_graph(arrays: Mapping[str, Tensor], source: str,
                 scan_values: bool = True) -> tuple[Tensor, dict[str, Tensor]]:
-    """Every array's shape and dtype, the labels and the split; (y as a 1-D vector, the split as indices).
+    """Every array's shape and dtype, the labels and the split; (y as a 1-D vector, or N x T when
+    multi-label; the split as indices).
 
     `scan_values=False` (the memory plan) reads no feature and no edge: x's NaNs and edge_index's
     node ids are left to the check `fit` makes.
@@ -155,7 +158,8 @@ def validate_graph(arrays: Mapping[str, Tensor], source: str) -> Data:
     """The project's `Data` from named arrays, or a UserError naming the array and its problem."""
     y, splits = check_graph(arrays, source)
     x, edge_index = arrays["x"], arrays["edge_index"]
-    return Data(x=x if x.dtype == torch.float32 else x.float(), y=y.long(),
+    y = multilabel_targets(y) if is_multilabel(y) else y.long()
+    return Data(x=x if x.dtype == torch.float32 else x.float(), y=y,
                 edge_index=edge_index if edge_index.dtype == torch.long else edge_index.long(),
                 train_idx=splits["train"], val_idx=splits["val"], test_idx=splits["test"])
 
@@ -202,12 +206,21 @@ def _check_edge_index(edge_index: Tensor, num_nodes: int, source: str, scan_valu
 
 
 def _check_labels(y: Tensor, num_nodes: int, source: str) -> Tensor:
-    """y: one integer label per node ((num_nodes, 1) is flattened), a class or UNLABELED; returns it 1-D."""
+    """y: one integer label per node ((num_nodes, 1) is flattened), a class or UNLABELED, returned 1-D; or a
+    multi-label y (train/graph/labels.py) of 0, 1 and NaN, returned as it is."""
+    if is_multilabel(y):
+        problem = None if y.size(0) == num_nodes else f"has {y.size(0)} rows"
+        problem = problem or multilabel_problem(y)
+        if problem:
+            raise UserError(f"{source}: y (shape {tuple(y.shape)}, {y.dtype}) {problem}; "
+                            f"{multilabel_expected(num_nodes)}.")
+        return y
     if y.dim() == 2 and y.size(1) == 1:
         y = y.view(-1)
     if y.dim() != 1 or y.numel() != num_nodes or not _is_integer(y):
         raise UserError(f"{source}: y has shape {tuple(y.shape)} and dtype {y.dtype}; expected {num_nodes} integer "
-                        f"class labels (one per row of x; {UNLABELED} for a node outside every split).")
+                        f"class labels (one per row of x; {UNLABELED} for a node outside every split), or "
+                        f"{multilabel_expected(num_nodes)}.")
     y = _widened(y)
     if int(y.min()) < UNLABELED:
         raise UserError(f"{source}: y holds the label {int(y.min())}; labels are 0..num_classes-1, or {UNLABELED} "

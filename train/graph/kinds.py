@@ -17,6 +17,7 @@ from train.config import DataConfig
 from train.errors import UserError
 from train.files import check_dir
 from train.graph.graphsize import GraphSize
+from train.graph.labels import num_outputs
 from train.graph.ogbn import OGB_NODE_DATASETS, RELEASE, ogb_source, open_ogb
 from train.graph.rawfiles import prepare_again, problems
 
@@ -129,7 +130,7 @@ class Files(DatasetKind):
         arrays, source = read_graph_arrays(data.path)
         y, splits = check_graph(arrays, source, scan_values=False)
         x, edges = arrays["x"], arrays["edge_index"]
-        classes = int(y.max()) + 1  # check_graph: a labeled, non-empty train split
+        classes = num_outputs(y)  # check_graph: a labeled, non-empty train split
         return GraphSize(x.size(0), edges.size(-1), x.size(-1), classes,
                          tuple(splits[s].numel() for s in ("train", "val", "test")))
 
@@ -339,6 +340,7 @@ DATASETS: dict[str, DatasetKind] = {kind.name: kind for kind in (
     OgbNode("ogbn-arxiv", GraphSize(169_343, 1_166_243, 128, 40, (90_941, 29_799, 48_603))),
     OgbNode("ogbn-products", GraphSize(2_449_029, 123_718_280, 100, 47, (196_615, 39_323, 2_213_091))),
     OgbNode("ogbn-papers100M", GraphSize(111_059_956, 1_615_685_872, 128, 172, (1_207_179, 125_265, 214_338))),
+    OgbNode("ogbn-proteins", GraphSize(132_534, 79_122_504, 8, 112, (86_619, 21_236, 24_679))),  # 112 tasks
     Files(),
 )}
 

@@ -1,10 +1,12 @@
-"""OGB node-property datasets (ogbn-arxiv, ogbn-products, ogbn-papers100M) through `ogb`'s PyG loader.
+"""OGB node-property datasets (ogbn-arxiv, ogbn-products, ogbn-papers100M, ogbn-proteins) through `ogb`'s PyG loader.
 
 The `ogb` package is an optional dependency (`pip install '.[ogb]'`), imported only when an
 OGB dataset is opened. Its loader downloads a zip, processes it into
 `<root>/<ogbn_name>/processed/` and gives the official split; this module only adapts what it
-returns to the project's `Data` (labels as a flat long tensor, split as index tensors) and
-takes away its two interactive prompts, which a batch job or `make data` cannot answer.
+returns to the project's `Data` (labels as a flat long tensor, or ogbn-proteins' 112 binary tasks as
+floats: train/graph/labels.py; split as index tensors) and takes away its two interactive prompts,
+which a batch job or `make data` cannot answer. ogbn-proteins has no node features: as OGB's and PyG's
+examples do, each node's features are the mean of its incident edges' 8 features, computed as it loads.
 """
 
 from __future__ import annotations
@@ -16,8 +18,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
+from torch import Tensor
 
 from train.errors import UserError
+from train.graph.labels import is_multilabel, multilabel_expected, multilabel_problem, multilabel_targets
 from train.graph.rawfiles import prepare_again
 
 if TYPE_CHECKING:
@@ -33,6 +37,7 @@ class OgbInfo:
     folder: str  # under the data root, as ogb names it
     split: str  # the official split's folder under <folder>/split/
     raw: tuple[str, ...]  # the raw files its processing reads
+    features: str = "nodes"  # "nodes": OGB's node features; "edge-mean": the mean of each node's in-edges' features
 
     @property
     def needed(self) -> tuple[str, ...]:
@@ -49,6 +54,9 @@ OGB_NODE_DATASETS: dict[str, OgbInfo] = {
     "ogbn-arxiv": OgbInfo("ogbn_arxiv", "time", _CSV + ("node_year.csv.gz",)),
     "ogbn-products": OgbInfo("ogbn_products", "sales_ranking", _CSV),
     "ogbn-papers100M": OgbInfo("ogbn_papers100M", "time", ("data.npz", "node-label.npz")),
+    "ogbn-proteins": OgbInfo("ogbn_proteins", "species",
+                             ("edge.csv.gz", "edge-feat.csv.gz", "node-label.csv.gz", "node_species.csv.gz",
+                              "num-node-list.csv.gz", "num-edge-list.csv.gz"), features="edge-mean"),
 }
 
 
@@ -100,8 +108,31 @@ def ogb_source(name: str, folder: Path) -> tuple[str, str]:
             f"unzip it in {folder.parent}/, renaming the folder it makes ({meta['download_name']}/) to {folder.name}/")
 
 
+def edge_mean_features(edge_index: Tensor, edge_attr: Tensor, num_nodes: int) -> Tensor:
+    """Each node's features as the mean of its in-edges' features (0 for a node without edges): ogbn-proteins'
+    node features in OGB's examples (`adj_t.mean(dim=1)`) and PyG's (examples/ogbn_proteins_deepgcn.py)."""
+    from torch_geometric.utils import scatter
+
+    return scatter(edge_attr.float(), edge_index[1], dim=0, dim_size=num_nodes, reduce="mean")
+
+
+def ogb_labels(name: str, y: Tensor) -> Tensor:
+    """OGB's labels as the project keeps them: one class per node as a flat long tensor (UNLABELED where OGB has
+    NaN), or several tasks per node as checked floats."""
+    if is_multilabel(y):
+        problem = multilabel_problem(y)
+        if problem:
+            raise UserError(f"dataset {name!r}: its labels (node-label) {problem}; {multilabel_expected(y.size(0))}. "
+                            f"Delete its folder and {prepare_again(name)}.")
+        return multilabel_targets(y)
+    y = y.view(-1)
+    if y.is_floating_point():
+        y = torch.where(torch.isnan(y), torch.full_like(y, UNLABELED), y).long()
+    return y
+
+
 def open_ogb(name: str, root: Path) -> Data:
-    """ogbn-`name` under `root` as x, y (long, UNLABELED where OGB has none), edge_index and its split."""
+    """ogbn-`name` under `root` as x, y (`ogb_labels`), edge_index and its split."""
     from torch_geometric.data import Data
 
     info = OGB_NODE_DATASETS[name]
@@ -115,8 +146,6 @@ def open_ogb(name: str, root: Path) -> Data:
     dataset = dataset_class(name, root=str(root))
     split = dataset.get_idx_split()
     graph = dataset[0]
-    y = graph.y.view(-1)
-    if y.is_floating_point():
-        y = torch.where(torch.isnan(y), torch.full_like(y, UNLABELED), y).long()
-    return Data(x=graph.x, y=y, edge_index=graph.edge_index,
+    x = graph.x if info.features == "nodes" else edge_mean_features(graph.edge_index, graph.edge_attr, graph.num_nodes)
+    return Data(x=x, y=ogb_labels(name, graph.y), edge_index=graph.edge_index,
                 train_idx=split["train"].long(), val_idx=split["valid"].long(), test_idx=split["test"].long())

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from train.errors import UserError
 from train.loop.report import DPI, _number, _pyplot, load_run, save_figure, summarize
+from train.loop.scores import score_rows
 
 COMPARE = "compare.png"
 FIGSIZE = (12.0, 4.5)  # inches: the four panels of curves.png, and a row for the legend of the runs
@@ -37,21 +38,16 @@ def differing_settings(configs: list[dict | None]) -> dict[str, list[str]]:
     return {key: values for key, values in rows.items() if len(set(values)) > 1}
 
 
-def _acc(value, epoch) -> str:
-    return "-" if value is None else f"{value:.4f} (epoch {epoch})"
-
-
-def summary_rows(s: dict) -> list[tuple[str, str]]:
-    """One run's column: (row label, cell), in the order of the single run's summary."""
+def summary_rows(s: dict, metric: str | None = None) -> list[tuple[str, str]]:
+    """One run's column: (row label, cell), in the order of the single run's summary; the scores' rows those of
+    `metric` (train/loop/scores.py), the same for every run of the table."""
     planned = f" of {s['epochs_planned']}" if s["epochs_planned"] else ""
     return [
         ("status", "finished" if s["finished"] else "running or stopped"),
         ("dataset, model", f"{s['dataset'] or '?'}, {s['model'] or '?'}"),
         ("world size", str(s["world_size"] or "?")),
         ("epochs", f"{s['epochs_done']}{planned}"),
-        ("best val accuracy", _acc(s["best_val_acc"], s["best_val_epoch"])),
-        ("test acc, best val", _acc(s["test_acc_at_best_val"], s["best_val_epoch"])),
-        ("final test accuracy", _acc(s["final_test_acc"], s["final_test_epoch"])),
+        *score_rows(s, metric),
         ("final loss", "-" if s["final_loss"] is None else f"{s['final_loss']:.4f}"),
         ("time per epoch", "-" if s["mean_epoch_seconds"] is None else f"{s['mean_epoch_seconds']:.2f} s"),
         ("throughput", "-" if s["seeds_per_second"] is None else f"{s['seeds_per_second']:.0f} seeds/s"),
@@ -60,7 +56,8 @@ def summary_rows(s: dict) -> list[tuple[str, str]]:
 
 def compare_table(names: list[str], summaries: list[dict], configs: list[dict | None]) -> str:
     """The runs as columns: their summaries, then the settings in which they differ."""
-    columns = [summary_rows(s) for s in summaries]
+    metric = "rocauc" if any(s.get("metric") == "rocauc" for s in summaries) else "acc"  # ROC-AUC rows for all
+    columns = [summary_rows(s, metric) for s in summaries]
     rows = [(label, [column[i][1] for column in columns]) for i, (label, _) in enumerate(columns[0])]
     rows += list(differing_settings(configs).items()) or [("settings", ["the same"] * len(names))]
     rows.insert(0, ("run", names))

@@ -1,4 +1,7 @@
-"""Validation and test accuracy over all ranks, with memory that shrinks as ranks are added.
+"""Validation and test figures over all ranks, with memory that shrinks as ranks are added.
+
+Every mode gives the logits of each rank's share of a split's nodes; the graph's targets
+(train/loop/targets.py) turn them into the split's figures: accuracy, and ROC-AUC for multi-label nodes.
 
 `eval.mode: full` (default) is layer-wise inference over full neighbourhoods, so a node's
 prediction does not depend on batching or world size: the result equals a single-process
@@ -38,33 +41,28 @@ from train.graph.in_edges import ChunkCost, in_edge_batch, in_edge_chunks
 from train.graph.sampling_plan import SamplingPlan, gather_pinned
 from train.graph.shared_graph import csc_targets, graph_csc
 from train.loop.models import LayerWise, ModelStep, hop_counts, layerwise
-
-SPLITS = ("val", "test")
+from train.loop.targets import SPLITS, Tally, Targets, targets_for
 
 
 @torch.no_grad()
 def evaluate(model: ModelStep, data: Data, config: Config, env: DistEnv, device: torch.device,
              sampling: SamplingPlan) -> dict[str, float]:
-    """{"val_acc": ..., "test_acc": ...}, the same on every rank; collective over all ranks."""
+    """{"val_acc": ..., "test_acc": ...} (and val_rocauc, test_rocauc for multi-label nodes), the same on every
+    rank; collective over all ranks."""
     was_training = model.training
     model.eval()
     api, _why_not = layerwise(model)
+    targets = targets_for(form_of(data), data)
     try:
         if not model.uses_graph:
-            counts = _feature_counts(model, data, config, env, device)
+            tallies = _feature_tallies(model, data, config, env, device, targets)
         elif config.eval.mode == "full" and api is not None:
-            counts = _full_counts(api, data, config, env, device, sampling)
+            tallies = _full_tallies(api, data, config, env, device, sampling, targets)
         else:
-            counts = _sampled_counts(model, data, config, env, device, sampling)
+            tallies = _sampled_tallies(model, data, config, env, device, sampling, targets)
     finally:
         model.train(was_training)
-    totals = torch.tensor([c for split in SPLITS for c in counts[split]], dtype=torch.float64, device=device)
-    dist.all_reduce(totals)
-    result = {}
-    for i, split in enumerate(SPLITS):
-        correct, total = float(totals[2 * i]), float(totals[2 * i + 1])
-        result[f"{split}_acc"] = correct / total if total else float("nan")
-    return result
+    return targets.figures(tallies, device)
 
 
 def eval_fanouts(config: Config) -> list[int]:
@@ -73,34 +71,30 @@ def eval_fanouts(config: Config) -> list[int]:
 
 # ---- sampled ---------------------------------------------------------------------------------------
 
-def _feature_counts(model, data, config, env, device) -> dict[str, tuple[int, int]]:
+def _feature_tallies(model, data, config, env, device, targets: Targets) -> dict[str, Tally]:
     """A feature-only model: each node's logits from its own features, exact in either mode."""
-    counts = {}
+    tallies = {split: Tally() for split in SPLITS}
     form = form_of(data)
     for split in SPLITS:
         nodes = rank_shard(form.split_nodes(data, split), env.rank, env.world_size)
-        correct = 0
         for chunk in nodes.split(config.sampler.eval_batch_size):
             logits = model(form.features(data, chunk).to(device))
-            correct += int((logits.argmax(-1).cpu() == form.labels(data, chunk)).sum())
-        counts[split] = (correct, nodes.numel())
-    return counts
+            targets.add(tallies[split], logits, form.labels(data, chunk))
+    return tallies
 
 
-def _sampled_counts(model, data, config, env, device, sampling) -> dict[str, tuple[int, int]]:
-    counts = {}
+def _sampled_tallies(model, data, config, env, device, sampling, targets: Targets) -> dict[str, Tally]:
+    tallies = {split: Tally() for split in SPLITS}
     batch_size = config.sampler.eval_batch_size
     for number, split in enumerate(SPLITS):
         nodes = rank_shard(form_of(data).split_nodes(data, split), env.rank, env.world_size)
-        correct = 0
         loader = sampling.loader(nodes, eval_fanouts(config), batch_size,
                                  seed=derive_seed(config.trainer.seed, 2, number))  # the training sampler
         for batch in loader:
             batch = sampling.complete(batch, device).to(device, non_blocking=True)
             logits = model(batch.x, batch.edge_index, *hop_counts(batch, config.model))[: batch.batch_size]
-            correct += int((logits.argmax(-1) == batch.y[: batch.batch_size]).sum())
-        counts[split] = (correct, nodes.numel())
-    return counts
+            targets.add(tallies[split], logits, batch.y[: batch.batch_size])
+    return tallies
 
 
 # ---- full neighbourhoods, each layer sharded ------------------------------------------------------
@@ -235,7 +229,7 @@ def _layer_rows(api: LayerWise, index: int, graph: GraphAt, nodes: Tensor, batch
     return out
 
 
-def _full_counts(api: LayerWise, data, config, env, device, sampling) -> dict[str, tuple[int, int]]:
+def _full_tallies(api: LayerWise, data, config, env, device, sampling, targets: Targets) -> dict[str, Tally]:
     world, rank = env.world_size, env.rank
     batch_size = config.sampler.eval_batch_size
     form = form_of(data)
@@ -263,10 +257,10 @@ def _full_counts(api: LayerWise, data, config, env, device, sampling) -> dict[st
                 return _gather(shard, n_id, device)
             return fetch_rows(n_id, shard, my_start, owners, device)
 
-    counts = {}
+    tallies = {split: Tally() for split in SPLITS}
     for split in SPLITS:
         nodes = rank_shard(form.split_nodes(data, split), rank, world)
         logits = _layer_rows(api, num_layers - 1, graph, nodes, batch_size, device, inputs,
                              degree_for(num_layers - 1))
-        counts[split] = (int((logits.argmax(-1).cpu() == form.labels(data, nodes)).sum()), nodes.numel())
-    return counts
+        targets.add(tallies[split], logits, form.labels(data, nodes))
+    return tallies

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch.distributed.algorithms.join import Join
 from torch.nn.parallel import DistributedDataParallel
 from torch_geometric.data import Data
@@ -35,6 +34,8 @@ from train.loop.outputs import Outputs
 from train.loop.prefetch import Prefetcher
 from train.loop.records import EpochRecord, StepRecord
 from train.loop.rng import ProcessRng
+from train.loop.scores import score_summary
+from train.loop.targets import targets_for
 from train.loop.timing import AllReduceProbe, PhaseTimer, reduce_mean
 from train.plan.terms import gpu_working_bytes, graph_size_of
 
@@ -47,11 +48,18 @@ class EpochStats:
     correct: int = 0
     seeds: int = 0
     steps: int = 0
+    scored: int = 0  # what `correct` is out of: the seeds, or the labelled tasks of multi-label seeds
 
     def reduce(self, device: torch.device) -> "EpochStats":
-        totals = torch.tensor([self.loss_sum, self.correct, self.seeds], dtype=torch.float64, device=device)
+        totals = torch.tensor([self.loss_sum, self.correct, self.seeds, self.scored], dtype=torch.float64,
+                              device=device)
         dist.all_reduce(totals)
-        return EpochStats(float(totals[0]), int(totals[1]), int(totals[2]), self.steps)
+        return EpochStats(float(totals[0]), int(totals[1]), int(totals[2]), self.steps, int(totals[3]))
+
+    @classmethod
+    def restored(cls, state: dict) -> "EpochStats":
+        """From a checkpoint; one written before `scored` was kept scored every seed."""
+        return cls(**{"scored": state["seeds"], **state})
 
 
 @dataclass
@@ -81,7 +89,7 @@ class RankState:
         return {"step": self.run.step, "stats": dataclasses.asdict(self.run.stats), "rng": self.rng.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
-        self.run.step, self.run.stats = state["step"], EpochStats(**state["stats"])
+        self.run.step, self.run.stats = state["step"], EpochStats.restored(state["stats"])
         self.rng.load_state_dict(state["rng"])
 
 
@@ -103,6 +111,7 @@ class Trainer:
         spec = resolve(config.model)  # checked before the rendezvous too (train/cli/preflight.py)
         self.form = form_of(data)  # what the graph answers: its widths, splits and batches (graph/form.py)
         width, classes = self.form.feature_width(data), self.form.num_classes(data)
+        self.targets = targets_for(self.form, data)  # one class or several tasks per node: loss and scores
         self.model = spec.build(width, classes, config.trainer.seed).to(device)
         self.model_description = spec.describe(width, classes)  # what checkpoints record
         self.step = ModelStep(self.model, config.model.input_dropout)  # how a batch reaches the model (models/step.py)
@@ -206,13 +215,15 @@ class Trainer:
                     self.optimizer.zero_grad(set_to_none=True)
                     out = self.ddp(batch.x, batch.edge_index, *hop_counts(batch, self.config.model))[: batch.batch_size]
                     target = batch.y[: batch.batch_size]
-                    loss = F.cross_entropy(out, target)
+                    loss = self.targets.loss(out, target)
                     allreduce_wait = self.allreduce_probe.backward(loss)  # loss.backward(), timed
                     self.optimizer.step()
                     loss_value = float(loss.detach())
                 self.timer.move(allreduce_wait, "compute", "allreduce")
                 stats.loss_sum += loss_value * batch.batch_size
-                stats.correct += int((out.argmax(-1) == target).sum())
+                correct, scored = self.targets.counts(out.detach(), target)
+                stats.correct += correct
+                stats.scored += scored
                 stats.seeds += batch.batch_size
                 stats.steps += 1
                 self.state.step += 1
@@ -232,7 +243,7 @@ class Trainer:
 
     # ---- evaluation ----------------------------------------------------------------------------
     def evaluate(self) -> dict[str, float]:
-        """Val and test accuracy on all ranks (train/loop/evaluate.py: full and exact, or sampled)."""
+        """Val and test figures on all ranks (train/loop/evaluate.py: full and exact, or sampled)."""
         return evaluate(self.step, self.data, self.config, self.env, self.device, self.sampling)
 
     # ---- the run -------------------------------------------------------------------------------
@@ -265,15 +276,15 @@ class Trainer:
             return None
         totals = stats.reduce(self.device)
         seconds = time.perf_counter() - started
-        accuracies = {"val_acc": None, "test_acc": None}
+        figures = {"val_acc": None, "test_acc": None}
         if (epoch + 1) % cfg.eval_every == 0 or epoch + 1 == cfg.epochs:
             with self.timer.phase("eval"):
-                accuracies = self.evaluate()
+                figures = self.evaluate()
         wall = time.perf_counter() - started  # training and evaluation; phases below add up to it
         phases = reduce_mean(self.timer.totals(wall), self.env.world_size, self.device)
         record = EpochRecord(
-            epoch=epoch, loss=totals.loss_sum / max(totals.seeds, 1), train_acc=totals.correct / max(totals.seeds, 1),
-            val_acc=accuracies["val_acc"], test_acc=accuracies["test_acc"], epoch_seconds=seconds,
+            epoch=epoch, loss=totals.loss_sum / max(totals.seeds, 1), train_acc=totals.correct / max(totals.scored, 1),
+            **figures, epoch_seconds=seconds,
             seeds_per_second=totals.seeds / seconds if seconds > 0 else None, world_size=self.env.world_size,
             phase_seconds=phases, wall_seconds=sum(phases.values()))
         dist.barrier()
@@ -286,15 +297,9 @@ class Trainer:
 
     def summary(self) -> dict:
         history = self.state.history
-        evaluated = [r for r in history if r["val_acc"] is not None]
-        best = max(evaluated, key=lambda r: r["val_acc"]) if evaluated else None
         return {
             "epochs": len(history),
-            "final_test_acc": evaluated[-1]["test_acc"] if evaluated else None,
-            "final_val_acc": evaluated[-1]["val_acc"] if evaluated else None,
-            "best_val_acc": best["val_acc"] if best else None,
-            "best_val_epoch": best["epoch"] if best else None,
-            "test_acc_at_best_val": best["test_acc"] if best else None,  # the usual protocol's figure
+            **score_summary(history),  # the best-validation epoch's figures and the last evaluated ones
             "final_loss": history[-1]["loss"] if history else None,
             "mean_epoch_seconds": sum(r["epoch_seconds"] for r in history) / len(history) if history else None,
             "world_size": self.env.world_size,

@@ -2,7 +2,8 @@
 
 In a terminal (output.progress=auto or bar) a bar per epoch shows the batch loss; in a log file a
 line every trainer.log_every steps. After each epoch one line with the epoch's mean loss and
-accuracies. Epochs are numbered from 0, as metrics.jsonl and the checkpoint lines number them.
+accuracies (and ROC-AUCs for multi-label nodes). Epochs are numbered from 0, as metrics.jsonl and the
+checkpoint lines number them.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ def step_line(record: StepRecord) -> str:
 def epoch_line(record: EpochRecord) -> str:
     """`epoch   0 mean loss 1.7337 train_acc ...`: the loss averaged over the epoch's seeds of all ranks."""
     acc = "" if record.val_acc is None else f" val_acc {record.val_acc:.4f} test_acc {record.test_acc:.4f}"
+    if record.val_rocauc is not None:  # multi-label nodes: the run's metric
+        acc += f" val_rocauc {record.val_rocauc:.4f} test_rocauc {record.test_rocauc:.4f}"
     rate = "" if record.seeds_per_second is None else f", {record.seeds_per_second:.0f} seeds/s"
     return (f"epoch {record.epoch:3d} mean loss {record.loss:.4f} train_acc {record.train_acc:.4f}{acc} "
             f"({record.epoch_seconds:.1f} s{rate})")

@@ -10,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+ROCAUC_FIELDS = ("val_rocauc", "test_rocauc")
+
 
 @dataclass(frozen=True)
 class StepRecord:
@@ -24,11 +26,12 @@ class StepRecord:
 
 @dataclass(frozen=True)
 class EpochRecord:
-    """One finished epoch, alike on every rank: a line of metrics.jsonl (the fields in this order)."""
+    """One finished epoch, alike on every rank: a line of metrics.jsonl (the fields in this order, the ROC-AUCs only
+    where there are some)."""
 
     epoch: int
     loss: float  # mean over the epoch's seeds of all ranks
-    train_acc: float
+    train_acc: float  # multi-label: over the labelled tasks, a logit above 0 read as positive (train/loop/targets.py)
     val_acc: float | None  # None: not evaluated this epoch (trainer.eval_every)
     test_acc: float | None
     epoch_seconds: float  # training only
@@ -36,10 +39,14 @@ class EpochRecord:
     world_size: int
     phase_seconds: dict | None = None  # where the time went, mean over ranks (train/loop/timing.py)
     wall_seconds: float | None = None  # training and evaluation: the phases add up to it
+    val_rocauc: float | None = None  # multi-label nodes, evaluated epochs: the mean ROC-AUC over tasks
+    test_rocauc: float | None = None
 
     def row(self) -> dict:
-        """The record as a metrics.jsonl row (and an entry of the run's history in checkpoints)."""
-        return dataclasses.asdict(self)
+        """The record as a metrics.jsonl row (and an entry of the run's history in checkpoints); the ROC-AUCs only
+        when there are some (a single-label run's rows are the ones metrics.jsonl always had)."""
+        row = dataclasses.asdict(self)
+        return {k: v for k, v in row.items() if k not in ROCAUC_FIELDS or v is not None}
 
     @classmethod
     def from_row(cls, row: dict) -> EpochRecord:

@@ -9,7 +9,6 @@ still prints where it is missing.
 from __future__ import annotations
 
 import json
-import math
 import statistics
 import sys
 from pathlib import Path
@@ -19,6 +18,8 @@ import yaml
 from train.errors import UserError
 from train.files import dir_problem, file_problem, read_text
 from train.loop.rundir import RUNS, runs_under
+from train.loop.scores import number as _number
+from train.loop.scores import score_rows, score_summary
 from train.loop.timing import PHASES
 from train.storage.faults import StorageError
 from train.storage.writes import atomic_write
@@ -71,18 +72,11 @@ def _read_yaml(path: Path) -> dict | None:
     return _read_optional(path, yaml.safe_load)
 
 
-def _number(value) -> float | None:
-    number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    return float(value) if number and math.isfinite(value) else None
-
-
 # ---- the summary: a pure function of what was read ---------------------------------------------
 def summarize(rows: list[dict], summary: dict | None = None, config: dict | None = None) -> dict:
-    """Best val accuracy and its epoch, final test accuracy, time per epoch, throughput per rank."""
+    """The best-validation epoch and the last evaluated one (train/loop/scores.py), time per epoch, throughput per
+    rank."""
     config = config or {}
-    evaluated = [r for r in rows if _number(r.get("val_acc")) is not None]
-    best = max(evaluated, key=lambda r: r["val_acc"]) if evaluated else None
-    last_eval = evaluated[-1] if evaluated else None
     seconds = [s for s in (_number(r.get("epoch_seconds")) for r in rows) if s is not None]
     rates = [r for r in rows if _number(r.get("seeds_per_second")) is not None]
     per_rank = [r["seeds_per_second"] / max(int(r.get("world_size") or 1), 1) for r in rates]
@@ -98,11 +92,7 @@ def summarize(rows: list[dict], summary: dict | None = None, config: dict | None
         "model": (config.get("model") or {}).get("name") or (summary or {}).get("model"),
         "world_size": world,
         "device": (summary or {}).get("device"),  # known once the run has finished
-        "best_val_acc": best["val_acc"] if best else None,
-        "best_val_epoch": best["epoch"] if best else None,
-        "test_acc_at_best_val": best.get("test_acc") if best else None,
-        "final_test_acc": last_eval.get("test_acc") if last_eval else None,
-        "final_test_epoch": last_eval["epoch"] if last_eval else None,
+        **score_summary(rows),
         "final_loss": rows[-1].get("loss") if rows else None,
         "mean_epoch_seconds": statistics.fmean(seconds) if seconds else None,
         "total_seconds": sum(seconds) if seconds else None,
@@ -113,18 +103,13 @@ def summarize(rows: list[dict], summary: dict | None = None, config: dict | None
 
 
 def format_summary(s: dict, run_dir: str) -> str:
-    def acc(value, epoch):
-        return "-" if value is None else f"{value:.4f} (epoch {epoch})"
-
     status = "finished" if s["finished"] else "running or stopped"
     planned = f" of {s['epochs_planned']}" if s["epochs_planned"] else ""
     rows = [
         ("run", f"{run_dir} ({status}): {s['dataset'] or '?'}, {s['model'] or '?'}, "
                 f"world size {s['world_size'] or '?'}"),
         ("epochs", f"{s['epochs_done']}{planned}"),
-        ("best val accuracy", acc(s["best_val_acc"], s["best_val_epoch"])),
-        ("test acc, best val", acc(s["test_acc_at_best_val"], s["best_val_epoch"])),
-        ("final test accuracy", acc(s["final_test_acc"], s["final_test_epoch"])),
+        *score_rows(s),
         ("final loss", "-" if s["final_loss"] is None else f"{s['final_loss']:.4f}"),
         ("time per epoch", "-" if s["mean_epoch_seconds"] is None
          else f"{s['mean_epoch_seconds']:.2f} s (mean; {s['total_seconds']:.1f} s in all)"),
@@ -147,6 +132,9 @@ def format_phases(phases: dict | None) -> str:
 
 
 # ---- drawing ------------------------------------------------------------------------------------
+# (metrics.jsonl key, legend, line style) of the scores' panel: the ROC-AUCs dashed, where the rows have them
+SCORE_CURVES = (("train_acc", "train", "-"), ("val_acc", "val", "-"), ("test_acc", "test", "-"),
+                ("val_rocauc", "val ROC-AUC", "--"), ("test_rocauc", "test ROC-AUC", "--"))
 # Legends outside their panel (a short run's curves fill all of it), in a font as large as the ticks'.
 BELOW = {"loc": "upper center", "bbox_to_anchor": (0.5, -0.2), "ncol": 3, "fontsize": "small", "frameon": False}
 RIGHT = {"loc": "center left", "bbox_to_anchor": (1.02, 0.5), "fontsize": "small", "frameon": False}
@@ -165,7 +153,7 @@ def _pyplot(path: Path):
 
 
 def plot_curves(rows: list[dict], path: Path, title: str) -> Path:
-    """Loss, train/val/test accuracy, seeds per second and where the time went, per epoch, as one PNG of
+    """Loss, train/val/test accuracy (and ROC-AUC), seeds per second and where the time went, per epoch, as one PNG of
     FIGSIZE*DPI pixels.
     Written to a temporary file and renamed, so a viewer never sees half a picture."""
     plt = _pyplot(path)
@@ -191,11 +179,12 @@ def draw_curves(plt, rows: list[dict], title: str):
     try:
         ax_loss.plot(*series("loss"), marker="o", color="tab:red")
         ax_loss.set(title="training loss (epoch mean)", xlabel="epoch", ylabel="cross-entropy")
-        for key, label in (("train_acc", "train"), ("val_acc", "val"), ("test_acc", "test")):
+        for key, label, style in SCORE_CURVES:
             epochs, values = series(key)
             if values:
-                ax_acc.plot(epochs, values, marker="o", label=label)
-        ax_acc.set(title="accuracy", xlabel="epoch", ylabel="accuracy")
+                ax_acc.plot(epochs, values, marker="o", label=label, linestyle=style)
+        scores = "accuracy, ROC-AUC" if series("val_rocauc")[1] else "accuracy"
+        ax_acc.set(title=scores, xlabel="epoch", ylabel=scores)
         ax_acc.legend(**BELOW)
         ax_rate.plot(*series("seeds_per_second"), marker="o", color="tab:purple")
         ax_rate.set(title="throughput (all ranks)", xlabel="epoch", ylabel="seeds / s")

@@ -43,6 +43,7 @@ from train.loop.numerics import set_gpu_numerics
 from train.loop.rank0_writes import written_by_rank0
 from train.loop.report import write_report
 from train.loop.rundir import decide, job_identity, write_identity
+from train.loop.scores import final_line
 from train.loop.step_vote import StepAgreement
 from train.loop.stop_signals import STOP_SIGNALS, STOPPED, StopSignals, leave_in_order, signal_name, stop_outcome
 from train.storage.faults import StorageError, StorageFault, storage_message
@@ -302,8 +303,7 @@ def write_results(out_dir: Path, model: torch.nn.Module, summary: dict, digests:
     torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, buffer)
     atomic_write(out_dir / "model.pt", buffer.getvalue())  # the final weights, plain torch.load-able
     atomic_write_text(out_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
-    print(f"final test accuracy {summary['final_test_acc']:.4f} (best val {summary['best_val_acc']:.4f} at epoch "
-          f"{summary['best_val_epoch']}, test there {summary['test_acc_at_best_val']:.4f})", flush=True)
+    print(final_line(summary), flush=True)
     same = summary["weights_same_on_all_ranks"]
     print(weights_line(out_dir / "model.pt", digests), file=sys.stdout if same else sys.stderr, flush=True)
     write_report(out_dir)  # curves.png and a summary table; a failure to draw only warns, a storage fault raises

@@ -1,10 +1,10 @@
 """TensorBoard's event files of a run (output.tensorboard): RUN_DIR/tensorboard/, written by rank 0's sink.
 
-Per epoch, at global step = the epoch (from 0, as metrics.jsonl numbers them): the loss, the accuracies,
-seeds per second, the epoch's times and each phase's (train/loop/timing.py), the learning rate, and on CUDA
-rank 0's GPU memory. A resumed run opens a new event file in the same folder with `purge_step` = the first
-epoch it trains (SummaryWriter's own mechanism): TensorBoard hides what an earlier attempt wrote from that
-epoch on, so no epoch shows twice. `make tensorboard` serves runs/ (login/tensorboard.py).
+Per epoch, at global step = the epoch (from 0, as metrics.jsonl numbers them): the loss, the accuracies (and the
+ROC-AUCs of multi-label nodes), seeds per second, the epoch's times and each phase's (train/loop/timing.py), the
+learning rate, and on CUDA rank 0's GPU memory. A resumed run opens a new event file in the same folder with
+`purge_step` = the first epoch it trains (SummaryWriter's own mechanism): TensorBoard hides what an earlier
+attempt wrote from that epoch on, so no epoch shows twice. `make tensorboard` serves runs/ (login/tensorboard.py).
 """
 
 from __future__ import annotations
@@ -43,7 +43,8 @@ def switched_on(setting: str, missing: str | None) -> tuple[bool, str | None]:
 def scalars(record: EpochRecord, lr: float) -> dict[str, float]:
     """Tag -> value of one epoch; what the epoch did not measure (val/test between evaluations) is left out."""
     values = {"loss/train": record.loss, "accuracy/train": record.train_acc, "accuracy/val": record.val_acc,
-              "accuracy/test": record.test_acc, "throughput/seeds_per_second": record.seeds_per_second,
+              "accuracy/test": record.test_acc, "rocauc/val": record.val_rocauc, "rocauc/test": record.test_rocauc,
+              "throughput/seeds_per_second": record.seeds_per_second,
               "time/epoch_seconds": record.epoch_seconds, "time/wall_seconds": record.wall_seconds, "optim/lr": lr}
     values.update({f"time/phase/{name}": seconds for name, seconds in (record.phase_seconds or {}).items()})
     return {tag: float(value) for tag, value in values.items() if value is not None}
