@@ -3,6 +3,8 @@
 The contract a model meets (README, "Your own model"):
 * `forward(x, edge_index, ...)` returns one row of `out_channels` logits per node, at least for the
   seeds (the first `batch_size` rows of a sampled batch);
+* if its forward takes `edge_attr` or `edge_weight` (as PyG's BasicGNN.forward does), a batch's edge
+  features and weights are passed by those names (models/edges.py); a batch without them passes nothing more;
 * if its forward takes `num_sampled_nodes_per_hop` and `num_sampled_edges_per_hop` (as PyG's
   BasicGNN.forward does), a sampled batch's per-hop counts are passed by those names (model.trim);
 * a forward without an `edge_index` parameter (PyG's MLP) is fed the features alone, and its
@@ -21,6 +23,7 @@ from torch import Tensor, nn
 
 import train.loop.models.trim as trim
 from train.config import ModelConfig
+from train.loop.models.edges import edge_arguments
 
 HOP_ARGUMENTS = ("num_sampled_nodes_per_hop", "num_sampled_edges_per_hop")
 HALF_FEATURES = (torch.bfloat16, torch.float16)  # data.feature_dtype's storage forms, widened before the model
@@ -57,6 +60,7 @@ class ModelStep(nn.Module):
         self.uses_graph = reads_graph(model.forward)  # False: a feature-only model (PyG's MLP)
         self.not_target_trimmed = trim.unsupported(model)  # None: target trimming applies
         self.takes_hop_counts = all(name in named for name in HOP_ARGUMENTS)
+        self.edge_arguments = edge_arguments(model) if self.uses_graph else ()  # which edge tensors it reads
 
     @property
     def trim_mode(self) -> str:
@@ -70,21 +74,29 @@ class ModelStep(nn.Module):
                     f"{self.not_target_trimmed}")
         return "none (its forward takes no num_sampled_nodes_per_hop: every sampled row in every layer)"
 
+    def edges(self, edge_attr: Tensor | None, edge_weight: Tensor | None) -> dict[str, Tensor]:
+        """The edge tensors the model reads, of those the batch has, by name."""
+        given = {"edge_attr": edge_attr, "edge_weight": edge_weight}
+        return {name: given[name] for name in self.edge_arguments if given[name] is not None}
+
     def forward(self, x: Tensor, edge_index: Tensor | None = None, num_sampled_nodes: list[int] | None = None,
-                num_sampled_edges: list[int] | None = None) -> Tensor:
+                num_sampled_edges: list[int] | None = None, edge_attr: Tensor | None = None,
+                edge_weight: Tensor | None = None) -> Tensor:
         x = widened(x)
         if self.input_dropout:
             x = F.dropout(x, self.input_dropout, self.training)
         if not self.uses_graph:
             return self.model(x)
+        edges = self.edges(edge_attr, edge_weight)
         if num_sampled_nodes is None or num_sampled_edges is None:
-            return self.model(x, edge_index)
+            return self.model(x, edge_index, **edges)
         if self.not_target_trimmed is None:
-            return trim.trimmed_forward(self.model, x, edge_index, list(num_sampled_nodes), list(num_sampled_edges))
+            return trim.trimmed_forward(self.model, x, edge_index, list(num_sampled_nodes), list(num_sampled_edges),
+                                        **edges)
         if self.takes_hop_counts:
             return self.model(x, edge_index, num_sampled_nodes_per_hop=list(num_sampled_nodes),
-                              num_sampled_edges_per_hop=list(num_sampled_edges))
-        return self.model(x, edge_index)
+                              num_sampled_edges_per_hop=list(num_sampled_edges), **edges)
+        return self.model(x, edge_index, **edges)
 
 
 def hop_counts(batch, config: ModelConfig) -> tuple[list[int] | None, list[int] | None]:
