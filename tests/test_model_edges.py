@@ -250,3 +250,30 @@ def test_gat_with_edge_dim_trains_under_ddp_with_every_parameter_given_a_gradien
     assert all(r["without_grad"] == [] for r in ranks)
     assert ranks[0]["edge"] and ranks[0]["edge"] == ranks[1]["edge"]  # GATConv's lin_edge and att_edge
     assert ranks[0]["checksum"] == ranks[1]["checksum"]  # the same weights on both ranks after two steps
+
+
+# ---- a refused fit: exit status 2, one message, nothing written ---------------------------------------------
+
+USER_MODEL = ("import torch\nclass Net(torch.nn.Module):\n"
+              "    def __init__(self, in_channels, hidden_channels, num_layers, out_channels, dropout, **kwargs):\n"
+              "        super().__init__()\n        self.lin = torch.nn.Linear(in_channels, out_channels)\n"
+              "    def forward(self, x, edge_index):\n        return self.lin(x)\n")
+
+
+@pytest.mark.parametrize("args,named", [
+    # passes the model check (its stand-in batch has edge features), refused once the graph is loaded
+    (["model.name=gat", "model.kwargs.edge_dim=4"], "model.kwargs.edge_dim=4 is set for model.name=gat, but the "
+                                                    "graph has no edge features (edge_attr)"),
+    (["model.name=swallows:Net", "model.kwargs.edge_dim=4"], "model.kwargs.edge_dim=4 is set, but "
+                                                             "model.name=swallows:Net never reads the edges' features"),
+], ids=["graph-without-edge-features", "model-ignores-edge-dim"])
+def test_a_refused_edge_dim_leaves_nothing_behind(tmp_path, args, named):
+    from tests.test_refused_fit import fit, snapshot
+
+    (tmp_path / "swallows.py").write_text(USER_MODEL)
+    before = snapshot(tmp_path)
+    done = fit(f"output.dir={tmp_path / 'run'}", *args, cwd=tmp_path)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr + done.stdout, done.stderr
+    assert named in done.stderr and done.stderr.count("error:") == 1, done.stderr
+    assert snapshot(tmp_path) == before and not (tmp_path / "run").exists()

@@ -1,10 +1,10 @@
 """The built-in models `model.name` names, one row each: the one home of their names and facts.
 
-PyG's GraphSAGE, GCN, GAT, GIN and MLP, by the class name in `torch_geometric.nn.models`, and GINE (PyG's GIN
-with GINEConv layers, train/loop/models/gine.py), with the layer classes BasicGNN builds, the arguments a model reads itself, the workflow's defaults and the values that
-cannot train on sampled batches. Plain data with no import of torch, so that the config check on a login
-node (train/config.py) knows the names and which models read the graph; train/loop/models/builtin.py
-builds them and checks their arguments.
+PyG's GraphSAGE, GCN, GAT, GIN and MLP, by the class name in `torch_geometric.nn.models`, and GINE (PyG's
+GIN with GINEConv layers, train/loop/models/gine.py), with the layer classes BasicGNN builds, the arguments
+a model reads itself, the workflow's defaults and the values that cannot train on sampled batches. Plain
+data with no import of torch, so that the config check on a login node (train/config.py) knows the names
+and which models read the graph; train/loop/models/builtin.py builds them and checks their arguments.
 """
 
 from __future__ import annotations

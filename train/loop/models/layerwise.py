@@ -8,7 +8,8 @@ forward is BasicGNN's own, with every layer one of trim.py's kinds and a jumping
 None or "last" (the others combine every layer's outputs, which a layer-at-a-time pass does not keep).
 The edges' features and weights the layers read come from the graph's copies in the CSC's order
 (models/edges.py), sliced with each chunk's in-edges: a graph that has them in no such copy is evaluated
-on sampled neighbourhoods. Any other model is evaluated on sampled neighbourhoods (eval.mode=sampled), and the run says so.
+on sampled neighbourhoods. Any other model is evaluated on sampled neighbourhoods (eval.mode=sampled),
+and the run says so.
 """
 
 from __future__ import annotations

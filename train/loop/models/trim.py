@@ -24,7 +24,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-BIPARTITE = ("SAGEConv", "GATConv", "GATv2Conv", "GINConv", "GINEConv", "GraphConv", "EdgeConv")  # take (x_source, x_target)
+# the layers that take (x_source, x_target)
+BIPARTITE = ("SAGEConv", "GATConv", "GATv2Conv", "GINConv", "GINEConv", "GraphConv", "EdgeConv")
 DEGREE_NORMALISED = ("GCNConv",)  # one node set; each edge normalised by its source's and target's degree
 ROW_WISE_NORMS = (nn.Identity, nn.LayerNorm, nn.BatchNorm1d)  # plus PyG's BatchNorm and LayerNorm(mode="node")
 
