@@ -4,34 +4,21 @@ A batch carries them aligned with its `edge_index` (as PyG's NeighborLoader give
 the CSC's order beside `row` (`edge_attr_csc`, `edge_weight_csc`), from which the exact evaluation slices each
 chunk's in-edges. A model gets those its forward takes, by name, as it gets the hop counts (models/step.py);
 a batch without them passes nothing more. PyG's BasicGNN models take both names in their forward but pass on
-only what their layers read (`supports_edge_attr`, `supports_edge_weight`): those are what they get.
+only what their layers read (`supports_edge_attr`, `supports_edge_weight`): those are what they get
+(step.py's `edge_arguments`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from torch import Tensor, nn
+from torch import Tensor
 
 from train.errors import UserError
 
 EDGE_ARGUMENTS = ("edge_attr", "edge_weight")  # forward's parameter names, and the batch's attributes
 CSC_SUFFIX = "_csc"  # the graph's copies in the CSC's order: edge_attr_csc, edge_weight_csc
 EDGE_DIM = "edge_dim"  # the model.kwargs entry that sizes a model's edge-feature input (GATConv, GINEConv, ...)
-
-
-def edge_arguments(model: nn.Module) -> tuple[str, ...]:
-    """Which of EDGE_ARGUMENTS `model` reads: a BasicGNN what its layers take, any other model what its forward
-    names (not **kwargs: a model is given what it asks for by name)."""
-    from torch_geometric.nn.models.basic_gnn import BasicGNN
-
-    from train.loop.models.step import forward_parameters
-
-    if isinstance(model, BasicGNN):
-        return tuple(name for name, read in (("edge_attr", model.supports_edge_attr),
-                                             ("edge_weight", model.supports_edge_weight)) if read)
-    named, _ = forward_parameters(model.forward)
-    return tuple(name for name in EDGE_ARGUMENTS if name in named)
 
 
 def edge_inputs(batch) -> dict[str, Tensor]:

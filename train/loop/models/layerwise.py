@@ -17,8 +17,8 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 import train.loop.models.trim as trim
-from train.loop.models.edges import CSC_SUFFIX, csc_edge_tensors, edge_arguments
-from train.loop.models.step import ModelStep, widened
+from train.loop.models.edges import CSC_SUFFIX, csc_edge_tensors
+from train.loop.models.step import ModelStep, edge_arguments, widened
 
 
 class LayerWise:

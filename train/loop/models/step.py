@@ -23,7 +23,7 @@ from torch import Tensor, nn
 
 import train.loop.models.trim as trim
 from train.config import ModelConfig
-from train.loop.models.edges import edge_arguments
+from train.loop.models.edges import EDGE_ARGUMENTS
 
 HOP_ARGUMENTS = ("num_sampled_nodes_per_hop", "num_sampled_edges_per_hop")
 HALF_FEATURES = (torch.bfloat16, torch.float16)  # data.feature_dtype's storage forms, widened before the model
@@ -47,6 +47,18 @@ def reads_graph(forward) -> bool:
     ModelStep, the memory plan and the fanout check (train/config.py's check_layer_fanouts) ask it."""
     named, open_ended = forward_parameters(forward)
     return "edge_index" in named or open_ended
+
+
+def edge_arguments(model: nn.Module) -> tuple[str, ...]:
+    """Which of EDGE_ARGUMENTS `model` reads: a BasicGNN what its layers take, any other model what its forward
+    names (not **kwargs: a model is given what it asks for by name)."""
+    from torch_geometric.nn.models.basic_gnn import BasicGNN
+
+    if isinstance(model, BasicGNN):
+        return tuple(name for name, read in (("edge_attr", model.supports_edge_attr),
+                                             ("edge_weight", model.supports_edge_weight)) if read)
+    named, _ = forward_parameters(model.forward)
+    return tuple(name for name in EDGE_ARGUMENTS if name in named)
 
 
 class ModelStep(nn.Module):
