@@ -215,65 +215,115 @@ def test_edge_dim_must_be_the_graphs_edge_feature_width():
     resolve(ModelConfig(name="gat")).check_edges(3)  # no edge_dim: the model reads no edge features, accepted
 
 
-# ---- the issue's failure: GAT(edge_dim) under DDP -----------------------------------------------------------
+# ---- on 2 ranks: GAT(edge_dim) under DDP (the issue's failure) and the exact evaluation with edge tensors ----
 
-def _ddp_worker(rank, world, port, out_dir):
+EVALUATED = {"gat": ["model.name=gat", f"model.kwargs.edge_dim={EDGE_DIM}", "model.kwargs.heads=2"],
+             "gine": ["model.name=gine", f"model.kwargs.edge_dim={EDGE_DIM}"],
+             "gcn": ["model.name=gcn"]}
+
+
+def _shared_graph() -> Data:
+    """`_graph()` as training holds it: the sampler's CSC, and the edge tensors in its order beside `row`, kept
+    as the CSC is (outside Data's store)."""
+    from train.graph.form import attach_csc
+
+    data = _graph().clone()
+    csc = build_csc(data.edge_index, data.num_nodes)
+    attach_csc(data, csc)
+    object.__setattr__(data, "edge_attr_csc", data.edge_attr[csc[2]])
+    object.__setattr__(data, "edge_weight_csc", data.edge_weight[csc[2]])
+    return data
+
+
+def _train_two_steps(rank: int, classes: int) -> dict:
     """Two steps of GAT(edge_dim) under DDP, each rank on its own batch: its edge parameters get gradients
     (before, its edge features never reached it: DDP stopped with "Expected to have finished reduction")."""
+    model = build_model(ModelConfig(name="gat", hidden=8, num_layers=2, kwargs={"edge_dim": EDGE_DIM}), 8, classes,
+                        seed=0)
+    ddp = nn.parallel.DistributedDataParallel(ModelStep(model))
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    without_grad = []
+    for step in range(2):
+        batch = _batch([4, 3], batch_size=16 + 8 * rank + step)
+        optimizer.zero_grad(set_to_none=True)
+        out = ddp(batch.x, batch.edge_index, batch.num_sampled_nodes, batch.num_sampled_edges,
+                  **edge_inputs(batch))[: batch.batch_size]
+        torch.nn.functional.cross_entropy(out, batch.y[: batch.batch_size]).backward()
+        without_grad += [name for name, p in model.named_parameters() if p.grad is None]
+        optimizer.step()
+    return {"without_grad": without_grad, "edge": [name for name, _ in model.named_parameters() if "edge" in name],
+            "checksum": float(sum(p.double().sum() for p in model.parameters()))}
+
+
+def _worker(rank, world, port, out_dir):
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:
-        classes = int(_graph().y.max()) + 1
-        model = build_model(ModelConfig(name="gat", hidden=8, num_layers=2, kwargs={"edge_dim": EDGE_DIM}), 8,
-                            classes, seed=0)
-        ddp = nn.parallel.DistributedDataParallel(ModelStep(model))
-        optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
-        without_grad = []
-        for step in range(2):
-            batch = _batch([4, 3], batch_size=16 + 8 * rank + step)
-            optimizer.zero_grad(set_to_none=True)
-            out = ddp(batch.x, batch.edge_index, batch.num_sampled_nodes, batch.num_sampled_edges,
-                      **edge_inputs(batch))[: batch.batch_size]
-            torch.nn.functional.cross_entropy(out, batch.y[: batch.batch_size]).backward()
-            without_grad += [name for name, p in model.named_parameters() if p.grad is None]
-            optimizer.step()
-        edge_params = [name for name, _ in model.named_parameters() if "edge" in name]
-        checksum = float(sum(p.double().sum() for p in model.parameters()))
-        (Path(out_dir) / f"{rank}.json").write_text(json.dumps({"without_grad": without_grad, "edge": edge_params,
-                                                                "checksum": checksum}))
+        from train.graph.sampling_plan import plan_sampling
+        from train.loop.evaluate import evaluate
+
+        data = _shared_graph()
+        classes = int(data.y.max()) + 1
+        result = {"ddp": _train_two_steps(rank, classes)}
+        env = type("Env", (), {"rank": rank, "world_size": world})()
+        for name, overrides in EVALUATED.items():
+            config = load_config("tiny", ["sampler.eval_batch_size=64", "model.num_layers=2", *overrides])
+            step = ModelStep(build_model(config.model, data.num_features, classes, seed=3))
+            sampling = plan_sampling(data, config.sampler, torch.device("cpu"))
+            result[name] = {"note": layerwise(step, data)[1],
+                            **evaluate(step, data, config, env, torch.device("cpu"), sampling)}
+        (Path(out_dir) / f"{rank}.json").write_text(json.dumps(result))
     finally:
         dist.destroy_process_group()
 
 
-def test_gat_with_edge_dim_trains_under_ddp_with_every_parameter_given_a_gradient(tmp_path):
-    mp.start_processes(_ddp_worker, args=(2, free_port(), str(tmp_path)), nprocs=2, start_method="spawn")
-    ranks = [json.loads((tmp_path / f"{r}.json").read_text()) for r in range(2)]
-    assert all(r["without_grad"] == [] for r in ranks)
-    assert ranks[0]["edge"] and ranks[0]["edge"] == ranks[1]["edge"]  # GATConv's lin_edge and att_edge
-    assert ranks[0]["checksum"] == ranks[1]["checksum"]  # the same weights on both ranks after two steps
+@functools.cache
+def _two_ranks(out_dir: str) -> list[dict]:
+    mp.start_processes(_worker, args=(2, free_port(), out_dir), nprocs=2, start_method="spawn")
+    return [json.loads((Path(out_dir) / f"{r}.json").read_text()) for r in range(2)]
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory) -> list[dict]:
+    return _two_ranks(str(tmp_path_factory.mktemp("edges-2-ranks")))
+
+
+def test_gat_with_edge_dim_trains_under_ddp_with_every_parameter_given_a_gradient(two_ranks):
+    ddp = [r["ddp"] for r in two_ranks]
+    assert all(r["without_grad"] == [] for r in ddp)
+    assert ddp[0]["edge"] and ddp[0]["edge"] == ddp[1]["edge"]  # GATConv's lin_edge and att_edge
+    assert ddp[0]["checksum"] == ddp[1]["checksum"]  # the same weights on both ranks after two steps
+
+
+@pytest.mark.parametrize("name", list(EVALUATED))
+def test_exact_evaluation_with_edge_tensors_equals_the_model_on_the_whole_graph(two_ranks, name):
+    """eval.mode=full on 2 ranks, each layer reading its in-edges' features or weights from the CSC-ordered copies,
+    gives the accuracies of one process running the model on the whole graph with the edges' tensors."""
+    data = _graph()
+    config = load_config("tiny", ["model.num_layers=2", *EVALUATED[name]])
+    model = build_model(config.model, data.num_features, int(data.y.max()) + 1, seed=3).eval()
+    read = ModelStep(model).edge_arguments[0]
+    with torch.no_grad():
+        pred = model(data.x, data.edge_index, **{read: data[read]}).argmax(-1)
+        without = model(data.x, data.edge_index).argmax(-1) if name != "gine" else None
+    expected = {f"{s}_acc": int((pred[data[f"{s}_idx"]] == data.y[data[f"{s}_idx"]]).sum()) / data[f"{s}_idx"].numel()
+                for s in ("val", "test")}
+    assert [{k: r[name][k] for k in expected} for r in two_ranks] == [expected] * 2
+    assert two_ranks[0][name]["note"] == ""  # layer by layer, not the sampled fallback
+    if without is not None:  # the edges' tensors change predictions here: the comparison can tell them apart
+        assert not torch.equal(pred, without)
 
 
 # ---- a refused fit: exit status 2, one message, nothing written ---------------------------------------------
 
-USER_MODEL = ("import torch\nclass Net(torch.nn.Module):\n"
-              "    def __init__(self, in_channels, hidden_channels, num_layers, out_channels, dropout, **kwargs):\n"
-              "        super().__init__()\n        self.lin = torch.nn.Linear(in_channels, out_channels)\n"
-              "    def forward(self, x, edge_index):\n        return self.lin(x)\n")
-
-
-@pytest.mark.parametrize("args,named", [
-    # passes the model check (its stand-in batch has edge features), refused once the graph is loaded
-    (["model.name=gat", "model.kwargs.edge_dim=4"], "model.kwargs.edge_dim=4 is set for model.name=gat, but the "
-                                                    "graph has no edge features (edge_attr)"),
-    (["model.name=swallows:Net", "model.kwargs.edge_dim=4"], "model.kwargs.edge_dim=4 is set, but "
-                                                             "model.name=swallows:Net never reads the edges' features"),
-], ids=["graph-without-edge-features", "model-ignores-edge-dim"])
-def test_a_refused_edge_dim_leaves_nothing_behind(tmp_path, args, named):
+def test_an_edge_dim_the_graph_cannot_feed_leaves_nothing_behind(tmp_path):
+    """It passes the model check (the stand-in batch has edge features) and is refused once the graph is loaded,
+    before anything is written."""
     from tests.test_refused_fit import fit, snapshot
 
-    (tmp_path / "swallows.py").write_text(USER_MODEL)
     before = snapshot(tmp_path)
-    done = fit(f"output.dir={tmp_path / 'run'}", *args, cwd=tmp_path)
+    done = fit(f"output.dir={tmp_path / 'run'}", "model.name=gat", "model.kwargs.edge_dim=4", cwd=tmp_path)
     assert done.returncode == 2, done.stdout + done.stderr
     assert "Traceback" not in done.stderr + done.stdout, done.stderr
+    named = "model.kwargs.edge_dim=4 is set for model.name=gat, but the graph has no edge features (edge_attr)"
     assert named in done.stderr and done.stderr.count("error:") == 1, done.stderr
     assert snapshot(tmp_path) == before and not (tmp_path / "run").exists()
