@@ -90,6 +90,18 @@ def test_trimmed_forward_with_edge_tensors_gives_the_seeds_pygs_own_outputs(name
         assert not torch.allclose(full, without, atol=1e-3)
 
 
+def test_16_bit_edge_features_are_widened_as_the_features_are():
+    """data.feature_dtype may keep edge features in 16 bits; the model computes on them in float32."""
+    batch = _batch([4, 3])
+    model = build_model(ModelConfig(name="gat", hidden=8, kwargs={"edge_dim": EDGE_DIM}), 8, 5, seed=0).eval()
+    half = batch.edge_attr.bfloat16()
+    with torch.no_grad():
+        got = ModelStep(model)(batch.x, batch.edge_index, batch.num_sampled_nodes, batch.num_sampled_edges,
+                               edge_attr=half)
+        want = model(batch.x, batch.edge_index, edge_attr=half.float())[: batch.batch_size]
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
 def test_a_model_gets_the_edge_tensors_its_forward_names_and_no_others():
     seen = {}
 

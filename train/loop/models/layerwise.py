@@ -39,6 +39,7 @@ class LayerWise:
     def rows(self, index: int, x: Tensor, edge_index: Tensor, seeds: int,
              source_degree: tuple[Tensor, Tensor] | None = None, edge_attr: Tensor | None = None,
              edge_weight: Tensor | None = None) -> Tensor:
+        edge_attr, edge_weight = (None if t is None else widened(t) for t in (edge_attr, edge_weight))
         out = trim.layer_rows(self.model, index, widened(x), edge_index, seeds, source_degree, edge_attr, edge_weight)
         return trim.head(self.model, [], out) if index == self.num_layers - 1 else out
 

@@ -30,8 +30,8 @@ HALF_FEATURES = (torch.bfloat16, torch.float16)  # data.feature_dtype's storage 
 
 
 def widened(x: Tensor) -> Tensor:
-    """Features as the model computes on them: data.feature_dtype stores them in 16 bits, the model in float32.
-    Every way into the model (the training step, the layer-wise evaluation) widens them here."""
+    """Features (and edge features) as the model computes on them: data.feature_dtype stores them in 16 bits, the
+    model in float32. Every way into the model (the training step, the layer-wise evaluation) widens them here."""
     return x.float() if x.dtype in HALF_FEATURES else x
 
 
@@ -87,9 +87,9 @@ class ModelStep(nn.Module):
         return "none (its forward takes no num_sampled_nodes_per_hop: every sampled row in every layer)"
 
     def edges(self, edge_attr: Tensor | None, edge_weight: Tensor | None) -> dict[str, Tensor]:
-        """The edge tensors the model reads, of those the batch has, by name."""
+        """The edge tensors the model reads, of those the batch has, by name (16-bit ones widened, as features)."""
         given = {"edge_attr": edge_attr, "edge_weight": edge_weight}
-        return {name: given[name] for name in self.edge_arguments if given[name] is not None}
+        return {name: widened(given[name]) for name in self.edge_arguments if given[name] is not None}
 
     def forward(self, x: Tensor, edge_index: Tensor | None = None, num_sampled_nodes: list[int] | None = None,
                 num_sampled_edges: list[int] | None = None, edge_attr: Tensor | None = None,
