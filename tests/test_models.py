@@ -24,15 +24,18 @@ from train.loop.checkpoint import model_differences
 from train.loop.evaluate import in_degree
 from train.loop.models import ModelStep, build_model, layerwise, parameter_count, resolve
 from train.loop.models.contract import CLASSES, check_model
+from train.loop.models.gine import GINE
 
 PYG_CLASS = {"sage": "GraphSAGE", "gcn": "GCN", "gat": "GAT", "gin": "GIN", "mlp": "MLP"}
+OWN_CLASS = {"gine": GINE}  # PyG's GIN with GINEConv layers: PyG has the layer, not the model
+KWARGS = {"gat": {"heads": 4}, "gine": {"edge_dim": 3}}
 
 
 @pytest.mark.parametrize("name", BUILTIN_MODELS)
 def test_builtin_models_are_pygs_own_classes_and_pass_the_contract(name):
-    config = ModelConfig(name=name, hidden=16, kwargs={"heads": 4} if name == "gat" else {})
+    config = ModelConfig(name=name, hidden=16, kwargs=KWARGS.get(name, {}))
     model = build_model(config, 12, 5, seed=0)
-    assert type(model) is getattr(pyg_models, PYG_CLASS[name])
+    assert type(model) is OWN_CLASS.get(name) or type(model) is getattr(pyg_models, PYG_CLASS[name])
     assert (model.in_channels, model.out_channels) == (12, 5)
     # step.reads_graph decides; the table holds its answer for PyG's class, for the config check without torch
     reads = check_model(config).uses_graph

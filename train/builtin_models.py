@@ -1,10 +1,10 @@
 """The built-in models `model.name` names, one row each: the one home of their names and facts.
 
-PyG's GraphSAGE, GCN, GAT, GIN and MLP, by the class name in `torch_geometric.nn.models`, with the layer
-classes BasicGNN builds, the arguments a model reads itself, the workflow's defaults and the values that
-cannot train on sampled batches. Plain data with no import of torch, so that the config check on a login
-node (train/config.py) knows the names and which models read the graph; train/loop/models/builtin.py
-builds them and checks their arguments.
+PyG's GraphSAGE, GCN, GAT, GIN and MLP, by the class name in `torch_geometric.nn.models`, and GINE (PyG's
+GIN with GINEConv layers, train/loop/models/gine.py), with the layer classes BasicGNN builds, the arguments
+a model reads itself, the workflow's defaults and the values that cannot train on sampled batches. Plain
+data with no import of torch, so that the config check on a login node (train/config.py) knows the names
+and which models read the graph; train/loop/models/builtin.py builds them and checks their arguments.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 class Builtin:
     """A built-in model: PyG's class, the layer class BasicGNN builds, and arguments it reads itself."""
 
-    class_name: str  # in torch_geometric.nn.models
+    class_name: str  # in `module`
     convs: tuple[str, ...] = ()  # in torch_geometric.nn.conv: the layers whose arguments it passes on
     own: tuple[str, ...] = ()  # arguments its init_conv takes out of **kwargs (not in any signature)
     defaults: dict[str, Any] = field(default_factory=dict)  # the workflow's defaults, overridden by model.kwargs
@@ -25,11 +25,13 @@ class Builtin:
     # Its forward takes edge_index: the answer of train/loop/models/step.py's reads_graph for PyG's class, written
     # here for the config check without torch (tests/test_models.py holds the two equal).
     reads_graph: bool = True
+    required: dict[str, str] = field(default_factory=dict)  # argument -> what it must be (no default fits)
+    module: str = "torch_geometric.nn.models"  # where class_name is: PyG's models, or the workflow's own
 
     def model_class(self) -> type:
-        import torch_geometric.nn.models as models
+        import importlib
 
-        return getattr(models, self.class_name)
+        return getattr(importlib.import_module(self.module), self.class_name)
 
     def conv_classes(self) -> list[type]:
         import torch_geometric.nn.conv as convs
@@ -44,6 +46,9 @@ BUILTINS: dict[str, Builtin] = {
                                                                   f"{SAMPLED_GRAPHS}")}),
     "gat": Builtin("GAT", ("GATConv", "GATv2Conv"), own=("v2", "heads", "concat", "out_heads")),
     "gin": Builtin("GIN", ("GINConv",)),
+    "gine": Builtin("GINE", ("GINEConv",), module="train.loop.models.gine",
+                    required={"edge_dim": "the width of the graph's edge features (edge_attr): every layer adds them "
+                                          "to its messages"}),
     # PyG's MLP normalises with batch_norm unless told otherwise; the baseline is the plain
     # Linear-ReLU-dropout stack of PyG's examples (model.kwargs.norm=batch_norm brings it back).
     "mlp": Builtin("MLP", defaults={"norm": None}, reads_graph=False),

@@ -69,7 +69,7 @@ class SamplerConfig:
     prefetch: int = 1
 
 
-# The models `model.name` names: PyG's GraphSAGE, GCN, GAT, GIN and MLP (their table: train/builtin_models.py);
+# The models `model.name` names: PyG's GraphSAGE, GCN, GAT, GIN, GINE, MLP (their table: train/builtin_models.py);
 # any other name must be `package.module:ClassName`, the user's own torch.nn.Module (README: "Your own model").
 BUILTIN_MODELS: tuple[str, ...] = tuple(BUILTINS)
 USER_MODEL_RE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
@@ -84,7 +84,7 @@ class ModelConfig:
     # Dropout on the input features, before the first layer, as the Planetoid papers train GCN and GAT (PyG's
     # BasicGNN drops only between layers); applied by the workflow to any model's input. 0: off.
     input_dropout: float = 0.0
-    # More constructor arguments of the model, by name (GAT's heads, jk, norm, ...): a mapping in YAML, or
+    # More constructor arguments of the model, by name (GAT's heads, edge_dim, jk, ...): a mapping in YAML, or
     # model.kwargs.heads=8 on the command line; each is checked against the model's own before the rendezvous.
     kwargs: dict[str, Any] = field(default_factory=dict)
     # Each layer computes only the rows later layers read (the batch's hop counts): the seeds' outputs are

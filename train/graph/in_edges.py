@@ -55,6 +55,22 @@ def chunk_bounds(degree: Tensor, max_targets: int, cost: ChunkCost, budget: int 
     return bounds
 
 
+def in_edge_positions(colptr: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
+    """The CSC positions of the in-edges of `targets` (grouped by target as given, CSC order within) and each
+    one's target as its index in `targets`: the rows of anything kept in the CSC's order beside `row` (the
+    edges' features and weights) that `in_edge_batch`'s edges read, in its edge order."""
+    device = colptr.device
+    targets = targets.to(device, torch.long)
+    start = colptr.index_select(0, targets).long()  # int64: the node-shared CSC may hold int32 ids
+    degree = colptr.index_select(0, targets + 1).long() - start
+    num_edges = int(degree.sum())
+    target_local = torch.repeat_interleave(torch.arange(targets.numel(), device=device), degree,
+                                           output_size=num_edges)
+    first_slot = torch.cumsum(degree, 0) - degree
+    position = torch.arange(num_edges, device=device) + (start - first_slot).index_select(0, target_local)
+    return position, target_local
+
+
 def in_edge_batch(colptr: Tensor, row: Tensor, targets: Tensor) -> tuple[Tensor, Tensor, int]:
     """``(n_id, edge_index, len(targets))``: the targets' in-edges in local ids, on the CSC's device.
 
@@ -64,12 +80,7 @@ def in_edge_batch(colptr: Tensor, row: Tensor, targets: Tensor) -> tuple[Tensor,
     device = colptr.device
     targets = targets.to(device, torch.long)
     num_targets = targets.numel()
-    start = colptr.index_select(0, targets).long()  # int64: the node-shared CSC may hold int32 ids
-    degree = colptr.index_select(0, targets + 1).long() - start
-    num_edges = int(degree.sum())
-    target_local = torch.repeat_interleave(torch.arange(num_targets, device=device), degree, output_size=num_edges)
-    first_slot = torch.cumsum(degree, 0) - degree
-    position = torch.arange(num_edges, device=device) + (start - first_slot).index_select(0, target_local)
+    position, target_local = in_edge_positions(colptr, targets)
     source = row.index_select(0, position).long()
     unique, inverse = torch.unique(torch.cat([targets, source]), return_inverse=True)
     slot = torch.full((unique.numel(),), -1, dtype=torch.long, device=device)

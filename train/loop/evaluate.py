@@ -37,10 +37,10 @@ from train.cluster.distenv import DistEnv
 from train.config import Config
 from train.graph.epoch_split import derive_seed, rank_shard, shard_sizes
 from train.graph.form import form_of
-from train.graph.in_edges import ChunkCost, in_edge_batch, in_edge_chunks
+from train.graph.in_edges import ChunkCost, in_edge_batch, in_edge_chunks, in_edge_positions
 from train.graph.sampling_plan import SamplingPlan, gather_pinned
 from train.graph.shared_graph import csc_targets, graph_csc
-from train.loop.models import LayerWise, ModelStep, hop_counts, layerwise
+from train.loop.models import LayerWise, ModelStep, csc_edge_tensors, edge_inputs, hop_counts, layerwise
 from train.loop.targets import SPLITS, Tally, Targets, targets_for
 
 
@@ -51,7 +51,7 @@ def evaluate(model: ModelStep, data: Data, config: Config, env: DistEnv, device:
     rank; collective over all ranks."""
     was_training = model.training
     model.eval()
-    api, _why_not = layerwise(model)
+    api, _why_not = layerwise(model, data)
     targets = targets_for(form_of(data), data)
     try:
         if not model.uses_graph:
@@ -92,7 +92,8 @@ def _sampled_tallies(model, data, config, env, device, sampling, targets: Target
                                  seed=derive_seed(config.trainer.seed, 2, number))  # the training sampler
         for batch in loader:
             batch = sampling.complete(batch, device).to(device, non_blocking=True)
-            logits = model(batch.x, batch.edge_index, *hop_counts(batch, config.model))[: batch.batch_size]
+            logits = model(batch.x, batch.edge_index, *hop_counts(batch, config.model),
+                           **edge_inputs(batch))[: batch.batch_size]
             targets.add(tallies[split], logits, batch.y[: batch.batch_size])
     return tallies
 
@@ -140,33 +141,50 @@ def fetch_rows(ids: Tensor, mine: Tensor, my_start: int, owners: RowOwners, devi
 
 
 def _edge_chunks(csc, edge_index: Tensor | None, chunk: int):
-    """(sources, targets) of the graph's edges, `chunk` edges at a time: from the CSC where there is one (the
-    node-shared graph has no edge_index), else from edge_index."""
+    """(edges, sources, targets) of the graph's edges, `chunk` edges at a time (`edges`: their slice): from the
+    CSC where there is one (the node-shared graph has no edge_index), else from edge_index."""
     if csc is None:
         for start in range(0, edge_index.size(1), chunk):
             part = edge_index[:, start : start + chunk]
-            yield part[0], part[1]
+            yield slice(start, start + part.size(1)), part[0], part[1]
         return
     colptr, row = csc[0], csc[1]
     for start in range(0, row.numel(), chunk):
         stop = min(start + chunk, row.numel())
-        yield row[start:stop].long(), csc_targets(colptr, start, stop)  # int64, as edge_index
+        yield slice(start, stop), row[start:stop].long(), csc_targets(colptr, start, stop)  # int64, as edge_index
 
 
-def in_degree(data: Data, self_loops: bool = False, chunk: int = 1 << 24, csc=None) -> Tensor:
+def _weighted_in_degree(csc, edge_weight: Tensor, self_loops: bool, chunk: int) -> Tensor:
+    """`in_degree` of a GCN given edge weights (`edge_weight`, in the CSC's order): each node's sum of its
+    in-edges' weights; without self-loops, a self-loop counts its weight beyond the 1 of GCNConv's own
+    (GCNConv keeps a node's self-loop weight for the loop it adds: trim.degree_beyond counts alike)."""
+    colptr = csc[0]
+    degree = torch.zeros(colptr.numel() - 1, dtype=torch.float32, device=colptr.device)
+    for edges, sources, targets in _edge_chunks(csc, None, chunk):
+        weight = edge_weight[edges].to(colptr.device, torch.float32)
+        if not self_loops:
+            weight = weight - (sources == targets).to(weight.dtype)
+        degree.index_add_(0, targets, weight)
+    return degree
+
+
+def in_degree(data: Data, self_loops: bool = False, chunk: int = 1 << 24, csc=None,
+              edge_weight: Tensor | None = None) -> Tensor:
     """Each node's in-edges in the whole graph, self-loops counted or not (GCNConv replaces them with its own
-    unless add_self_loops=False): the degree a GCN layer normalises a source by. From the CSC when there is
-    one (`csc`, else the graph's; on its device); in chunks, so a billion-edge graph needs no temporary of its
-    size."""
+    unless add_self_loops=False): the degree a GCN layer normalises a source by; weighted by `edge_weight` (in
+    the CSC's order) when given. From the CSC when there is one (`csc`, else the graph's; on its device); in
+    chunks, so a billion-edge graph needs no temporary of its size."""
     csc = graph_csc(data) if csc is None else csc
+    if edge_weight is not None:
+        return _weighted_in_degree(csc, edge_weight, self_loops, chunk)
     if csc is not None:
         degree = csc[0].diff().long()
     else:
         degree = torch.zeros(data.num_nodes, dtype=torch.long)
-        for _sources, targets in _edge_chunks(None, data.edge_index, chunk):
+        for _edges, _sources, targets in _edge_chunks(None, data.edge_index, chunk):
             degree += torch.bincount(targets, minlength=data.num_nodes)
     if not self_loops:
-        for sources, targets in _edge_chunks(csc, data.edge_index, chunk):
+        for _edges, sources, targets in _edge_chunks(csc, data.edge_index, chunk):
             loops = targets[sources == targets]
             if loops.numel():
                 degree -= torch.bincount(loops, minlength=data.num_nodes)
@@ -181,12 +199,26 @@ class GraphAt:
     csc: tuple
     x: Tensor  # the features the first layer reads, where they are
     rows: torch.device  # where each layer's rows are kept
+    # the edges' features [E, F] and weights [E] in the CSC's order (aligned with row), where the graph keeps them
+    edge_attr_csc: Tensor | None = None
+    edge_weight_csc: Tensor | None = None
 
     @classmethod
     def of(cls, data: Data, sampling: SamplingPlan) -> "GraphAt":
         features_on_device = sampling.host_features is None and sampling.data.x is not None
         x = sampling.data.x if features_on_device else data.x
-        return cls(sampling.csc, x, x.device)
+        edges = csc_edge_tensors(data)
+        return cls(sampling.csc, x, x.device, edges.get("edge_attr"), edges.get("edge_weight"))
+
+    def chunk_edges(self, api: LayerWise, targets: Tensor, device: torch.device) -> dict[str, Tensor]:
+        """The edge tensors the model reads for the in-edges of `targets`, in `in_edge_batch`'s edge order."""
+        kept = {"edge_attr": self.edge_attr_csc, "edge_weight": self.edge_weight_csc}
+        wanted = {name: kept[name] for name in api.edge_arguments if kept[name] is not None}
+        if not wanted:
+            return {}
+        position, _ = in_edge_positions(self.csc[0], targets)
+        return {name: _gather(values, position, device).to(device, non_blocking=True)
+                for name, values in wanted.items()}
 
 
 def _gather(rows: Tensor, ids: Tensor, device: torch.device) -> Tensor:
@@ -217,6 +249,7 @@ def _layer_rows(api: LayerWise, index: int, graph: GraphAt, nodes: Tensor, batch
             continue
         start, stop = bounds[number], bounds[number + 1]
         n_id, edge_index, seeds = in_edge_batch(colptr, row, nodes[start:stop])
+        edges = graph.chunk_edges(api, nodes[start:stop], device)
         h = inputs(n_id).to(device, non_blocking=True)
         # One hop: every edge points at a target (the first `seeds` of n_id), so the layer is
         # computed for the targets alone. The other nodes' in-edges are not in the batch: a layer
@@ -224,7 +257,7 @@ def _layer_rows(api: LayerWise, index: int, graph: GraphAt, nodes: Tensor, batch
         sources = None
         if degree is not None:
             sources = (torch.arange(seeds, n_id.numel(), device=device), degree[n_id[seeds:]].to(device))
-        rows = api.rows(index, h, edge_index.to(device), seeds, sources)
+        rows = api.rows(index, h, edge_index.to(device), seeds, sources, **edges)
         out[start:stop] = rows.to(graph.rows)
     return out
 
@@ -242,7 +275,8 @@ def _full_tallies(api: LayerWise, data, config, env, device, sampling, targets: 
     def degree_for(index: int) -> Tensor | None:
         kind = api.source_degree_kind(index)
         if kind is not None and kind not in degrees:
-            degrees[kind] = in_degree(data, self_loops=kind == "with self-loops", csc=graph.csc)
+            weight = graph.edge_weight_csc if "edge_weight" in api.edge_arguments else None
+            degrees[kind] = in_degree(data, self_loops=kind == "with self-loops", csc=graph.csc, edge_weight=weight)
         return degrees.get(kind)
 
     def from_features(n_id: Tensor) -> Tensor:

@@ -29,7 +29,7 @@ from train.graph.form import form_of
 from train.graph.sampler import prefetch_safe
 from train.graph.sampling_plan import plan_sampling
 from train.loop.evaluate import evaluate
-from train.loop.models import ModelStep, hop_counts, layerwise, resolve
+from train.loop.models import ModelStep, edge_inputs, graph_edge_width, hop_counts, layerwise, resolve
 from train.loop.outputs import Outputs
 from train.loop.prefetch import Prefetcher
 from train.loop.records import EpochRecord, StepRecord
@@ -109,6 +109,7 @@ class Trainer:
     def __init__(self, config: Config, env: DistEnv, device: torch.device, data: Data, out_dir: Path):
         self.config, self.env, self.device, self.data, self.out_dir = config, env, device, data, out_dir
         spec = resolve(config.model)  # checked before the rendezvous too (train/cli/preflight.py)
+        spec.check_edges(graph_edge_width(data))  # model.kwargs.edge_dim against the graph's edge features
         self.form = form_of(data)  # what the graph answers: its widths, splits and batches (graph/form.py)
         width, classes = self.form.feature_width(data), self.form.num_classes(data)
         self.targets = targets_for(self.form, data)  # one class or several tasks per node: loss and scores
@@ -116,7 +117,7 @@ class Trainer:
         self.model_description = spec.describe(width, classes)  # what checkpoints record
         self.step = ModelStep(self.model, config.model.input_dropout)  # how a batch reaches the model (models/step.py)
         self.ddp = DistributedDataParallel(self.step, device_ids=[device.index] if device.type == "cuda" else None)
-        self.eval_note = layerwise(self.step)[1] if config.eval.mode == "full" else ""
+        self.eval_note = layerwise(self.step, data)[1] if config.eval.mode == "full" else ""
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.optim.lr,
                                           weight_decay=config.optim.weight_decay)
         self.state = RunState()
@@ -213,7 +214,8 @@ class Trainer:
                     batch = batch.to(self.device, non_blocking=True)
                 with self.timer.phase("compute"):
                     self.optimizer.zero_grad(set_to_none=True)
-                    out = self.ddp(batch.x, batch.edge_index, *hop_counts(batch, self.config.model))[: batch.batch_size]
+                    out = self.ddp(batch.x, batch.edge_index, *hop_counts(batch, self.config.model),
+                                   **edge_inputs(batch))[: batch.batch_size]
                     target = batch.y[: batch.batch_size]
                     loss = self.targets.loss(out, target)
                     allreduce_wait = self.allreduce_probe.backward(loss)  # loss.backward(), timed

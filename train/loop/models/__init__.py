@@ -1,9 +1,11 @@
 """The model plug-in: which model `model.name` names, how it is built and checked, and how the loop calls it.
 
-builtin: PyG's own GraphSAGE, GCN, GAT, GIN and MLP by name, with their keyword arguments checked.
+builtin: PyG's own GraphSAGE, GCN, GAT, GIN and MLP (and GINE) by name, with their keyword arguments checked.
 user: `package.module:ClassName`, the user's own torch.nn.Module, imported and checked.
 spec: one resolved model (class and arguments) for building, checkpoints and the memory plan.
 trim: each layer of a PyG BasicGNN computed only for the rows later layers read.
+edges: the edges' features and weights a model reads, from a batch or the graph, and edge_dim's check.
+gine: PyG's GIN with GINEConv layers (model.name=gine).
 step: the module DDP wraps, the one place that says how a batch reaches the model's forward.
 contract: the checks on a tiny batch that run on every rank before the rendezvous.
 layerwise: the exact evaluation's per-layer API.
@@ -11,9 +13,10 @@ layerwise: the exact evaluation's per-layer API.
 The loop imports the model from here, its one door.
 """
 
+from train.loop.models.edges import csc_edge_tensors, edge_inputs, graph_edge_width
 from train.loop.models.layerwise import LayerWise, layerwise
 from train.loop.models.spec import ModelSpec, build_model, parameter_count, resolve
 from train.loop.models.step import ModelStep, hop_counts
 
-__all__ = ["LayerWise", "ModelSpec", "ModelStep", "build_model", "hop_counts", "layerwise", "parameter_count",
-           "resolve"]
+__all__ = ["LayerWise", "ModelSpec", "ModelStep", "build_model", "csc_edge_tensors", "edge_inputs",
+           "graph_edge_width", "hop_counts", "layerwise", "parameter_count", "resolve"]

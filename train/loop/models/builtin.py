@@ -1,4 +1,5 @@
-"""The models `model.name` names: PyG's own classes from `torch_geometric.nn.models`, not re-written here.
+"""The models `model.name` names: PyG's own classes from `torch_geometric.nn.models`, not re-written here
+(GINE: PyG's GIN with GINEConv layers, models/gine.py).
 
 Each takes the common knobs (model.hidden, model.num_layers, model.dropout) as PyG's BasicGNN does
 (`in_channels, hidden_channels, num_layers, out_channels, dropout`), and `model.kwargs` for the rest:
@@ -74,6 +75,14 @@ def refuse_common(kwargs: dict[str, Any]) -> None:
                         "remove it from model.kwargs.")
 
 
+def _edge_hint(key: str) -> str:
+    """For edge_dim given to a model that reads no edge features: the built-ins that do."""
+    if key != "edge_dim":
+        return ""
+    readers = [name for name, builtin in BUILTINS.items() if key in valid_keywords(builtin)]
+    return f" The built-in models that read edge features (edge_dim): {', '.join(readers)}."
+
+
 def builtin_arguments(name: str, kwargs: dict[str, Any], shown: str = "") -> dict[str, Any]:
     """The built-in model's keyword arguments beyond the common ones; `UserError` naming a bad one.
     `shown`: how the model is named in messages (a user's subclass that keeps PyG's constructor)."""
@@ -84,7 +93,10 @@ def builtin_arguments(name: str, kwargs: dict[str, Any], shown: str = "") -> dic
     unknown = [key for key in kwargs if key not in valid]
     if unknown:
         raise UserError(f"model.kwargs.{unknown[0]} is not an argument of model.name={shown}; "
-                        f"valid model.kwargs: {', '.join(valid)}.")
+                        f"valid model.kwargs: {', '.join(valid)}.{_edge_hint(unknown[0])}")
+    for key, what in builtin.required.items():
+        if kwargs.get(key) is None:
+            raise UserError(f"model.name={shown} needs model.kwargs.{key}: {what}.")
     for key, (value, why) in builtin.refused.items():
         if kwargs.get(key) == value:
             raise UserError(f"model.kwargs.{key}={value!r} cannot train model.name={shown} with sampled batches: "

@@ -3,7 +3,9 @@
 `check_model(config)` imports the model, checks model.kwargs against its constructor, builds it for a
 tiny stand-in graph and runs the training step's calls on a real sampled batch of it (every row, then
 trimmed by the hop counts when model.trim is on): the output must be a float tensor of one row per node
-(at least the seeds) and one column per class, and gradients must reach the parameters. Each failure
+(at least the seeds) and one column per class, and gradients must reach the parameters. With
+model.kwargs.edge_dim the batch carries edge features of that width, and they must reach the output
+(a model that ignores them would leave its edge parameters without gradients: DDP stops). Each failure
 is one `UserError` naming the model and what is wrong; a user's mistake never shows as a traceback
 from inside the first training step on some rank.
 """
@@ -19,18 +21,38 @@ from train.config import ModelConfig
 from train.errors import UserError
 from train.graph.form import HOMOGENEOUS, GraphForm
 from train.graph.sampler import make_node_loader
+from train.loop.models.edges import EDGE_DIM
 from train.loop.models.spec import resolve
 from train.loop.models.step import ModelStep
 
 FEATURES, CLASSES, NODES, SEEDS, FANOUT = 6, 3, 40, 4, 3  # the stand-in graph: small, every hop non-empty
 
 
-def tiny_batch(num_layers: int, form: GraphForm = HOMOGENEOUS):
-    """A batch as training samples it (seeds, then each hop; hop counts attached) from a random graph of `form`."""
-    data = form.tiny(NODES, FEATURES, torch.Generator().manual_seed(0))
+def tiny_batch(num_layers: int, form: GraphForm = HOMOGENEOUS, edge_dim: int | None = None,
+               edge_weight: bool = False):
+    """A batch as training samples it (seeds, then each hop; hop counts attached) from a random graph of `form`;
+    with random edge features of width `edge_dim` (a leaf that records its gradient) and positive edge weights."""
+    generator = torch.Generator().manual_seed(0)
+    data = form.tiny(NODES, FEATURES, generator)
     loader = make_node_loader(data, torch.arange(SEEDS), [FANOUT] * num_layers, SEEDS, seed=0,
                               csc=form.structure(data))
-    return next(iter(loader))
+    batch = next(iter(loader))
+    edges = batch.edge_index.size(1)
+    if edge_dim is not None:
+        batch.edge_attr = torch.randn(edges, edge_dim, generator=generator).requires_grad_()
+    if edge_weight:
+        batch.edge_weight = torch.rand(edges, generator=generator) + 0.5
+    return batch
+
+
+def check_reads_edge_features(name: str, edge_dim, edge_attr: Tensor) -> None:
+    """model.kwargs.edge_dim set, yet the backward pass never reached the batch's edge features: the model never
+    reads them. (Reached with a zero gradient is reading them: a few dead ReLUs on a tiny batch do that.)"""
+    if edge_attr.grad is None:
+        raise UserError(f"model.kwargs.{EDGE_DIM}={edge_dim} is set, but model.name={name} never reads the edges' "
+                        "features (edge_attr: its forward does not take them, or ignores them), so its edge "
+                        "parameters would get no gradient; remove model.kwargs.edge_dim, or choose a model that "
+                        "reads them (gat, gine, or your own whose forward takes edge_attr).")
 
 
 def _where(exc: BaseException) -> str:
@@ -64,11 +86,14 @@ def check_model(config: ModelConfig) -> ModelStep:
     """Raise `UserError` unless the model builds and answers a sampled batch as training will call it."""
     spec = resolve(config)
     name = config.name
+    edge_dim = spec.kwargs.get(EDGE_DIM)
     stand_in = f"(on a stand-in graph of {FEATURES} features and {CLASSES} classes)"
     with torch.random.fork_rng(devices=[]):  # leave the process's RNG as it was
         model = spec.build(FEATURES, CLASSES, seed=0, context=stand_in)
         step = ModelStep(model)
-        batch = tiny_batch(config.num_layers)
+        batch = tiny_batch(config.num_layers, edge_dim=edge_dim if isinstance(edge_dim, int) else None,
+                           edge_weight="edge_weight" in step.edge_arguments)
+        edges = {key: batch[key] for key in ("edge_attr", "edge_weight") if key in batch}
         calls = [("forward(x, edge_index) on a sampled batch", ())]
         if config.trim and step.uses_graph:
             calls.append(("forward with the batch's hop counts (model.trim)",
@@ -76,7 +101,7 @@ def check_model(config: ModelConfig) -> ModelStep:
         if not step.uses_graph:
             calls = [("forward(x) (a feature-only model: its forward takes no edge_index)", ())]
         for what, hops in calls:
-            out = _call(name, what, lambda hops=hops: step(batch.x, batch.edge_index, *hops))
+            out = _call(name, what, lambda hops=hops: step(batch.x, batch.edge_index, *hops, **edges))
             out = check_output(name, out, SEEDS, what)
             if not out.requires_grad:
                 raise UserError(f"model.name={name}: {what} returned logits that no gradient flows back from "
@@ -85,6 +110,9 @@ def check_model(config: ModelConfig) -> ModelStep:
             if not any(p.grad is not None for p in model.parameters()):
                 raise UserError(f"model.name={name}: no gradient reaches the model's parameters from its output: "
                                 "nothing to train.")
+            if "edge_attr" in edges:
+                check_reads_edge_features(name, edge_dim, edges["edge_attr"])
+                edges["edge_attr"].grad = None
             model.zero_grad(set_to_none=True)
     return step
 

@@ -6,7 +6,10 @@ alone (train/loop/models/trim.py's `layer_rows`), and a GCN's sources keep their
 graph, so the result is the model on the whole graph. It exists for PyG's BasicGNN models whose
 forward is BasicGNN's own, with every layer one of trim.py's kinds and a jumping-knowledge mode of
 None or "last" (the others combine every layer's outputs, which a layer-at-a-time pass does not keep).
-Any other model is evaluated on sampled neighbourhoods (eval.mode=sampled), and the run says so.
+The edges' features and weights the layers read come from the graph's copies in the CSC's order
+(models/edges.py), sliced with each chunk's in-edges: a graph that has them in no such copy is evaluated
+on sampled neighbourhoods. Any other model is evaluated on sampled neighbourhoods (eval.mode=sampled),
+and the run says so.
 """
 
 from __future__ import annotations
@@ -14,7 +17,8 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 import train.loop.models.trim as trim
-from train.loop.models.step import ModelStep, widened
+from train.loop.models.edges import CSC_SUFFIX, csc_edge_tensors
+from train.loop.models.step import ModelStep, edge_arguments, widened
 
 
 class LayerWise:
@@ -22,6 +26,7 @@ class LayerWise:
 
     def __init__(self, model: nn.Module):
         self.model = model
+        self.edge_arguments = edge_arguments(model)  # the edge tensors its layers read
         self.num_layers = model.num_layers
         # each layer's output width: hidden_channels, then out_channels (after the head, if any)
         self.widths = [model.hidden_channels] * (model.num_layers - 1) + [model.out_channels]
@@ -32,19 +37,33 @@ class LayerWise:
         return trim.source_degree_kind(self.model, index)
 
     def rows(self, index: int, x: Tensor, edge_index: Tensor, seeds: int,
-             source_degree: tuple[Tensor, Tensor] | None = None) -> Tensor:
-        out = trim.layer_rows(self.model, index, widened(x), edge_index, seeds, source_degree)
+             source_degree: tuple[Tensor, Tensor] | None = None, edge_attr: Tensor | None = None,
+             edge_weight: Tensor | None = None) -> Tensor:
+        edge_attr, edge_weight = (None if t is None else widened(t) for t in (edge_attr, edge_weight))
+        out = trim.layer_rows(self.model, index, widened(x), edge_index, seeds, source_degree, edge_attr, edge_weight)
         return trim.head(self.model, [], out) if index == self.num_layers - 1 else out
 
 
-def layerwise(step: ModelStep) -> tuple[LayerWise | None, str]:
-    """The model's per-layer API, or None and why the evaluation falls back to sampled neighbourhoods."""
+def _edges_not_in_csc_order(step: ModelStep, graph) -> str | None:
+    """Why the layers cannot read the edge tensors they take from `graph`: one it has, but not in the CSC's order."""
+    in_csc = csc_edge_tensors(graph)
+    for name in step.edge_arguments:
+        if name not in in_csc and getattr(graph, name, None) is not None:
+            return f"the graph's {name} has no copy in the CSC's order ({name}{CSC_SUFFIX}) to read in-edges from"
+    return None
+
+
+def layerwise(step: ModelStep, graph=None) -> tuple[LayerWise | None, str]:
+    """The model's per-layer API, or None and why the evaluation falls back to sampled neighbourhoods.
+    `graph`: the evaluated graph, for the edge tensors the model reads (None: it has none)."""
     model = step.model
     if not step.uses_graph:
         return None, ""  # a feature-only model: evaluated row by row, exactly, without layers
     reason = step.not_target_trimmed
     if reason is None and model.jk_mode not in (None, "last"):
         reason = f"its jumping-knowledge mode {model.jk_mode!r} combines every layer's outputs"
+    if reason is None and graph is not None:
+        reason = _edges_not_in_csc_order(step, graph)
     if reason is not None:
         return None, (f"eval.mode=full needs the per-layer API of PyG's BasicGNN models and {type(model).__name__} "
                       f"does not provide it ({reason}): evaluating on sampled neighbourhoods (eval.mode=sampled) "

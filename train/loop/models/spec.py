@@ -20,6 +20,7 @@ from torch import nn
 from train.config import ModelConfig
 from train.errors import UserError
 from train.loop.models.builtin import BUILTINS, builtin_arguments, out_heads_gat
+from train.loop.models.edges import check_edge_dim
 from train.loop.models.step import reads_graph
 from train.loop.models.user import import_model_class, user_arguments
 
@@ -40,6 +41,10 @@ class ModelSpec:
     def reads_graph(self) -> bool:
         """Whether the model reads the graph (step.reads_graph on its class's forward), known before it is built."""
         return reads_graph(self.cls.forward)
+
+    def check_edges(self, edge_width: int | None) -> None:
+        """`UserError` unless model.kwargs.edge_dim (if set) is the width of the graph's edge features."""
+        check_edge_dim(self.name, self.kwargs, edge_width)
 
     @property
     def class_path(self) -> str:

@@ -3,6 +3,8 @@
 The contract a model meets (README, "Your own model"):
 * `forward(x, edge_index, ...)` returns one row of `out_channels` logits per node, at least for the
   seeds (the first `batch_size` rows of a sampled batch);
+* if its forward takes `edge_attr` or `edge_weight` (as PyG's BasicGNN.forward does), a batch's edge
+  features and weights are passed by those names (models/edges.py); a batch without them passes nothing more;
 * if its forward takes `num_sampled_nodes_per_hop` and `num_sampled_edges_per_hop` (as PyG's
   BasicGNN.forward does), a sampled batch's per-hop counts are passed by those names (model.trim);
 * a forward without an `edge_index` parameter (PyG's MLP) is fed the features alone, and its
@@ -21,14 +23,15 @@ from torch import Tensor, nn
 
 import train.loop.models.trim as trim
 from train.config import ModelConfig
+from train.loop.models.edges import EDGE_ARGUMENTS
 
 HOP_ARGUMENTS = ("num_sampled_nodes_per_hop", "num_sampled_edges_per_hop")
 HALF_FEATURES = (torch.bfloat16, torch.float16)  # data.feature_dtype's storage forms, widened before the model
 
 
 def widened(x: Tensor) -> Tensor:
-    """Features as the model computes on them: data.feature_dtype stores them in 16 bits, the model in float32.
-    Every way into the model (the training step, the layer-wise evaluation) widens them here."""
+    """Features (and edge features) as the model computes on them: data.feature_dtype stores them in 16 bits, the
+    model in float32. Every way into the model (the training step, the layer-wise evaluation) widens them here."""
     return x.float() if x.dtype in HALF_FEATURES else x
 
 
@@ -46,6 +49,18 @@ def reads_graph(forward) -> bool:
     return "edge_index" in named or open_ended
 
 
+def edge_arguments(model: nn.Module) -> tuple[str, ...]:
+    """Which of EDGE_ARGUMENTS `model` reads: a BasicGNN what its layers take, any other model what its forward
+    names (not **kwargs: a model is given what it asks for by name)."""
+    from torch_geometric.nn.models.basic_gnn import BasicGNN
+
+    if isinstance(model, BasicGNN):
+        return tuple(name for name, read in (("edge_attr", model.supports_edge_attr),
+                                             ("edge_weight", model.supports_edge_weight)) if read)
+    named, _ = forward_parameters(model.forward)
+    return tuple(name for name in EDGE_ARGUMENTS if name in named)
+
+
 class ModelStep(nn.Module):
     """Calls `model` on a batch: features only, every row, or trimmed by the batch's hop counts."""
 
@@ -57,6 +72,7 @@ class ModelStep(nn.Module):
         self.uses_graph = reads_graph(model.forward)  # False: a feature-only model (PyG's MLP)
         self.not_target_trimmed = trim.unsupported(model)  # None: target trimming applies
         self.takes_hop_counts = all(name in named for name in HOP_ARGUMENTS)
+        self.edge_arguments = edge_arguments(model) if self.uses_graph else ()  # which edge tensors it reads
 
     @property
     def trim_mode(self) -> str:
@@ -70,21 +86,29 @@ class ModelStep(nn.Module):
                     f"{self.not_target_trimmed}")
         return "none (its forward takes no num_sampled_nodes_per_hop: every sampled row in every layer)"
 
+    def edges(self, edge_attr: Tensor | None, edge_weight: Tensor | None) -> dict[str, Tensor]:
+        """The edge tensors the model reads, of those the batch has, by name (16-bit ones widened, as features)."""
+        given = {"edge_attr": edge_attr, "edge_weight": edge_weight}
+        return {name: widened(given[name]) for name in self.edge_arguments if given[name] is not None}
+
     def forward(self, x: Tensor, edge_index: Tensor | None = None, num_sampled_nodes: list[int] | None = None,
-                num_sampled_edges: list[int] | None = None) -> Tensor:
+                num_sampled_edges: list[int] | None = None, edge_attr: Tensor | None = None,
+                edge_weight: Tensor | None = None) -> Tensor:
         x = widened(x)
         if self.input_dropout:
             x = F.dropout(x, self.input_dropout, self.training)
         if not self.uses_graph:
             return self.model(x)
+        edges = self.edges(edge_attr, edge_weight)
         if num_sampled_nodes is None or num_sampled_edges is None:
-            return self.model(x, edge_index)
+            return self.model(x, edge_index, **edges)
         if self.not_target_trimmed is None:
-            return trim.trimmed_forward(self.model, x, edge_index, list(num_sampled_nodes), list(num_sampled_edges))
+            return trim.trimmed_forward(self.model, x, edge_index, list(num_sampled_nodes), list(num_sampled_edges),
+                                        **edges)
         if self.takes_hop_counts:
             return self.model(x, edge_index, num_sampled_nodes_per_hop=list(num_sampled_nodes),
-                              num_sampled_edges_per_hop=list(num_sampled_edges))
-        return self.model(x, edge_index)
+                              num_sampled_edges_per_hop=list(num_sampled_edges), **edges)
+        return self.model(x, edge_index, **edges)
 
 
 def hop_counts(batch, config: ModelConfig) -> tuple[list[int] | None, list[int] | None]:

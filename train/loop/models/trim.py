@@ -24,7 +24,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-BIPARTITE = ("SAGEConv", "GATConv", "GATv2Conv", "GINConv", "GraphConv", "EdgeConv")  # take (x_source, x_target)
+# the layers that take (x_source, x_target)
+BIPARTITE = ("SAGEConv", "GATConv", "GATv2Conv", "GINConv", "GINEConv", "GraphConv", "EdgeConv")
 DEGREE_NORMALISED = ("GCNConv",)  # one node set; each edge normalised by its source's and target's degree
 ROW_WISE_NORMS = (nn.Identity, nn.LayerNorm, nn.BatchNorm1d)  # plus PyG's BatchNorm and LayerNorm(mode="node")
 
@@ -71,15 +72,44 @@ def unsupported(model: nn.Module) -> str | None:
     return None
 
 
-def degree_filler(edge_index: Tensor, nodes: Tensor, counts: Tensor) -> tuple[Tensor, Tensor]:
+def degree_filler(edge_index: Tensor, nodes: Tensor, counts: Tensor,
+                  edge_weight: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """`edge_index` plus one edge from node 0 into each of `nodes` weighted by its `counts`, and the weights
-    (1 for the real edges): the in-degree GCNConv computes for `nodes` is then theirs in the full computation."""
-    keep = counts > 0
+    (`edge_weight`, else 1, for the real edges): the in-degree GCNConv computes for `nodes` is then theirs in the
+    full computation."""
+    keep = counts != 0
     nodes, counts = nodes[keep], counts[keep]
     filler = torch.stack([torch.zeros_like(nodes), nodes])
-    weight = torch.ones(edge_index.size(1) + nodes.numel(), dtype=torch.float32, device=edge_index.device)
+    dtype = edge_weight.dtype if edge_weight is not None else torch.float32
+    weight = torch.ones(edge_index.size(1) + nodes.numel(), dtype=dtype, device=edge_index.device)
+    if edge_weight is not None:
+        weight[: edge_index.size(1)] = edge_weight
     weight[edge_index.size(1):] = counts.to(weight.dtype)
     return torch.cat([edge_index, filler], dim=1), weight
+
+
+def degree_beyond(edge_index: Tensor, edge_weight: Tensor | None, kind: str, first: int, count: int
+                  ) -> tuple[Tensor, Tensor]:
+    """(nodes, counts) for `degree_filler`: the in-degree that edges `edge_index` (into nodes first..first+count)
+    give them, as GCNConv counts it. Weighted by `edge_weight` when given; "without self-loops": GCNConv
+    replaces a node's self-loop by one of its own, weighted 1 or the node's self-loop's weight, so a self-loop
+    counts its weight beyond that 1 (nothing, unweighted)."""
+    device = edge_index.device
+    weight = torch.ones(edge_index.size(1), device=device) if edge_weight is None else edge_weight.float()
+    if kind == "without self-loops":
+        weight = weight - (edge_index[0] == edge_index[1]).to(weight.dtype)
+    counts = torch.zeros(count, dtype=weight.dtype, device=device).index_add_(0, edge_index[1] - first, weight)
+    return torch.arange(first, first + count, device=device), counts
+
+
+def layer_edges(model: nn.Module, edge_attr: Tensor | None, edge_weight: Tensor | None) -> dict[str, Tensor]:
+    """The edge tensors BasicGNN.forward passes its layers: those they read (`supports_edge_*`), when given."""
+    edges = {}
+    if model.supports_edge_attr and edge_attr is not None:
+        edges["edge_attr"] = edge_attr
+    if model.supports_edge_weight and edge_weight is not None:
+        edges["edge_weight"] = edge_weight
+    return edges
 
 
 def after_conv(model: nn.Module, index: int, x: Tensor) -> Tensor:
@@ -96,19 +126,20 @@ def after_conv(model: nn.Module, index: int, x: Tensor) -> Tensor:
 
 
 def layer_rows(model: nn.Module, index: int, x: Tensor, edge_index: Tensor, targets: int,
-               source_degree: tuple[Tensor, Tensor] | None = None) -> Tensor:
+               source_degree: tuple[Tensor, Tensor] | None = None, edge_attr: Tensor | None = None,
+               edge_weight: Tensor | None = None) -> Tensor:
     """Layer `index` of a BasicGNN for the first `targets` rows of `x`, from every row of `x` over the edges
-    into the targets. `source_degree`: (nodes, counts) of in-edges the sources have beyond `edge_index`
-    (read by degree-normalised layers only)."""
+    into the targets (with their `edge_attr` and `edge_weight` rows, when given). `source_degree`: (nodes,
+    counts) of in-edges the sources have beyond `edge_index` (read by degree-normalised layers only)."""
     conv = model.convs[index]
     _, degree = _conv_kinds()
+    edges = layer_edges(model, edge_attr, edge_weight)
     if isinstance(conv, degree):
-        weight = None
         if source_degree is not None:
-            edge_index, weight = degree_filler(edge_index, *source_degree)
-        out = conv(x, edge_index, edge_weight=weight)[:targets]
+            edge_index, edges["edge_weight"] = degree_filler(edge_index, *source_degree, edges.get("edge_weight"))
+        out = conv(x, edge_index, **edges)[:targets]
     else:
-        out = conv((x, x[:targets]), edge_index)
+        out = conv((x, x[:targets]), edge_index, **edges)
     return after_conv(model, index, out)
 
 
@@ -129,9 +160,12 @@ def head(model: nn.Module, xs: list[Tensor], x: Tensor) -> Tensor:
 
 
 def trimmed_forward(model: nn.Module, x: Tensor, edge_index: Tensor, nodes_per_hop: list[int],
-                    edges_per_hop: list[int]) -> Tensor:
-    """The seeds' rows of `model(x, edge_index)` (the first nodes_per_hop[0]), each layer computing only
-    the rows later layers read. `model` must pass `unsupported(model) is None`."""
+                    edges_per_hop: list[int], edge_attr: Tensor | None = None,
+                    edge_weight: Tensor | None = None) -> Tensor:
+    """The seeds' rows of `model(x, edge_index, edge_attr=..., edge_weight=...)` (the first nodes_per_hop[0]),
+    each layer computing only the rows later layers read, from the edges (and their rows of the edge tensors)
+    it keeps. `model` must pass `unsupported(model) is None`."""
+    edge_weight = edge_weight if model.supports_edge_weight else None  # read only by layers that take it
     last = model.num_layers - 1
     seeds = nodes_per_hop[0]
     xs = []
@@ -143,12 +177,12 @@ def trimmed_forward(model: nn.Module, x: Tensor, edge_index: Tensor, nodes_per_h
         kind = source_degree_kind(model, index)
         if kind is not None and hops + 1 < len(edges_per_hop):
             # the next hop's edges point into this layer's outermost sources (rows targets..len(x))
-            beyond = edge_index[:, edges : edges + edges_per_hop[hops + 1]]
-            if kind == "without self-loops":
-                beyond = beyond[:, beyond[0] != beyond[1]]
-            counts = torch.bincount(beyond[1] - targets, minlength=x.size(0) - targets)
-            degree = (torch.arange(targets, x.size(0), device=x.device), counts)
-        x = layer_rows(model, index, x, edge_index[:, :edges], targets, degree)
+            beyond = slice(edges, edges + edges_per_hop[hops + 1])
+            degree = degree_beyond(edge_index[:, beyond], None if edge_weight is None else edge_weight[beyond],
+                                   kind, targets, x.size(0) - targets)
+        x = layer_rows(model, index, x, edge_index[:, :edges], targets, degree,
+                       None if edge_attr is None else edge_attr[:edges],
+                       None if edge_weight is None else edge_weight[:edges])
         if hasattr(model, "jk"):
             xs.append(x[:seeds])
     return head(model, xs, x[:seeds])
