@@ -7,6 +7,8 @@ and its weight source * 1000 + target, so a batch's rows are checked against the
 from __future__ import annotations
 
 import itertools
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -27,7 +29,7 @@ from train.graph.form import HOMOGENEOUS
 from train.graph.graphsize import GraphSize
 from train.graph.kinds import dataset_kind
 from train.graph.sampler import FusedNeighborSampler, TorchNeighborSampler, make_node_loader
-from train.graph.sampling_plan import batch_source, plan_sampling
+from train.graph.sampling_plan import GPU_HEADROOM, batch_source, gpu_structure_bytes, plan_sampling
 from train.graph.shared_graph import graph_from_tensors, graph_tensors
 from train.plan.terms import graph_size_of, shared_graph_bytes
 
@@ -261,3 +263,31 @@ def test_the_batch_rows_follow_the_hops_as_the_edge_index_does():
     for start, stop in itertools.pairwise(bounds):
         src, dst = batch.n_id[batch.edge_index[:, start:stop]]
         assert torch.equal(batch.edge_attr[start:stop, :2].long(), torch.stack([src, dst], dim=1))
+
+
+def test_the_batches_are_pyg_neighbor_loaders_own_with_pyg_lib(anchor_venv):
+    """In NVIDIA's container pyg-lib samples: run in the anchor's Python, which has it, PyG's own NeighborLoader
+    and the run's loaders (a rank's own graph, and the node-shared one sampled by pyg-lib in place) must give the
+    same edges with the same rows and ids on fanouts -1, and pyg-lib's partial samples each edge's own rows."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([str(anchor_venv / "bin" / "python"), "-m", "tests.harness.workers.native_edges"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["compared"] == 6 and result["sampled"] > 300 and result["python"].startswith(str(anchor_venv))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (sampler.device=cuda)")
+@pytest.mark.parametrize("features_fit", [True, False], ids=["on-the-gpu", "host-features"])
+def test_cuda_sampling_puts_the_edge_values_where_the_features_go(features_fit):
+    shared = shared_copy(graph_data())
+    device = torch.device("cuda", torch.cuda.current_device())
+    structure = gpu_structure_bytes(N, 600, with_perm=False, csc_index_bytes=4)
+    free = None if features_fit else int((structure + 64) / (1 - GPU_HEADROOM)) + 1
+    plan = plan_sampling(shared, SamplerConfig(device="cuda"), device, free_gpu_bytes=free)
+    assert plan.device.type == "cuda" and (plan.host_features is None) == features_fit
+    assert plan.edges.device.type == ("cuda" if features_fit else "cpu")
+    for batch in plan.loader(torch.arange(N), [4, 3], 40, seed=1):
+        batch = plan.complete(batch, device)
+        assert batch.edge_attr.is_cuda and batch.edge_weight.is_cuda and batch.e_id.is_cuda
+        check_meaning(batch.to("cpu"))
