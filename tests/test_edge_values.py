@@ -21,7 +21,7 @@ from torch_geometric.utils import k_hop_subgraph
 
 from tests.harness.localjob import run_local_job
 from tests.test_data_files import N, good_arrays, write_folder
-from train.config import DataConfig, SamplerConfig
+from train.config import DataConfig, SamplerConfig, load_config
 from train.errors import UserError
 from train.graph.data import load_graph
 from train.graph.edge_rows import EdgeRows
@@ -31,7 +31,14 @@ from train.graph.kinds import dataset_kind
 from train.graph.sampler import FusedNeighborSampler, TorchNeighborSampler, make_node_loader
 from train.graph.sampling_plan import GPU_HEADROOM, batch_source, gpu_structure_bytes, plan_sampling
 from train.graph.shared_graph import graph_from_tensors, graph_tensors
-from train.plan.terms import graph_size_of, shared_graph_bytes
+from train.plan.terms import (
+    gpu_feature_bytes_of,
+    graph_size_of,
+    host_batch_bytes,
+    private_graph_bytes,
+    sampled_hops,
+    shared_graph_bytes,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLERS = pytest.mark.parametrize("sampler_class", [TorchNeighborSampler, FusedNeighborSampler],
@@ -167,6 +174,15 @@ def test_the_plan_counts_the_edge_values_and_the_perm_a_node_shares():
     plain = GraphSize(1000, 20_000, 16, 4, (500, 200, 300))
     with_values = GraphSize(1000, 20_000, 16, 4, (500, 200, 300), edge_features=8, edge_weight=True)
     assert shared_graph_bytes(with_values) - shared_graph_bytes(plain) == 20_000 * (9 * 4 + 4)
+    hops = sampled_hops(64, [5, 5], plain)
+    assert host_batch_bytes(with_values, hops, pinned=False) - host_batch_bytes(plain, hops, pinned=False) == (
+        hops.total_edges * 9 * 4)  # a batch's rows of them
+    # a rank's own graph keeps them once too, in the user's order, and the perm it always had
+    assert private_graph_bytes(with_values) - private_graph_bytes(plain) == 20_000 * 9 * 4
+    config = load_config("tiny")
+    for sharing in (True, False):
+        assert gpu_feature_bytes_of(config, with_values, sharing) - gpu_feature_bytes_of(config, plain, sharing) == (
+            20_000 * (9 * 4 + (4 if sharing else 8)))
     data = graph_data()
     assert shared_graph_bytes(graph_size_of(data)) == graph_tensors(data.clone())[1]
     assert graph_size_of(shared_copy(data)) == graph_size_of(data)
