@@ -21,6 +21,7 @@ from torch_geometric.utils import k_hop_subgraph
 
 from tests.harness.localjob import run_local_job
 from tests.test_data_files import N, good_arrays, write_folder
+from train.cli.plan import format_plan
 from train.config import DataConfig, SamplerConfig, load_config
 from train.errors import UserError
 from train.graph.data import load_graph
@@ -35,6 +36,7 @@ from train.plan.terms import (
     gpu_feature_bytes_of,
     graph_size_of,
     host_batch_bytes,
+    make_plan,
     private_graph_bytes,
     sampled_hops,
     shared_graph_bytes,
@@ -85,6 +87,9 @@ def test_a_folder_with_edge_values_loads_them_memory_mapped(tmp_path):
     assert str(folder / "edge_attr.npy") in Path("/proc/self/maps").read_text()
     size = dataset_kind("files").plan_size(DataConfig(name="files", path=str(folder)))
     assert (size.edge_features, size.edge_weight, size.edge_floats) == (3, True, 4)
+    config = load_config("tiny", ["data.name=files", f"data.path={folder}"])
+    header = format_plan(make_plan(config, size, nodes=1, ranks=2, gpus=False), config).splitlines()[0]
+    assert f"({N} nodes, 600 edges (3 features and a weight each), 6 features)" in header, header
 
 
 def test_a_saved_data_with_one_edge_feature_and_float64_gets_float32_columns(tmp_path):

@@ -125,7 +125,8 @@ class GraphForm(ABC):
 
 
 class Homogeneous(GraphForm):
-    """One node type, one edge type: a PyG `Data` with x, y, edge_index and the split as index tensors."""
+    """One node type, one edge type: a PyG `Data` with x, y, edge_index and the split as index tensors, and the
+    edges' values (edge_attr, edge_weight) where the graph has them."""
 
     name = "homogeneous"
 
