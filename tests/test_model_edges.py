@@ -20,6 +20,8 @@ from train.cluster.distenv import free_port
 from train.config import ModelConfig, load_config
 from train.errors import UserError
 from train.graph.data import synthetic_graph
+from train.graph.edge_rows import EdgeRows
+from train.graph.form import attach_edge_rows
 from train.graph.in_edges import in_edge_batch
 from train.graph.sampler import build_csc, make_node_loader
 from train.loop.evaluate import GraphAt, in_degree
@@ -140,23 +142,27 @@ def test_a_model_gets_the_edge_tensors_its_forward_names_and_no_others():
 
 # ---- the exact evaluation: one layer at a time over full in-neighbourhoods read from the CSC ----------------
 
+@pytest.mark.parametrize("csc_order", [False, True], ids=["user-order", "csc-order"])
 @pytest.mark.parametrize("name,kwargs", EDGE_MODELS[::2] + [("gcn", {"add_self_loops": False})],
                          ids=IDS[::2] + ["gcn-False"])
-def test_layer_by_layer_with_the_csc_ordered_edge_tensors_is_the_model_on_the_whole_graph(name, kwargs):
+def test_layer_by_layer_with_the_edge_values_by_csc_position_is_the_model_on_the_whole_graph(name, kwargs, csc_order):
+    """The values kept as a rank's own graph keeps them (the user's order, read through the perm) or as the node-shared
+    graph does (the CSC's order): either way each chunk reads its in-edges' own rows."""
     data = _graph()
     model = build_model(ModelConfig(name=name, hidden=16, num_layers=2, kwargs=kwargs), 8, 5, seed=1).eval()
     colptr, row, perm = build_csc(data.edge_index, data.num_nodes)
-    shared = Data(x=data.x, edge_attr_csc=data.edge_attr[perm], edge_weight_csc=data.edge_weight[perm])
-    api, why = layerwise(ModelStep(model), shared)
+    values = {"edge_attr": data.edge_attr, "edge_weight": data.edge_weight}
+    if csc_order:
+        values = {key: value[perm] for key, value in values.items()}
+    api, why = layerwise(ModelStep(model))
     assert api is not None, why
-    graph = GraphAt((colptr, row, perm), data.x, data.x.device, shared.edge_attr_csc, shared.edge_weight_csc)
+    graph = GraphAt((colptr, row, perm), data.x, data.x.device, EdgeRows(values, perm, csc_order))
     h = data.x
     with torch.no_grad():
         for index in range(api.num_layers):
             kind = api.source_degree_kind(index)
             degree = None if kind is None else in_degree(
-                data, self_loops=kind == "with self-loops", chunk=333, csc=graph.csc,
-                edge_weight=graph.edge_weight_csc if "edge_weight" in api.edge_arguments else None)
+                data, self_loops=kind == "with self-loops", chunk=333, csc=graph.csc, edge_weight=graph.csc_weight(api))
             rows = []
             for targets in torch.arange(data.num_nodes).split(97):
                 n_id, edge_index, seeds = in_edge_batch(colptr, row, targets)
@@ -166,16 +172,6 @@ def test_layer_by_layer_with_the_csc_ordered_edge_tensors_is_the_model_on_the_wh
             h = torch.cat(rows)
         read = "edge_weight" if name == "gcn" else "edge_attr"
         torch.testing.assert_close(h, model(data.x, data.edge_index, **{read: data[read]}), rtol=1e-4, atol=1e-5)
-
-
-def test_a_graph_whose_edge_tensors_have_no_csc_copy_is_evaluated_on_sampled_neighbourhoods():
-    step = ModelStep(build_model(ModelConfig(name="gat", kwargs={"edge_dim": EDGE_DIM}), 8, 5, seed=0))
-    api, why = layerwise(step, Data(edge_attr=torch.randn(4, EDGE_DIM)))
-    assert api is None and "edge_attr has no copy in the CSC's order (edge_attr_csc)" in why
-    assert "eval.mode=sampled" in why
-    # a model that reads no edge tensors is evaluated layer by layer whatever the graph holds
-    assert layerwise(ModelStep(build_model(ModelConfig(name="sage"), 8, 5, seed=0)),
-                     Data(edge_attr=torch.randn(4, EDGE_DIM)))[0] is not None
 
 
 def test_weighted_in_degree_counts_a_self_loop_beyond_gcnconvs_own():
@@ -219,7 +215,8 @@ def test_edge_dim_must_be_the_graphs_edge_feature_width():
     spec = resolve(ModelConfig(name="gat", kwargs={"edge_dim": 4}))
     with pytest.raises(UserError, match=r"model.kwargs.edge_dim=4 for model.name=gat, but the graph's edge "
                                         r"features \(edge_attr\) have 3 columns; set model.kwargs.edge_dim=3\."):
-        spec.check_edges(graph_edge_width(Data(edge_attr_csc=torch.zeros(5, 3))))
+        kept = attach_edge_rows(Data(), EdgeRows({"edge_attr": torch.zeros(5, 3)}, torch.arange(5), csc_order=True))
+        spec.check_edges(graph_edge_width(kept))  # the node-shared graph keeps its values beside the CSC alone
     with pytest.raises(UserError, match=r"model.kwargs.edge_dim=4 is set for model.name=gat, but the graph has no "
                                         r"edge features"):
         spec.check_edges(graph_edge_width(Data(x=torch.zeros(3, 2))))
@@ -235,15 +232,16 @@ EVALUATED = {"gat": ["model.name=gat", f"model.kwargs.edge_dim={EDGE_DIM}", "mod
 
 
 def _shared_graph() -> Data:
-    """`_graph()` as training holds it: the sampler's CSC, and the edge tensors in its order beside `row`, kept
-    as the CSC is (outside Data's store)."""
+    """`_graph()` as the node-shared graph holds it: the sampler's CSC, and the edge values in its order beside
+    `row`, kept as the CSC is (outside Data's store, which no longer has them)."""
     from train.graph.form import attach_csc
 
     data = _graph().clone()
     csc = build_csc(data.edge_index, data.num_nodes)
     attach_csc(data, csc)
-    object.__setattr__(data, "edge_attr_csc", data.edge_attr[csc[2]])
-    object.__setattr__(data, "edge_weight_csc", data.edge_weight[csc[2]])
+    attach_edge_rows(data, EdgeRows({"edge_attr": data.edge_attr[csc[2]], "edge_weight": data.edge_weight[csc[2]]},
+                                    csc[2], csc_order=True))
+    del data.edge_attr, data.edge_weight
     return data
 
 
@@ -281,7 +279,7 @@ def _worker(rank, world, port, out_dir):
             config = load_config("tiny", ["sampler.eval_batch_size=64", "model.num_layers=2", *overrides])
             step = ModelStep(build_model(config.model, data.num_features, classes, seed=3))
             sampling = plan_sampling(data, config.sampler, torch.device("cpu"))
-            result[name] = {"note": layerwise(step, data)[1],
+            result[name] = {"note": layerwise(step)[1],
                             **evaluate(step, data, config, env, torch.device("cpu"), sampling)}
         (Path(out_dir) / f"{rank}.json").write_text(json.dumps(result))
     finally:

@@ -10,13 +10,14 @@ import pytest
 import torch
 import torch_geometric.typing
 from torch_geometric.data import Data
-from torch_geometric.loader import NeighborLoader, NodeLoader
+from torch_geometric.loader import NodeLoader
 from torch_geometric.nn import SAGEConv
-from torch_geometric.sampler import NodeSamplerInput
+from torch_geometric.sampler import NeighborSampler, NodeSamplerInput
 
 from train.graph.key_sampling import key_positions
 from train.graph.sampler import (
     FusedNeighborSampler,
+    SampledNodeLoader,
     TorchNeighborSampler,
     _floyd_positions,
     _random_key_positions,
@@ -323,28 +324,29 @@ def test_loader_route_without_native_sampler(data, monkeypatch):
     monkeypatch.setattr(torch_geometric.typing, "WITH_PYG_LIB", False)
     monkeypatch.setattr(torch_geometric.typing, "WITH_TORCH_SPARSE", False)
     loader = make_node_loader(data, torch.arange(10), [2], batch_size=5, seed=0)
-    assert type(loader) is NodeLoader and isinstance(loader.node_sampler, TorchNeighborSampler)
+    assert type(loader) is SampledNodeLoader and isinstance(loader.node_sampler, TorchNeighborSampler)
 
 
 def test_loader_route_with_native_sampler(data, monkeypatch):
     """Only construction is checked here: sampling itself would need the real extension."""
     monkeypatch.setattr(torch_geometric.typing, "WITH_PYG_LIB", True)
     assert have_native_sampler()
-    assert isinstance(make_node_loader(data, torch.arange(10), [2], batch_size=5), NeighborLoader)
+    native = make_node_loader(data, torch.arange(10), [2], batch_size=5)
+    assert type(native) is SampledNodeLoader and isinstance(native.node_sampler, NeighborSampler)
     seeded = make_node_loader(data, torch.arange(10), [2], batch_size=5, seed=3, epoch=1)
-    assert isinstance(seeded, NeighborLoader) and seeded.node_sampler.epoch == 1
+    assert isinstance(seeded.node_sampler, NeighborSampler) and seeded.node_sampler.epoch == 1
     csc = build_csc(data.edge_index, data.num_nodes)
     for loader in (
         make_node_loader(data, torch.arange(10), [2], batch_size=5, force_torch_sampler=True),
         make_node_loader(data, torch.arange(10), [2], batch_size=5, csc=csc),
     ):
-        assert type(loader) is NodeLoader and isinstance(loader.node_sampler, TorchNeighborSampler)
+        assert type(loader) is SampledNodeLoader and isinstance(loader.node_sampler, TorchNeighborSampler)
     # A CSC without a permutation (the node-shared graph, which has no edge_index) goes to the native
     # sampler too, which samples from that CSC in place (its sampling: tests/test_sharing.py, with pyg-lib).
     colptr, row, _ = build_csc(data.edge_index, data.num_nodes)
     shared = make_node_loader(batch_source(torch.device("cpu"), x=data.x, y=data.y), torch.arange(10), [2],
                               batch_size=5, seed=1, csc=(colptr, row, None))
-    assert isinstance(shared, NeighborLoader)
+    assert isinstance(shared.node_sampler, NeighborSampler)
     assert shared.node_sampler.colptr is colptr and shared.node_sampler.row is row
     assert shared.node_sampler.perm is None and shared.node_sampler.num_nodes == data.num_nodes
 

@@ -114,7 +114,9 @@ def gpu_memory(given_gib: float | None) -> tuple[int | None, str]:
 
 def format_plan(plan: Plan, config: Config) -> str:
     size = plan.size
-    lines = [f"memory plan: {config.data.name} ({size.nodes:,} nodes, {size.edges:,} edges, {size.features} features), "
+    values = [f"{size.edge_features} features" if size.edge_features else "", "a weight" if size.edge_weight else ""]
+    edges = f"{size.edges:,} edges" + (f" ({' and '.join(v for v in values if v)} each)" if size.edge_floats else "")
+    lines = [f"memory plan: {config.data.name} ({size.nodes:,} nodes, {edges}, {size.features} features), "
              f"{plan.nodes} node(s) x {plan.ranks_per_node} rank(s), data.share={plan.share}, "
              f"eval.mode={config.eval.mode}"]
     capacity = {"node": plan.node_capacity, "GPU": plan.gpu_capacity}

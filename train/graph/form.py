@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
+from train.graph.edge_rows import EDGE_VALUES, EdgeRows, edge_values
 from train.graph.graphsize import GraphSize
 from train.graph.labels import is_multilabel, num_outputs
 from train.graph.sampler import build_csc
@@ -44,6 +45,12 @@ def attach_csc(data: Data, csc: CSC) -> Data:
 
 def graph_csc(data: Data) -> CSC | None:
     return data.__dict__.get("csc")
+
+
+def attach_edge_rows(data: Data, rows: EdgeRows | None) -> Data:
+    """Keep the edges' values and ids (train/graph/edge_rows.py) beside the CSC, outside Data's store (as the CSC)."""
+    object.__setattr__(data, "edge_rows", rows)
+    return data
 
 
 def csc_index_dtype(num_nodes: int, num_edges: int) -> torch.dtype:
@@ -98,6 +105,10 @@ class GraphForm(ABC):
         """The sampler's structure, built once and kept beside the graph."""
 
     @abstractmethod
+    def edge_rows(self, graph) -> EdgeRows | None:
+        """The edges' values and ids by CSC position (None: the graph has no edge values), kept beside the CSC."""
+
+    @abstractmethod
     def shared_tensors(self, graph) -> tuple[Shared, int]:
         """What a node shares (data.share=node), in write order, and its size in bytes."""
 
@@ -119,7 +130,8 @@ class GraphForm(ABC):
 
 
 class Homogeneous(GraphForm):
-    """One node type, one edge type: a PyG `Data` with x, y, edge_index and the split as index tensors."""
+    """One node type, one edge type: a PyG `Data` with x, y, edge_index and the split as index tensors, and the
+    edges' values (edge_attr, edge_weight) where the graph has them."""
 
     name = "homogeneous"
 
@@ -154,20 +166,39 @@ class Homogeneous(GraphForm):
             attach_csc(graph, csc)
         return csc
 
+    def edge_rows(self, graph: Data) -> EdgeRows | None:
+        """Built once: a rank's own graph keeps its values in the user's order, read through the CSC's perm."""
+        if "edge_rows" not in graph.__dict__:
+            values = edge_values(graph)
+            attach_edge_rows(graph, EdgeRows(values, self.structure(graph)[2], csc_order=False) if values else None)
+        return graph.__dict__["edge_rows"]
+
     def shared_tensors(self, graph: Data) -> tuple[Shared, int]:
-        """The features, labels and splits, then the CSC. The CSC is built while writing, from
-        ``graph.edge_index``, which it then drops from `graph` (local rank 0's private copy) to lower the
-        peak; ``row`` is written from the CSC just built."""
+        """The features, labels and splits, then the CSC, then (where the graph has them) the CSC's perm and the
+        edges' values in CSC order. The CSC is built while writing, from ``graph.edge_index``, which it then drops
+        from `graph` (local rank 0's private copy) to lower the peak; ``row`` is written from the CSC just built,
+        each edge value permuted into CSC order when its turn comes (and dropped from `graph`)."""
         num_nodes, num_edges = graph.num_nodes, graph.edge_index.size(1)
         index_dtype = csc_index_dtype(num_nodes, num_edges)
+        values = edge_values(graph)
         built: dict[str, Tensor] = {}
 
         def colptr() -> Tensor:
-            ptr, row, _perm = build_csc(graph.edge_index, num_nodes)
-            del graph.edge_index, _perm
+            ptr, row, perm = build_csc(graph.edge_index, num_nodes)
+            del graph.edge_index
             built["row"] = row.to(index_dtype)
-            del row
+            if values:
+                built["perm"] = perm
+            del row, perm
             return ptr.to(index_dtype)
+
+        def in_csc_order(name: str, last: bool) -> Callable[[], Tensor]:
+            def permuted() -> Tensor:
+                perm = built.pop("perm") if last else built["perm"]
+                out = values.pop(name).index_select(0, perm)
+                delattr(graph, name)
+                return out
+            return permuted
 
         tensors: Shared = {"x": graph.x, "y": graph.y}
         for split in SPLITS:
@@ -177,11 +208,19 @@ class Homogeneous(GraphForm):
         index_bytes = index_dtype.itemsize
         size = (graph.x.nbytes + graph.y.nbytes + sum(graph[s].nbytes for s in SPLITS)
                 + (num_nodes + 1) * index_bytes + num_edges * index_bytes)
+        if values:
+            tensors["perm"] = lambda: built["perm"].to(index_dtype)
+            size += num_edges * index_bytes + sum(value.nbytes for value in values.values())
+        for number, name in enumerate(list(values)):
+            tensors[name] = in_csc_order(name, last=number == len(values) - 1)
         return tensors, size
 
     def from_tensors(self, tensors: Mapping[str, Tensor]) -> Data:
-        """Features, labels and splits in the Data, its structure only in the CSC beside it."""
+        """Features, labels and splits in the Data, its structure only in the CSC beside it, and the edges' values
+        (in CSC order) and ids beside that."""
         data = Data(x=tensors["x"], y=tensors["y"], **{split: tensors[split] for split in SPLITS})
+        values = {name: tensors[name] for name in EDGE_VALUES if name in tensors}
+        attach_edge_rows(data, EdgeRows(values, tensors["perm"], csc_order=True) if "perm" in tensors else None)
         return attach_csc(data, (tensors["colptr"], tensors["row"], None))
 
     def feature_batch(self, graph: Data, nodes: Tensor) -> Data:
@@ -197,10 +236,15 @@ class Homogeneous(GraphForm):
         return data
 
     def planned(self, size: GraphSize) -> Data:
-        return Data(x=torch.empty(size.nodes, size.features, device="meta"),
+        data = Data(x=torch.empty(size.nodes, size.features, device="meta"),
                     y=torch.empty(size.nodes, dtype=torch.long, device="meta"),
                     edge_index=torch.empty(2, size.edges, dtype=torch.long, device="meta"),
                     **{split: torch.empty(n, dtype=torch.long, device="meta") for split, n in zip(SPLITS, size.split)})
+        if size.edge_features:
+            data.edge_attr = torch.empty(size.edges, size.edge_features, device="meta")
+        if size.edge_weight:
+            data.edge_weight = torch.empty(size.edges, device="meta")
+        return data
 
 
 HOMOGENEOUS = Homogeneous()

@@ -2,8 +2,9 @@
 
 A folder holds one file per array, `.npy` or `.pt`: `edge_index` (2 x E node ids), `x` (N x F
 floats), `y` (N integer labels, -1 for a node outside every split; or N x T multi-label tasks:
-train/graph/labels.py) and the split, as indices
-(`train_idx`, `val_idx`, `test_idx`) or boolean masks (`train_mask`, ...). `.npy` files are
+train/graph/labels.py), the split, as indices (`train_idx`, `val_idx`, `test_idx`) or boolean masks
+(`train_mask`, ...), and optionally the edges' values `edge_attr` (E x D floats) and `edge_weight` (E floats),
+row i for column i of edge_index. `.npy` files are
 memory-mapped (np.load mmap_mode="r") and `.pt` files loaded with mmap=True, so a graph larger
 than memory is paged in from the file system and, with data.share=node, streamed into the
 node's one shared copy instead of being held twice. Everything is checked before training,
@@ -27,6 +28,7 @@ from torch_geometric.data import Data
 
 from train.errors import UserError
 from train.files import dir_problem, file_problem
+from train.graph.edge_rows import EDGE_VALUES
 from train.graph.labels import is_multilabel, multilabel_expected, multilabel_problem, multilabel_targets
 from train.graph.rawfiles import npy_problem, pt_problem
 
@@ -81,7 +83,7 @@ def _read_array(path: Path) -> Tensor:
 
 def read_folder(folder: Path) -> dict[str, Tensor]:
     """Every known array of `folder`, by name; a name given twice (.npy and .pt) is refused."""
-    known = (*ARRAYS, *(f"{s}_idx" for s in SPLITS), *(f"{s}_mask" for s in SPLITS))
+    known = (*ARRAYS, *EDGE_VALUES, *(f"{s}_idx" for s in SPLITS), *(f"{s}_mask" for s in SPLITS))
     arrays = {}
     for name in known:  # present, even as a directory or a dangling link: then named for what it is
         found = [folder / f"{name}{suffix}" for suffix in SUFFIXES if os.path.lexists(folder / f"{name}{suffix}")]
@@ -148,6 +150,7 @@ def check_graph(arrays: Mapping[str, Tensor], source: str,
                         "x (num_nodes x num_features), y (num_nodes) and a split (train/val/test _idx or _mask).")
     num_nodes = _check_features(arrays["x"], source, scan_values)
     _check_edge_index(arrays["edge_index"], num_nodes, source, scan_values)
+    check_edge_values(arrays, source, scan_values)
     y = _check_labels(arrays["y"], num_nodes, source)
     splits = {split: _split_indices(arrays, split, num_nodes, source) for split in SPLITS}
     _check_splits(splits, y, source)
@@ -159,9 +162,52 @@ def validate_graph(arrays: Mapping[str, Tensor], source: str) -> Data:
     y, splits = check_graph(arrays, source)
     x, edge_index = arrays["x"], arrays["edge_index"]
     y = multilabel_targets(y) if is_multilabel(y) else y.long()
-    return Data(x=x if x.dtype == torch.float32 else x.float(), y=y,
+    values = {name: _float32(value) for name, value in check_edge_values(arrays, source, scan_values=False).items()}
+    return Data(x=_float32(x), y=y,
                 edge_index=edge_index if edge_index.dtype == torch.long else edge_index.long(),
-                train_idx=splits["train"], val_idx=splits["val"], test_idx=splits["test"])
+                train_idx=splits["train"], val_idx=splits["val"], test_idx=splits["test"], **values)
+
+
+def _float32(t: Tensor) -> Tensor:
+    """float32, as the model computes (a memory-mapped float32 array stays mapped)."""
+    return t if t.dtype == torch.float32 else t.float()
+
+
+EDGE_SHAPES = {"edge_attr": "(num_edges, num_edge_features), or (num_edges) for one feature",
+               "edge_weight": "(num_edges), one weight per edge"}
+
+
+def check_edge_values(arrays: Mapping[str, Tensor], source: str, scan_values: bool = True) -> dict[str, Tensor]:
+    """The optional per-edge values, checked: floats, one row per column of edge_index (row i for edge i), all
+    finite. edge_attr comes back 2-D ([E] read as [E, 1]), edge_weight 1-D ([E, 1] read as [E])."""
+    num_edges = arrays["edge_index"].size(-1)
+    out = {}
+    for name in EDGE_VALUES:
+        value = arrays.get(name)
+        if value is None:
+            continue
+        if value.dim() == 1 and name == "edge_attr":
+            value = value.view(-1, 1)
+        elif value.dim() == 2 and value.size(1) == 1 and name == "edge_weight":
+            value = value.view(-1)
+        wanted_dim = 2 if name == "edge_attr" else 1
+        if value.dim() != wanted_dim or not value.is_floating_point() or value.size(0) != num_edges:
+            rows = f"{value.size(0)} rows" if value.dim() else "no rows"
+            raise UserError(f"{source}: {name} has shape {tuple(value.shape)} ({rows}) and dtype {value.dtype}; "
+                            f"expected floats of shape {EDGE_SHAPES[name]}: one row per edge, and edge_index has "
+                            f"{num_edges} edges (columns), row i belonging to column i.")
+        if name == "edge_attr" and value.size(1) == 0:
+            raise UserError(f"{source}: edge_attr has no columns (shape {tuple(value.shape)}); leave it out, or give "
+                            "each edge at least one feature.")
+        if scan_values:
+            finite = torch.isfinite(value) if value.dim() == 1 else torch.isfinite(value).all(dim=1)
+            if not bool(finite.all()):
+                bad = (~finite).nonzero().view(-1)
+                raise UserError(f"{source}: {name} holds NaN or infinite values in {bad.numel()} rows (first: row "
+                                f"{int(bad[0])}, the edge in column {int(bad[0])} of edge_index); fill or drop them "
+                                "before training.")
+        out[name] = value
+    return out
 
 
 def _check_features(x: Tensor, source: str, scan_values: bool = True) -> int:

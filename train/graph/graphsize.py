@@ -17,6 +17,13 @@ class GraphSize:
     classes: int
     split: tuple[int, int, int]  # train, val, test nodes
     form: str = "homogeneous"  # the graph's form, whose tensors these are (train/graph/form.py FORMS)
+    edge_features: int = 0  # edge_attr's width (0: none)
+    edge_weight: bool = False  # whether the graph has edge_weight
+
+    @property
+    def edge_floats(self) -> int:
+        """Floats per edge of its values (edge_attr's row and its weight); 0 for a graph without."""
+        return self.edge_features + int(self.edge_weight)
 
     @property
     def degree(self) -> float:

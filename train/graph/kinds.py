@@ -125,14 +125,17 @@ class Files(DatasetKind):
     def plan_size(self, data: DataConfig) -> GraphSize:
         """Shapes from the memory-mapped arrays (headers), checked as `fit` checks them but without reading a
         feature or an edge: an empty, cut-short or ill-shaped file is named, never a traceback."""
-        from train.graph.graphfiles import check_graph, read_graph_arrays
+        from train.graph.graphfiles import check_edge_values, check_graph, read_graph_arrays
 
         arrays, source = read_graph_arrays(data.path)
         y, splits = check_graph(arrays, source, scan_values=False)
         x, edges = arrays["x"], arrays["edge_index"]
+        values = check_edge_values(arrays, source, scan_values=False)
         classes = num_outputs(y)  # check_graph: a labeled, non-empty train split
         return GraphSize(x.size(0), edges.size(-1), x.size(-1), classes,
-                         tuple(splits[s].numel() for s in ("train", "val", "test")))
+                         tuple(splits[s].numel() for s in ("train", "val", "test")),
+                         edge_features=values["edge_attr"].size(1) if "edge_attr" in values else 0,
+                         edge_weight="edge_weight" in values)
 
     def load(self, data: DataConfig, root: Path) -> Data:
         from train.graph.graphfiles import load_files

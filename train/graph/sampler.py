@@ -4,7 +4,9 @@ PyG's ``NeighborSampler`` needs one of those compiled extensions. They ship in
 NVIDIA's PyG container but not in a plain pip install, so this module holds a
 vectorized pure-PyTorch sampler with the same output contract (homogeneous,
 directed, non-disjoint, ``subgraph_type='directional'``) and a loader factory
-that picks PyG's own ``NeighborLoader`` whenever a native sampler exists.
+that picks PyG's own ``NeighborSampler`` whenever a native one exists. Its batches carry their edges'
+ids and values (``e_id``, ``edge_attr``, ``edge_weight``: train/graph/edge_rows.py) as PyG's
+``NeighborLoader`` gives them.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import torch
 import torch_geometric.typing
 from torch import Tensor
 from torch_geometric.data import Data
-from torch_geometric.loader import NeighborLoader, NodeLoader
+from torch_geometric.loader import NodeLoader
 from torch_geometric.sampler import (
     BaseSampler,
     EdgeSamplerInput,
@@ -27,11 +29,13 @@ from torch_geometric.sampler import (
 )
 from torch_geometric.sampler.utils import to_csc
 
+from train.graph.edge_rows import EdgeRows
 from train.graph.epoch_split import derive_seed
 from train.graph.key_sampling import key_positions
 
 __all__ = [
     "FusedNeighborSampler",
+    "SampledNodeLoader",
     "TorchNeighborSampler",
     "build_csc",
     "have_native_sampler",
@@ -405,6 +409,26 @@ def make_node_sampler(
     return torch_sampler(data, list(num_neighbors), csc=csc, device=device)
 
 
+class SampledNodeLoader(NodeLoader):
+    """PyG's `NodeLoader` (as `NeighborLoader` builds it around a sampler), whose batches carry their edges' ids and
+    values from `edges`, read by the sampler's CSC positions (train/graph/edge_rows.py). Where the graph keeps
+    no edge ids (the node-shared graph of a graph without edge values, whose CSC has no perm), a batch has no
+    `e_id`: the positions are not the user's edge ids."""
+
+    def __init__(self, data: Data, *, edges: EdgeRows | None = None, **kwargs):
+        super().__init__(data, **kwargs)
+        self.edges = edges
+
+    def filter_fn(self, out: SamplerOutput) -> Data:
+        batch = super().filter_fn(out)
+        if self.edges is not None:
+            for name, rows in self.edges.at(out.edge).items():
+                batch[name] = rows
+        elif self.node_sampler.edge_permutation is None:
+            del batch.e_id
+        return batch
+
+
 def make_node_loader(
     data: Data,
     input_nodes: Tensor,
@@ -419,20 +443,20 @@ def make_node_loader(
     num_workers: int = 0,
     pin_memory: bool = False,
     force_torch_sampler: bool = False,
+    edges: EdgeRows | None = None,
 ) -> NodeLoader:
     """Mini-batches over input_nodes IN THE GIVEN ORDER (no shuffling, drop_last=False) with these fanouts
     and seeds. `sampler`: one from `make_node_sampler` to reuse, as a run does (train/graph/sampling_plan.py;
     one loader at a time per sampler: the next call reconfigures it, a loader's worker processes keep their
-    own copy); else a sampler of its own is made from `csc`, `device` and `force_torch_sampler`."""
+    own copy); else a sampler of its own is made from `csc`, `device` and `force_torch_sampler`. `edges`: the
+    graph's edge values and ids by CSC position, which each batch then carries."""
     if sampler is None:
         sampler = make_node_sampler(data, num_neighbors, csc=csc, device=device, num_workers=num_workers,
                                     force_torch_sampler=force_torch_sampler)
     sampler.configure(list(num_neighbors), seed=seed, epoch=epoch)
     kwargs = dict(input_nodes=input_nodes, batch_size=batch_size, shuffle=False, drop_last=False,
                   num_workers=num_workers, pin_memory=pin_memory)
-    if isinstance(sampler, NeighborSampler):  # PyG's own loader around PyG's own sampler
-        return NeighborLoader(data, num_neighbors=list(num_neighbors), neighbor_sampler=sampler, **kwargs)
-    return NodeLoader(data, node_sampler=sampler, **kwargs)
+    return SampledNodeLoader(data, node_sampler=sampler, edges=edges, **kwargs)
 
 
 __doc__ += """

@@ -2,8 +2,10 @@
 
 CPU sampling: the loader's workers sample and gather the features (pinned when training on a
 GPU). GPU sampling: the CSC on the GPU, the features there too when they fit, else gathered on
-the host into pinned memory and copied without blocking. sampler.device=auto (the default) samples
-on the GPU when structure and features both fit beside the run's working sets, else on the CPU.
+the host into pinned memory and copied without blocking. The edges' values and ids (edge_attr,
+edge_weight, e_id: train/graph/edge_rows.py) go where the features go, and count with them.
+sampler.device=auto (the default) samples on the GPU when structure and features both fit beside the run's
+working sets, else on the CPU.
 Each rank's GPU holds a copy of its own: the graph is not split across a node's GPUs, so where each
 cannot hold one, every rank samples from the node's one copy in host memory.
 """
@@ -20,6 +22,7 @@ from torch_geometric.data import Data
 
 from train.config import SamplerConfig
 from train.errors import UserError
+from train.graph.edge_rows import EdgeRows, gather_pinned
 from train.graph.form import CSC, form_of
 from train.graph.sampler import make_node_loader, make_node_sampler
 from train.graph.shared_graph import gib
@@ -39,9 +42,10 @@ def gpu_structure_bytes(num_nodes: int, num_edges: int, with_perm: bool, csc_ind
     return ((num_nodes + 1) + num_edges * (2 if with_perm else 1)) * csc_index_bytes + num_nodes * INDEX_BYTES
 
 
-def gpu_feature_bytes(num_nodes: int, num_features: int, feature_dtype: str) -> int:
-    """The features in data.feature_dtype and the int64 labels, as the GPU holds them."""
-    return num_nodes * (num_features * FEATURE_DTYPES[feature_dtype].itemsize + INDEX_BYTES)
+def gpu_feature_bytes(num_nodes: int, num_features: int, feature_dtype: str, edge_bytes: int = 0) -> int:
+    """The features in data.feature_dtype and the int64 labels, as the GPU holds them, and the edges' values and
+    ids (`edge_bytes`: EdgeRows.nbytes), which go with them."""
+    return num_nodes * (num_features * FEATURE_DTYPES[feature_dtype].itemsize + INDEX_BYTES) + edge_bytes
 
 
 @dataclass(frozen=True)
@@ -98,15 +102,6 @@ def gpu_placement(structure_bytes: int, feature_bytes: int, free: int, working_b
     return dataclasses.replace(placement, structure=structure, features=features)
 
 
-def gather_pinned(source: Tensor, index: Tensor) -> Tensor:
-    """``source[index]`` written straight into page-locked memory, ready for a non-blocking copy.
-
-    PyTorch's caching host allocator keeps the block until the copy that reads it has finished.
-    """
-    out = torch.empty((index.numel(), *source.shape[1:]), dtype=source.dtype, pin_memory=True)
-    return torch.index_select(source, 0, index, out=out)
-
-
 @dataclass
 class SamplingPlan:
     """Decided once per run: where the sampler runs, what each batch is gathered from."""
@@ -120,6 +115,7 @@ class SamplingPlan:
     note: str = ""
     fell_back: bool = False  # sampler.device=cuda asked, sampling on the CPU
     each_rank: bool = False  # the note is this rank's own decision (auto, or a fallback): every rank says it
+    edges: EdgeRows | None = None  # the edges' values and ids, where the features are (None: the graph has none)
     _samplers: dict = field(default_factory=dict, repr=False, compare=False)  # built on first use, then reused
 
     def loader(self, seeds: Tensor, num_neighbors: Sequence[int], batch_size: int, *, seed: int | None,
@@ -127,7 +123,7 @@ class SamplingPlan:
         """Batches of `seeds` (in order) from the run's one sampler: every epoch and sampled evaluation."""
         sampler = self.batch_sampler(num_neighbors)
         return make_node_loader(self.data, seeds, num_neighbors, batch_size, sampler=sampler, seed=seed, epoch=epoch,
-                                num_workers=self.num_workers, pin_memory=self.pin_memory)
+                                num_workers=self.num_workers, pin_memory=self.pin_memory, edges=self.edges)
 
     def batch_sampler(self, num_neighbors: Sequence[int] = ()):
         """The run's one sampler (built on first use, then reused): every epoch and sampled evaluation."""
@@ -168,10 +164,12 @@ def plan_sampling(data: Data, config: SamplerConfig, device: torch.device, free_
     the CSC on the GPU and the features there too (in `feature_dtype`) when they fit beside `working_bytes`.
     sampler.device=auto samples on the GPU only when both fit; cuda whenever the structure does, the features
     then gathered on the host into pinned memory."""
-    csc = form_of(data).structure(data)
+    form = form_of(data)
+    csc, edges = form.structure(data), form.edge_rows(data)
     on_host = batch_source(torch.device("cpu"), x=data.x, y=data.y)
     cpu_plan = SamplingPlan(torch.device("cpu"), on_host, csc, None,
-                            pin_memory=config.pin_memory and device.type == "cuda", num_workers=config.num_workers)
+                            pin_memory=config.pin_memory and device.type == "cuda", num_workers=config.num_workers,
+                            edges=edges)
     if config.device == "cpu":
         return cpu_plan
     if device.type != "cuda":
@@ -186,7 +184,7 @@ def plan_sampling(data: Data, config: SamplerConfig, device: torch.device, free_
         free_gpu_bytes, _total = torch.cuda.mem_get_info(device)
     colptr, row, perm = csc
     structure = gpu_structure_bytes(colptr.numel() - 1, row.numel(), perm is not None, row.element_size())
-    features = gpu_feature_bytes(data.num_nodes, data.num_features, feature_dtype)
+    features = gpu_feature_bytes(data.num_nodes, data.num_features, feature_dtype, edges.nbytes if edges else 0)
     placement = gpu_placement(structure, features, free_gpu_bytes, working_bytes)
     auto = config.device == "auto"
     note = placement.describe(str(device), config.device)
@@ -196,6 +194,7 @@ def plan_sampling(data: Data, config: SamplerConfig, device: torch.device, free_
     gpu_csc = tuple(t.to(device) if t is not None else None for t in csc)
     if placement.features:
         on_gpu = batch_source(device, x=data.x.to(device, FEATURE_DTYPES[feature_dtype]), y=data.y.to(device))
-        return SamplingPlan(device, on_gpu, gpu_csc, None, False, 0, note, each_rank=auto)
+        return SamplingPlan(device, on_gpu, gpu_csc, None, False, 0, note, each_rank=auto,
+                            edges=edges.to(device) if edges else None)
     structure_only = batch_source(device, num_nodes=data.num_nodes)
-    return SamplingPlan(device, structure_only, gpu_csc, (data.x, data.y), False, 0, note)
+    return SamplingPlan(device, structure_only, gpu_csc, (data.x, data.y), False, 0, note, edges=edges)

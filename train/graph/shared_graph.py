@@ -25,7 +25,9 @@ whose second row the CSC's ``colptr`` already holds, and its ids are int32 where
 (`csc_index_dtype`): 4 bytes per edge instead of 16 (1.6 billion edges, ogbn-papers100M: 19 GB less
 per node). The Data has no ``edge_index`` then; each batch still gets its own (the loader builds it
 from the sample, in int64), and `csc_targets` gives the targets of any range of edges where a
-whole-graph pass needs them.
+whole-graph pass needs them. A graph with edge values (``edge_attr``, ``edge_weight``) stores them
+once too, in CSC order beside ``row``, with the CSC's ``perm`` (the batches' ``e_id``): the form's
+`edge_rows` (train/graph/edge_rows.py).
 """
 
 from __future__ import annotations

@@ -35,12 +35,13 @@ from torch_geometric.data import Data
 
 from train.cluster.distenv import DistEnv
 from train.config import Config
+from train.graph.edge_rows import EdgeRows
 from train.graph.epoch_split import derive_seed, rank_shard, shard_sizes
 from train.graph.form import form_of
 from train.graph.in_edges import ChunkCost, in_edge_batch, in_edge_chunks, in_edge_positions
 from train.graph.sampling_plan import SamplingPlan, gather_pinned
 from train.graph.shared_graph import csc_targets, graph_csc
-from train.loop.models import LayerWise, ModelStep, csc_edge_tensors, edge_inputs, hop_counts, layerwise
+from train.loop.models import LayerWise, ModelStep, edge_inputs, hop_counts, layerwise
 from train.loop.targets import SPLITS, Tally, Targets, targets_for
 
 
@@ -51,7 +52,7 @@ def evaluate(model: ModelStep, data: Data, config: Config, env: DistEnv, device:
     rank; collective over all ranks."""
     was_training = model.training
     model.eval()
-    api, _why_not = layerwise(model, data)
+    api, _why_not = layerwise(model)
     targets = targets_for(form_of(data), data)
     try:
         if not model.uses_graph:
@@ -199,26 +200,30 @@ class GraphAt:
     csc: tuple
     x: Tensor  # the features the first layer reads, where they are
     rows: torch.device  # where each layer's rows are kept
-    # the edges' features [E, F] and weights [E] in the CSC's order (aligned with row), where the graph keeps them
-    edge_attr_csc: Tensor | None = None
-    edge_weight_csc: Tensor | None = None
+    edges: EdgeRows | None = None  # the edges' features and weights by CSC position (None: the graph has none)
 
     @classmethod
     def of(cls, data: Data, sampling: SamplingPlan) -> "GraphAt":
         features_on_device = sampling.host_features is None and sampling.data.x is not None
         x = sampling.data.x if features_on_device else data.x
-        edges = csc_edge_tensors(data)
-        return cls(sampling.csc, x, x.device, edges.get("edge_attr"), edges.get("edge_weight"))
+        return cls(sampling.csc, x, x.device, sampling.edges)
+
+    def read(self, api: LayerWise) -> list[str]:
+        """The edge values the model reads that the graph has."""
+        return [name for name in api.edge_arguments if self.edges is not None and name in self.edges.values]
+
+    def csc_weight(self, api: LayerWise) -> Tensor | None:
+        """Every CSC position's edge weight when the model reads them (a GCN's weighted in-degree), else None."""
+        return self.edges.in_csc_order("edge_weight") if "edge_weight" in self.read(api) else None
 
     def chunk_edges(self, api: LayerWise, targets: Tensor, device: torch.device) -> dict[str, Tensor]:
         """The edge tensors the model reads for the in-edges of `targets`, in `in_edge_batch`'s edge order."""
-        kept = {"edge_attr": self.edge_attr_csc, "edge_weight": self.edge_weight_csc}
-        wanted = {name: kept[name] for name in api.edge_arguments if kept[name] is not None}
+        wanted = self.read(api)
         if not wanted:
             return {}
         position, _ = in_edge_positions(self.csc[0], targets)
-        return {name: _gather(values, position, device).to(device, non_blocking=True)
-                for name, values in wanted.items()}
+        rows = self.edges.at(position)  # where the positions are (pinned and copied when the values are the host's)
+        return {name: rows[name].to(device, non_blocking=True) for name in wanted}
 
 
 def _gather(rows: Tensor, ids: Tensor, device: torch.device) -> Tensor:
@@ -275,7 +280,7 @@ def _full_tallies(api: LayerWise, data, config, env, device, sampling, targets: 
     def degree_for(index: int) -> Tensor | None:
         kind = api.source_degree_kind(index)
         if kind is not None and kind not in degrees:
-            weight = graph.edge_weight_csc if "edge_weight" in api.edge_arguments else None
+            weight = graph.csc_weight(api)
             degrees[kind] = in_degree(data, self_loops=kind == "with self-loops", csc=graph.csc, edge_weight=weight)
         return degrees.get(kind)
 

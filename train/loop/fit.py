@@ -117,7 +117,7 @@ class Trainer:
         self.model_description = spec.describe(width, classes)  # what checkpoints record
         self.step = ModelStep(self.model, config.model.input_dropout)  # how a batch reaches the model (models/step.py)
         self.ddp = DistributedDataParallel(self.step, device_ids=[device.index] if device.type == "cuda" else None)
-        self.eval_note = layerwise(self.step, data)[1] if config.eval.mode == "full" else ""
+        self.eval_note = layerwise(self.step)[1] if config.eval.mode == "full" else ""
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.optim.lr,
                                           weight_decay=config.optim.weight_decay)
         self.state = RunState()

@@ -78,7 +78,10 @@ def graph_size_of(data) -> GraphSize:
 
     form = form_of(data)
     split = tuple(int(form.split_nodes(data, name).numel()) for name in ("train", "val", "test"))
-    return GraphSize(form.num_nodes(data), num_edges(data), form.feature_width(data), form.num_classes(data), split)
+    values = edges.values if (edges := form.edge_rows(data)) is not None else {}
+    return GraphSize(form.num_nodes(data), num_edges(data), form.feature_width(data), form.num_classes(data), split,
+                     edge_features=values["edge_attr"].size(1) if "edge_attr" in values else 0,
+                     edge_weight="edge_weight" in values)
 
 
 @dataclass(frozen=True)
@@ -161,7 +164,7 @@ def forward_bytes(config: Config, size: GraphSize, hops: Hops, backward: bool) -
     messages (SAGEConv gathers one row per edge; their gradient too where the input needs one)."""
     widths = layer_widths(config, size)
     last = len(widths) - 1
-    total = hops.total_nodes * size.features * FLOAT + hops.total_edges * EDGE_IDS * INDEX
+    total = hops.total_nodes * size.features * FLOAT + hops.total_edges * (EDGE_IDS * INDEX + size.edge_floats * FLOAT)
     messages = 0
     rows_factor = LAYER_ROWS if backward else NO_GRAD_ROWS
     graph = reads_graph(config)
@@ -178,8 +181,10 @@ def forward_bytes(config: Config, size: GraphSize, hops: Hops, backward: bool) -
 
 
 def host_batch_bytes(size: GraphSize, hops: Hops, pinned: bool) -> int:
-    """A batch sampled on the host for a GPU: its features and ids, pinned (rounded up by the host allocator)."""
-    raw = hops.total_nodes * (size.features * FLOAT + INDEX) + hops.total_edges * EDGE_IDS * INDEX
+    """A batch sampled on the host for a GPU: its features, edge values and ids, pinned (rounded up by the host
+    allocator)."""
+    raw = hops.total_nodes * (size.features * FLOAT + INDEX) + hops.total_edges * (EDGE_IDS * INDEX
+                                                                                   + size.edge_floats * FLOAT)
     return int(raw * (PINNED_ROUNDING if pinned else 1))
 
 
@@ -206,7 +211,10 @@ def loading_bytes(size: GraphSize, source: str) -> int:
     build on the loaded graph (see CSC_BUILD_ARRAYS), whichever is larger."""
     x_bytes, edge_array = size.nodes * size.features * FLOAT, size.edges * INDEX
     loaded = shared_graph_bytes(size) + edge_array  # the shared CSC keeps one id per edge, edge_index two
-    csc_build = loaded + CSC_BUILD_ARRAYS * edge_array
+    # edge values: the node-shared graph's writer keeps the int64 perm and one value permuted at a time
+    widest = max(size.edge_features, int(size.edge_weight))
+    values = (edge_array + size.edges * widest * FLOAT) if size.edge_floats else 0
+    csc_build = loaded + CSC_BUILD_ARRAYS * edge_array + values
     return int(max(LOADER_PEAK[source](x_bytes, edge_array, size.nodes), csc_build)) + LOADING_FIXED_BYTES
 
 
@@ -263,8 +271,9 @@ def private_graph_bytes(size: GraphSize) -> int:
     """One rank's own graph (data.share=process, or alone on its node): the loaded tensors and a CSC with its own
     row and perm (train/graph/shared_graph.py private_graph), in int64. Beyond what a node shares (its CSC's
     colptr and row, in its own dtype), that is those two in int64, the loaded edge_index (two ids per edge) and
-    the CSC's perm (one)."""
-    shared_ids = (size.nodes + 1 + size.edges) * csc_index_bytes(size, sharing=True)
+    the CSC's perm (one). Its edge values, in the user's order, take what the node's in CSC order do."""
+    perm_kept = 1 if size.edge_floats else 0  # the node-shared graph keeps perm where the graph has edge values
+    shared_ids = (size.nodes + 1 + size.edges * (1 + perm_kept)) * csc_index_bytes(size, sharing=True)
     return shared_graph_bytes(size) - shared_ids + (size.nodes + 1) * INDEX + 4 * size.edges * INDEX
 
 
@@ -288,11 +297,13 @@ def gpu_working_bytes(config: Config, size: GraphSize) -> int:
     return int(max(train, evaluation) * CUDA_CACHE_SLACK)
 
 
-def gpu_feature_bytes_of(config: Config, size: GraphSize) -> int:
-    """The features (in data.feature_dtype) and labels where the GPU holds them."""
+def gpu_feature_bytes_of(config: Config, size: GraphSize, sharing: bool) -> int:
+    """The features (in data.feature_dtype) and labels where the GPU holds them, and the edges' values and ids
+    (the CSC's perm, in the CSC's dtype) with them."""
     from train.graph.sampling_plan import gpu_feature_bytes
 
-    return gpu_feature_bytes(size.nodes, size.features, config.data.feature_dtype)
+    edges = size.edges * (size.edge_floats * FLOAT + csc_index_bytes(size, sharing)) if size.edge_floats else 0
+    return gpu_feature_bytes(size.nodes, size.features, config.data.feature_dtype, edges)
 
 
 def free_at_placement(gpu_bytes: int, config: Config, size: GraphSize) -> int:
@@ -309,8 +320,8 @@ def placement_for(config: Config, size: GraphSize, sharing: bool, gpu_bytes: int
         return None
     structure = gpu_structure_bytes(size.nodes, size.edges, with_perm=not sharing,
                                     csc_index_bytes=csc_index_bytes(size, sharing))
-    return gpu_placement(structure, gpu_feature_bytes_of(config, size), free_at_placement(gpu_bytes, config, size),
-                         gpu_working_bytes(config, size))
+    return gpu_placement(structure, gpu_feature_bytes_of(config, size, sharing),
+                         free_at_placement(gpu_bytes, config, size), gpu_working_bytes(config, size))
 
 
 @dataclass(frozen=True)
@@ -345,7 +356,8 @@ def batch_host_bytes(setting: Setting, size: GraphSize, hops: Hops) -> int:
         return host_batch_bytes(size, hops, pinned=setting.config.sampler.pin_memory)
     if setting.features_on_gpu:
         return 0
-    return int(hops.total_nodes * (size.features * FLOAT + INDEX) * PINNED_ROUNDING)
+    edge_rows = hops.total_edges * (size.edge_floats * FLOAT + INDEX) if size.edge_floats else 0  # values, e_id
+    return int((hops.total_nodes * (size.features * FLOAT + INDEX) + edge_rows) * PINNED_ROUNDING)
 
 
 def evaluation_bytes(setting: Setting, size: GraphSize) -> tuple[str, int, int]:
@@ -441,7 +453,7 @@ def gpu_rows(setting: Setting, size: GraphSize, train: int, evaluation: int) -> 
             csc_index_bytes=csc_index_bytes(size, setting.sharing))
         if setting.features_on_gpu:
             rows[f"features ({setting.config.data.feature_dtype}) and labels (they fit)"] = gpu_feature_bytes_of(
-                setting.config, size)
+                setting.config, size, setting.sharing)
     rows["training batch: features, activations, gradients"] = train
     if evaluation:
         rows["evaluation working set"] = evaluation

@@ -1,8 +1,8 @@
 """The edges' tensors a model reads: PyG's `edge_attr` [E, F] and `edge_weight` [E], by the names PyG gives them.
 
-A batch carries them aligned with its `edge_index` (as PyG's NeighborLoader gives them); the graph keeps them in
-the CSC's order beside `row` (`edge_attr_csc`, `edge_weight_csc`), from which the exact evaluation slices each
-chunk's in-edges. A model gets those its forward takes, by name, as it gets the hop counts (models/step.py);
+A batch carries them aligned with its `edge_index` (as PyG's NeighborLoader gives them); the graph keeps them
+beside its CSC (train/graph/edge_rows.py's `EdgeRows`, by CSC position), from which the exact evaluation reads
+each chunk's in-edges. A model gets those its forward takes, by name, as it gets the hop counts (models/step.py);
 a batch without them passes nothing more. PyG's BasicGNN models take both names in their forward but pass on
 only what their layers read (`supports_edge_attr`, `supports_edge_weight`): those are what they get
 (step.py's `edge_arguments`).
@@ -17,7 +17,6 @@ from torch import Tensor
 from train.errors import UserError
 
 EDGE_ARGUMENTS = ("edge_attr", "edge_weight")  # forward's parameter names, and the batch's attributes
-CSC_SUFFIX = "_csc"  # the graph's copies in the CSC's order: edge_attr_csc, edge_weight_csc
 EDGE_DIM = "edge_dim"  # the model.kwargs entry that sizes a model's edge-feature input (GATConv, GINEConv, ...)
 
 
@@ -26,17 +25,13 @@ def edge_inputs(batch) -> dict[str, Tensor]:
     return {name: value for name in EDGE_ARGUMENTS if (value := getattr(batch, name, None)) is not None}
 
 
-def csc_edge_tensors(graph) -> dict[str, Tensor]:
-    """The graph's edge tensors in the CSC's order (aligned with `row`), by their batch names."""
-    return {name: value for name in EDGE_ARGUMENTS
-            if (value := getattr(graph, name + CSC_SUFFIX, None)) is not None}
-
-
 def graph_edge_width(graph) -> int | None:
-    """The width of the graph's edge features (a model's edge_dim), or None when it has none."""
-    attr = csc_edge_tensors(graph).get("edge_attr")
+    """The width of the graph's edge features (a model's edge_dim), or None when it has none: from the graph's
+    own `edge_attr`, or from the values kept beside its CSC (the node-shared graph keeps them there alone)."""
+    attr = getattr(graph, "edge_attr", None)
     if attr is None:
-        attr = getattr(graph, "edge_attr", None)
+        kept = graph.__dict__.get("edge_rows") if hasattr(graph, "__dict__") else None  # form.attach_edge_rows
+        attr = kept.values.get("edge_attr") if kept is not None else None
     if attr is None:
         return None
     return int(attr.size(1)) if attr.dim() > 1 else 1

@@ -17,7 +17,6 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 import train.loop.models.trim as trim
-from train.loop.models.edges import CSC_SUFFIX, csc_edge_tensors
 from train.loop.models.step import ModelStep, edge_arguments, widened
 
 
@@ -44,26 +43,15 @@ class LayerWise:
         return trim.head(self.model, [], out) if index == self.num_layers - 1 else out
 
 
-def _edges_not_in_csc_order(step: ModelStep, graph) -> str | None:
-    """Why the layers cannot read the edge tensors they take from `graph`: one it has, but not in the CSC's order."""
-    in_csc = csc_edge_tensors(graph)
-    for name in step.edge_arguments:
-        if name not in in_csc and getattr(graph, name, None) is not None:
-            return f"the graph's {name} has no copy in the CSC's order ({name}{CSC_SUFFIX}) to read in-edges from"
-    return None
-
-
-def layerwise(step: ModelStep, graph=None) -> tuple[LayerWise | None, str]:
-    """The model's per-layer API, or None and why the evaluation falls back to sampled neighbourhoods.
-    `graph`: the evaluated graph, for the edge tensors the model reads (None: it has none)."""
+def layerwise(step: ModelStep) -> tuple[LayerWise | None, str]:
+    """The model's per-layer API, or None and why the evaluation falls back to sampled neighbourhoods. The edge
+    values a model reads need no fallback: the graph keeps them by CSC position (train/graph/edge_rows.py)."""
     model = step.model
     if not step.uses_graph:
         return None, ""  # a feature-only model: evaluated row by row, exactly, without layers
     reason = step.not_target_trimmed
     if reason is None and model.jk_mode not in (None, "last"):
         reason = f"its jumping-knowledge mode {model.jk_mode!r} combines every layer's outputs"
-    if reason is None and graph is not None:
-        reason = _edges_not_in_csc_order(step, graph)
     if reason is not None:
         return None, (f"eval.mode=full needs the per-layer API of PyG's BasicGNN models and {type(model).__name__} "
                       f"does not provide it ({reason}): evaluating on sampled neighbourhoods (eval.mode=sampled) "
