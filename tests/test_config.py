@@ -38,7 +38,7 @@ def test_overrides_are_typed():
     ("trainr.epochs=3", "trainr", "trainer"),
     ("trainer.epochs=abc", "trainer.epochs", "int"),
     ("trainer.epochs=0", "trainer.epochs", "> 0"),
-    ("model.name=gnn", "model.name", "sage, gcn, gat, gin, mlp, or package.module:ClassName"),
+    ("model.name=gnn", "model.name", "sage, gcn, gat, gin, gine, mlp, or package.module:ClassName"),
     ("model.name=mymodels.gnn:My-GNN", "model.name", "package.module:ClassName"),
     ("model.kwargs=8", "model.kwargs", "mapping"),
     ("model.hidden.size=8", "model.hidden.size", "model.kwargs"),

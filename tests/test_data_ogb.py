@@ -62,6 +62,14 @@ def test_ogbn_proteins_tasks_and_node_features_from_the_mean_of_their_edges(tmp_
     both = np.concatenate([edge, edge[:, ::-1]])  # OGB adds the inverse edges (add_inverse_edge)
     mean = np.stack([feat[np.flatnonzero(both[:, 1] == v) % len(edge)].mean(axis=0) for v in range(len(data.y))])
     assert torch.allclose(data.x, torch.from_numpy(mean).float(), atol=1e-5)
+    # and the edges keep their own 8 features, each edge's row (both directions) for a model that reads them
+    rows_of: dict[tuple[int, int], list] = {}
+    for (source, target), row in zip(edge.tolist(), feat.tolist()):  # a pair drawn twice has two rows
+        rows_of.setdefault((source, target), []).append(row)
+        rows_of.setdefault((target, source), []).append(row)
+    assert data.edge_attr.shape == (data.edge_index.size(1), feat.shape[1]) and data.edge_attr.dtype == torch.float32
+    for pair, row in zip(data.edge_index.t().tolist(), data.edge_attr.tolist()):
+        assert any(row == pytest.approx(theirs, abs=1e-5) for theirs in rows_of[tuple(pair)]), pair
     for ours, theirs in (("train_idx", "train"), ("val_idx", "valid"), ("test_idx", "test")):
         assert torch.equal(data[ours], torch.from_numpy(written[theirs]))
 

@@ -49,6 +49,10 @@ class DataConfig:
     avg_degree: float = 12.0
     homophily: float = 0.8  # fraction of a node's edges that stay inside its class
     feature_signal: float = 0.3  # class-centroid strength relative to unit noise
+    # > 0: each edge gets this many features, a noisy signal of its target's class (edge_signal against unit
+    # noise): a model that reads edge features can learn from them (configs/synthetic-edges.yaml)
+    edge_features: int = 0
+    edge_signal: float = 1.0
     train_fraction: float = 0.6
     val_fraction: float = 0.2
     seed: int = 0
@@ -183,7 +187,7 @@ NON_NEGATIVE: tuple[str, ...] = ("optim.weight_decay", "trainer.max_steps_per_ep
                                   "sampler.prefetch",
                                   "trainer.checkpoint_every", "trainer.checkpoint_every_minutes",
                                   "trainer.max_restarts", "trainer.step_delay_seconds", "data.load_delay_seconds",
-                                  "data.load_delay_node")
+                                  "data.load_delay_node", "data.edge_features")
 
 
 def available_configs() -> list[str]:

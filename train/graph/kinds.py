@@ -89,7 +89,7 @@ class Synthetic(DatasetKind):
         val = int(data.num_nodes * data.val_fraction)
         edges = 2 * int(data.num_nodes * data.avg_degree / 2)  # an upper bound: self-loops and repeats are dropped
         return GraphSize(data.num_nodes, edges, data.num_features, data.num_classes,
-                         (train, val, data.num_nodes - train - val))
+                         (train, val, data.num_nodes - train - val), edge_features=data.edge_features)
 
     def load(self, data: DataConfig, root: Path) -> Data:
         from train.graph.synthetic import synthetic_graph
@@ -343,7 +343,8 @@ DATASETS: dict[str, DatasetKind] = {kind.name: kind for kind in (
     OgbNode("ogbn-arxiv", GraphSize(169_343, 1_166_243, 128, 40, (90_941, 29_799, 48_603))),
     OgbNode("ogbn-products", GraphSize(2_449_029, 123_718_280, 100, 47, (196_615, 39_323, 2_213_091))),
     OgbNode("ogbn-papers100M", GraphSize(111_059_956, 1_615_685_872, 128, 172, (1_207_179, 125_265, 214_338))),
-    OgbNode("ogbn-proteins", GraphSize(132_534, 79_122_504, 8, 112, (86_619, 21_236, 24_679))),  # 112 tasks
+    OgbNode("ogbn-proteins", GraphSize(132_534, 79_122_504, 8, 112, (86_619, 21_236, 24_679),  # 112 tasks
+                                       edge_features=8)),
     Files(),
 )}
 

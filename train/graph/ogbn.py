@@ -147,5 +147,6 @@ def open_ogb(name: str, root: Path) -> Data:
     split = dataset.get_idx_split()
     graph = dataset[0]
     x = graph.x if info.features == "nodes" else edge_mean_features(graph.edge_index, graph.edge_attr, graph.num_nodes)
-    return Data(x=x, y=ogb_labels(name, graph.y), edge_index=graph.edge_index,
+    edges = {} if getattr(graph, "edge_attr", None) is None else {"edge_attr": graph.edge_attr.float()}  # proteins' 8
+    return Data(x=x, y=ogb_labels(name, graph.y), edge_index=graph.edge_index, **edges,
                 train_idx=split["train"].long(), val_idx=split["valid"].long(), test_idx=split["test"].long())

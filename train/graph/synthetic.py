@@ -14,7 +14,10 @@ def synthetic_graph(config: DataConfig) -> Data:
 
     Features alone separate the classes poorly (`feature_signal` is small against unit
     noise); a node's neighbours mostly share its class (`homophily`), so averaging over
-    them denoises the features: a GNN must use the graph to do well.
+    them denoises the features: a GNN must use the graph to do well. With `edge_features`, each
+    edge also carries a noisy signal of its target's class (drawn last, so the graph without them
+    is the same graph): with weak features and low homophily, only a model that reads the edges'
+    features does well.
     """
     gen = torch.Generator().manual_seed(config.seed)
     n, c = config.num_nodes, config.num_classes
@@ -41,6 +44,11 @@ def synthetic_graph(config: DataConfig) -> Data:
     perm = torch.randperm(n, generator=gen)
     num_train = int(n * config.train_fraction)
     num_val = int(n * config.val_fraction)
+    edges = {}
+    if config.edge_features:
+        edge_centroids = torch.randn(c, config.edge_features, generator=gen)
+        noise = torch.randn(edge_index.size(1), config.edge_features, generator=gen)
+        edges["edge_attr"] = config.edge_signal * edge_centroids[y[edge_index[1]]] + noise
     return Data(
         x=x,
         y=y,
@@ -48,4 +56,5 @@ def synthetic_graph(config: DataConfig) -> Data:
         train_idx=perm[:num_train].sort().values,
         val_idx=perm[num_train : num_train + num_val].sort().values,
         test_idx=perm[num_train + num_val :].sort().values,
+        **edges,
     )

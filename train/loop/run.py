@@ -39,6 +39,7 @@ from train.loop.checkpoint import CHECKPOINT_DIR, Checkpointer, graph_fingerprin
 from train.loop.failure_report import announce, default_store, report_failure
 from train.loop.fit import FitResult, Trainer
 from train.loop.killed_rank import plan_figures
+from train.loop.models import graph_edge_values
 from train.loop.numerics import set_gpu_numerics
 from train.loop.rank0_writes import written_by_rank0
 from train.loop.report import write_report
@@ -134,7 +135,8 @@ def late_loader(config: DataConfig, env: DistEnv) -> Callable[[DataConfig], Data
     return late
 
 
-def settle_gradient_buckets(ddp: DistributedDataParallel, optimizer, num_features: int, device: torch.device) -> None:
+def settle_gradient_buckets(ddp: DistributedDataParallel, optimizer, num_features: int, device: torch.device,
+                            edge_values: dict[str, torch.Tensor] | None = None) -> None:
     """One forward and backward pass on a one-node dummy input before the first real step.
 
     DDP lays its gradient buckets out anew after the first backward pass (in the order the
@@ -142,12 +144,14 @@ def settle_gradient_buckets(ddp: DistributedDataParallel, optimizer, num_feature
     order that depends on that layout, so a resumed run, whose first step would still use
     the initial layout, would end some ULPs away from an uninterrupted run. Settling the
     layout on every run, fresh or resumed, gives every real step the same layout. Collective
-    (every rank calls it once); no optimizer step, the gradients are dropped.
+    (every rank calls it once); no optimizer step, the gradients are dropped. The graph's edge values go
+    with it, as zero rows of their width (zero edges), so a model that reads them gets its input.
     """
     x = torch.zeros(1, num_features, device=device)
     edge_index = torch.empty(2, 0, dtype=torch.long, device=device)
+    edges = {name: torch.zeros(0, *value.shape[1:], device=device) for name, value in (edge_values or {}).items()}
     ddp.train()
-    ddp(x, edge_index).sum().backward()
+    ddp(x, edge_index, **edges).sum().backward()
     optimizer.zero_grad(set_to_none=True)
 
 
@@ -256,7 +260,8 @@ def resume(run: Run) -> None:
             write_identity(out_dir, job_identity(env.job_id, env.cluster_name, env.submission_id))
 
     written_by_rank0(env.is_main, write)
-    settle_gradient_buckets(trainer.ddp, trainer.optimizer, trainer.form.feature_width(trainer.data), trainer.device)
+    settle_gradient_buckets(trainer.ddp, trainer.optimizer, trainer.form.feature_width(trainer.data), trainer.device,
+                            graph_edge_values(trainer.data))
 
 
 def train(run: Run, signals: StopSignals) -> tuple[StepAgreement, FitResult]:

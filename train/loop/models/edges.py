@@ -25,13 +25,18 @@ def edge_inputs(batch) -> dict[str, Tensor]:
     return {name: value for name in EDGE_ARGUMENTS if (value := getattr(batch, name, None)) is not None}
 
 
+def graph_edge_values(graph) -> dict[str, Tensor]:
+    """The graph's edge values by name: its own `edge_attr` / `edge_weight`, or those kept beside its CSC (the
+    node-shared graph keeps them there alone: train/graph/form.py's attach_edge_rows)."""
+    kept = graph.__dict__.get("edge_rows") if hasattr(graph, "__dict__") else None
+    values = dict(kept.values) if kept is not None else {}
+    values.update({name: value for name in EDGE_ARGUMENTS if (value := getattr(graph, name, None)) is not None})
+    return values
+
+
 def graph_edge_width(graph) -> int | None:
-    """The width of the graph's edge features (a model's edge_dim), or None when it has none: from the graph's
-    own `edge_attr`, or from the values kept beside its CSC (the node-shared graph keeps them there alone)."""
-    attr = getattr(graph, "edge_attr", None)
-    if attr is None:
-        kept = graph.__dict__.get("edge_rows") if hasattr(graph, "__dict__") else None  # form.attach_edge_rows
-        attr = kept.values.get("edge_attr") if kept is not None else None
+    """The width of the graph's edge features (a model's edge_dim), or None when it has none."""
+    attr = graph_edge_values(graph).get("edge_attr")
     if attr is None:
         return None
     return int(attr.size(1)) if attr.dim() > 1 else 1
