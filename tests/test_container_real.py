@@ -382,6 +382,22 @@ def test_submit_two_nodes_four_ranks_in_the_image_completes(pyxis_cluster, basel
                 f"{seen['step'] - seen['batch']:.1f} s (doctor step included); master from {given_by.pop()}")
 
 
+def test_a_graph_with_edge_features_trains_in_the_image_on_two_nodes(pyxis_cluster, built_image, login_env,
+                                                                     tmp_path):
+    """Issue 31: the synthetic graph with edge features (configs/synthetic-edges.yaml, no files to prepare) on 2
+    nodes in the image: GINE reads them on every rank, from each node's one shared copy of the graph."""
+    run = tmp_path / "run"
+    job, log, _ = submit(login_env, tmp_path, "edges", f"IMAGE={built_image['path']}", "CONFIG=synthetic-edges",
+                         f"ARGS=data.num_nodes=1500 trainer.epochs=2 sampler.batch_size=64 output.dir={run}")
+    state, _ = wait(pyxis_cluster, job, log)
+    text = read(log)
+    assert state == "COMPLETED", text
+    assert_ran_in_image(text, pyxis_cluster.job_nodes(job))
+    assert re.search(r"^0: model train\.loop\.models\.gine\.GINE \([\d,]+ parameters\)", text, re.M), text
+    assert SAME_WEIGHTS.search(text), text
+    assert json.loads((run / "summary.json").read_text())["model_class"] == "train.loop.models.gine.GINE"
+
+
 def test_container_start_cost_against_bare_mode(pyxis_cluster, built_image, baseline, login_env, tmp_path, capsys):
     """The training step with and without the container: from its start to the first training step, side by
     side (in the image: the baseline's, which starts once its doctor step has passed; bare: a job of its own,
