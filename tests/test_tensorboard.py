@@ -191,6 +191,8 @@ def test_tensorboard_serves_the_runs_event_files(tmp_path):
     sink.start([])
     sink.epoch(record(0))
     sink.close()
+    written = read_events(tmp_path / "runs" / "7" / TENSORBOARD)  # on disk whole: what the server must serve
+    assert [(e.step, e.value) for e in written.Scalars("loss/train")] == [(0, 0.5)]
     port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "login.tensorboard", "--port", str(port)], cwd=tmp_path,
                               env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -209,6 +211,7 @@ def test_tensorboard_serves_the_runs_event_files(tmp_path):
         output = server.communicate(timeout=30)[0]
     assert served is not None and [(step, value) for _, step, value in served] == [(0, 0.5)], output
     assert f"ssh -N -L {port}:localhost:{port} " in output and " --logdir runs --host localhost" in output
+    assert "--load_fast=false" in output  # TensorBoard's Python reader (login/tensorboard.py)
 
 
 def test_on_cuda_rank_0s_gpu_memory_goes_with_each_epoch(tmp_path, monkeypatch):
