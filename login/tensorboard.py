@@ -34,11 +34,7 @@ def node_name() -> str:
 
 
 def serve_command(python: str, logdir: Path, port: int) -> list[str]:
-    """TensorBoard over `logdir` with its Python reader (--load_fast=false): its "fast" reader is a prebuilt binary
-    (tensorboard-data-server) that old login nodes' C libraries may not run, and that in this project's whole suite
-    did not serve a run's scalars within 150 s (alone it did, in seconds)."""
-    return [python, "-m", "tensorboard.main", "--logdir", str(logdir), "--host", HOST, "--port", str(port),
-            "--load_fast=false"]
+    return [python, "-m", "tensorboard.main", "--logdir", str(logdir), "--host", HOST, "--port", str(port)]
 
 
 def port_problem(port: int) -> str | None:

@@ -184,6 +184,11 @@ def test_the_ssh_line_names_the_node_as_another_machine_reaches_it(monkeypatch, 
     assert tensorboard.ssh_line(6006, "ada", tensorboard.node_name()) == f"ssh -N -L 6006:localhost:6006 ada@{named}"
 
 
+# localhost, past any proxy: urlopen's shared opener keeps the proxies of the environment it first met, and tests
+# before this one point them at a closed port ("no route out")
+LOCAL = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
 def test_tensorboard_serves_the_runs_event_files(tmp_path):
     """`make tensorboard`'s program from a project folder: TensorBoard on localhost over runs/, its scalars
     served (read by TensorBoard's own loader)."""
@@ -199,10 +204,10 @@ def test_tensorboard_serves_the_runs_event_files(tmp_path):
                               start_new_session=True)
     try:
         url = f"http://localhost:{port}/data/plugin/scalars/scalars?run=7/{TENSORBOARD}&tag=loss/train"
-        served, deadline = None, time.monotonic() + 150  # its first load of runs/ may be slow on a busy machine
+        served, deadline = None, time.monotonic() + 60
         while served is None and time.monotonic() < deadline and server.poll() is None:
             try:
-                with urllib.request.urlopen(url, timeout=5) as answer:
+                with LOCAL.open(url, timeout=5) as answer:
                     served = json.loads(answer.read()) or None
             except OSError:
                 time.sleep(0.5)
@@ -211,7 +216,6 @@ def test_tensorboard_serves_the_runs_event_files(tmp_path):
         output = server.communicate(timeout=30)[0]
     assert served is not None and [(step, value) for _, step, value in served] == [(0, 0.5)], output
     assert f"ssh -N -L {port}:localhost:{port} " in output and " --logdir runs --host localhost" in output
-    assert "--load_fast=false" in output  # TensorBoard's Python reader (login/tensorboard.py)
 
 
 def test_on_cuda_rank_0s_gpu_memory_goes_with_each_epoch(tmp_path, monkeypatch):
