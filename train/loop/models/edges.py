@@ -15,8 +15,9 @@ from typing import Any
 from torch import Tensor
 
 from train.errors import UserError
+from train.graph.edge_rows import EDGE_VALUES, edge_values
 
-EDGE_ARGUMENTS = ("edge_attr", "edge_weight")  # forward's parameter names, and the batch's attributes
+EDGE_ARGUMENTS = EDGE_VALUES  # forward's parameter names, and the batch's attributes: PyG's names, one home
 EDGE_DIM = "edge_dim"  # the model.kwargs entry that sizes a model's edge-feature input (GATConv, GINEConv, ...)
 
 
@@ -28,10 +29,8 @@ def edge_inputs(batch) -> dict[str, Tensor]:
 def graph_edge_values(graph) -> dict[str, Tensor]:
     """The graph's edge values by name: its own `edge_attr` / `edge_weight`, or those kept beside its CSC (the
     node-shared graph keeps them there alone: train/graph/form.py's attach_edge_rows)."""
-    kept = graph.__dict__.get("edge_rows") if hasattr(graph, "__dict__") else None
-    values = dict(kept.values) if kept is not None else {}
-    values.update({name: value for name in EDGE_ARGUMENTS if (value := getattr(graph, name, None)) is not None})
-    return values
+    kept = getattr(graph, "__dict__", {}).get("edge_rows")
+    return {**(kept.values if kept is not None else {}), **edge_values(graph)}
 
 
 def graph_edge_width(graph) -> int | None:
