@@ -1,0 +1,54 @@
+"""What a heterogeneous graph's types are, for the parts that turn its typed homogeneous form back into types.
+
+A heterogeneous graph (PyG's `HeteroData`, issue 27) trains as one typed homogeneous graph, so the sampler, the
+node-shared graph, the plan and the loop serve it as they serve any graph: the nodes of all types numbered in
+type order (a type's nodes are the ids `offsets[t]` to `offsets[t] + counts[t] - 1`), each node's `node_type`
+and each edge's `edge_type` (an index into `node_types` and `edge_types`), and one feature matrix as wide as the
+widest type's features, a narrower type's rows zero-padded and a featureless type's rows zero. `HeteroMeta` is
+what is needed to undo that: the models (train/loop/models) build `x_dict` and `edge_index_dict` from a batch
+with it, and give a featureless type its learned embedding by the type's own ids.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+EdgeType = tuple[str, str, str]  # (source type, relation, destination type), as PyG names an edge type
+
+
+@dataclass(frozen=True)
+class HeteroMeta:
+    """The types of a heterogeneous graph, in the order their indices number them."""
+
+    node_types: tuple[str, ...]
+    edge_types: tuple[EdgeType, ...]
+    counts: tuple[int, ...]  # nodes of each node type
+    widths: tuple[int, ...]  # feature columns of each node type; 0: the type has no features
+    target: str  # the node type whose nodes are classified (data.target_node_type)
+
+    @property
+    def offsets(self) -> tuple[int, ...]:
+        """The global id of each node type's first node."""
+        starts, total = [], 0
+        for count in self.counts:
+            starts.append(total)
+            total += count
+        return tuple(starts)
+
+    @property
+    def target_index(self) -> int:
+        return self.node_types.index(self.target)
+
+    def metadata(self) -> tuple[list[str], list[EdgeType]]:
+        """PyG's `HeteroData.metadata()`: what `to_hetero` and `HeteroConv` are built from."""
+        return list(self.node_types), list(self.edge_types)
+
+    def to_dict(self) -> dict:
+        """Plain values (checkpoints, summary.json)."""
+        return {"node_types": list(self.node_types), "edge_types": [list(t) for t in self.edge_types],
+                "counts": list(self.counts), "widths": list(self.widths), "target": self.target}
+
+    @classmethod
+    def from_dict(cls, values: dict) -> "HeteroMeta":
+        return cls(tuple(values["node_types"]), tuple(tuple(t) for t in values["edge_types"]),
+                   tuple(values["counts"]), tuple(values["widths"]), values["target"])
