@@ -15,6 +15,7 @@ import torch
 
 from bench import gpu_check, gpu_imports, gpu_numerics
 from tests.harness.localjob import ROOT
+from train.config import load_config
 
 CUDA_CHECKS = ("cuda_tests", "nccl", "shared_gpu", "resume_layout", "late_node", "dead_rank", "pinned",
                "determinism", "feature_dtype")
@@ -230,6 +231,8 @@ def test_the_feature_dtype_figures_put_accuracy_beside_accuracy_with_where_auto_
 # ---- the figures the docs quote come from the recorded H200 run --------------------------------------------
 
 H200_RUN = ROOT / "bench" / "figures" / "gpu-check-h200-20261204.json"
+# the products run with the evaluation in chunks of 16,384 targets
+H200_EVAL_16K = ROOT / "bench" / "figures" / "products-eval16k-h200-20261204.jsonl"
 
 
 def test_the_docs_list_every_check_in_the_order_gpu_check_runs_them():
@@ -264,6 +267,12 @@ def test_the_gpu_figures_quoted_are_the_recorded_runs():
                    f"pageable ({pinned['pinned_over_pageable']:.2f}x)"):
         assert quoted in doctor, quoted
     assert checks["feature_dtype"]["bfloat16_test_acc"] == checks["feature_dtype"]["float32_test_acc"]
+    # the products evaluation in larger chunks: that run's metrics, and the config that now sets them
+    rows = [json.loads(line) for line in H200_EVAL_16K.read_text().splitlines()]
+    eval_seconds = [row["phase_seconds"]["eval"] for row in rows if row.get("phase_seconds", {}).get("eval")]
+    chunk = load_config("ogbn-products").sampler.eval_batch_size
+    assert f"(1.63 s with `sampler.eval_batch_size={chunk}`" in doctor and f"{eval_seconds[-1]:.2f}" == "1.63"
+    assert f"1.63 s in chunks of {chunk:,}, the config" in readme
     assert checks["resume_layout"]["cuda3_of_4_bit_exact"] and checks["resume_layout"]["list_of_4_bit_exact"]
     # the default follows the figure (issue 30 §7)
     from train.config import TrainerConfig

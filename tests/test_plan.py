@@ -284,3 +284,22 @@ def test_the_model_row_counts_the_real_models_parameters_and_adam_state(override
     params = sum(p.numel() for p in model.parameters())
     gpu = make_plan(config, size, 1, 1, gpus=True).rows["GPU"]
     assert gpu["model, gradients, Adam state"] == 4 * 4 * params  # weight, gradient, two moments; float32
+
+
+def test_the_evaluation_s_chunks_are_planned_as_the_evaluation_cuts_them():
+    """The exact evaluation cuts its chunks by sampler.eval_batch_size and by CHUNK_BYTES (train/graph/in_edges.py);
+    the plan sizes a chunk the same way, so a larger eval_batch_size than the bytes allow plans no larger chunk."""
+    from train.graph.in_edges import CHUNK_BYTES, ChunkCost, chunk_bounds
+    from train.plan.terms import eval_chunk_targets, full_eval_bytes
+
+    config = load_config("ogbn-products", ["sampler.eval_batch_size=1000000"])
+    size = GraphSize(2_449_029, 2_449_029 * 50, 100, 47, (196_615, 39_323, 2_213_091))
+    widths = (100, config.model.hidden)
+    degree = torch.full((200_000,), 50, dtype=torch.long)  # every node at the graph's mean in-degree
+    bounds = chunk_bounds(degree, 1_000_000, ChunkCost.for_layer(*widths), CHUNK_BYTES)
+    assert bounds[1] - bounds[0] == eval_chunk_targets(config, size, *widths) < 1_000_000
+    small = load_config("ogbn-products", ["sampler.eval_batch_size=64"])
+    assert eval_chunk_targets(small, size, *widths) == 64  # eval_batch_size stops it first
+    bounded = full_eval_bytes(config, size, 1)
+    assert bounded == full_eval_bytes(load_config("ogbn-products", ["sampler.eval_batch_size=20000"]), size, 1)
+    assert full_eval_bytes(small, size, 1)[2] < bounded[2]

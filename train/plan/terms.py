@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from train.config import Config
 from train.graph.graphsize import FLOAT, INDEX, GraphSize
+from train.graph.in_edges import CHUNK_BYTES, ChunkCost
 from train.graph.segments import shares_graph
 
 GIB = 2**30
@@ -197,13 +198,28 @@ def full_eval_bytes(config: Config, size: GraphSize, ranks: int) -> tuple[int, i
     hidden, layers = config.model.hidden, config.model.num_layers
     shard = math.ceil(size.nodes / ranks)
     kept = min(2, layers - 1) * shard * hidden * FLOAT + shard * size.classes * FLOAT
-    hops = full_neighbourhood(config.sampler.eval_batch_size, size)
-    nodes, edges, seeds = hops.total_nodes, hops.total_edges, hops.nodes[0]
-    gathered = nodes * max(size.features, hidden if layers > 1 else 0) * FLOAT
-    first = edges * size.features * FLOAT
-    later = (3 * nodes + edges) * hidden * FLOAT if layers > 1 else 0  # fetched, sent, in order; messages
-    work = max(first, later) + edges * EDGE_IDS * INDEX + seeds * LAYER_ROWS * hidden * FLOAT
+    widths = layer_widths(config, size)
+    first = full_neighbourhood(eval_chunk_targets(config, size, *widths[0]), size)
+    later = full_neighbourhood(eval_chunk_targets(config, size, hidden, hidden), size) if layers > 1 else None
+    gathered = max(first.total_nodes * size.features, later.total_nodes * hidden if later else 0) * FLOAT
+    work = first.total_edges * size.features * FLOAT + _chunk_fixed(first, hidden)
+    if later:  # fetched, sent, in order; messages
+        work = max(work, (3 * later.total_nodes + later.total_edges) * hidden * FLOAT + _chunk_fixed(later, hidden))
     return kept, gathered, work
+
+
+def _chunk_fixed(hops: Hops, hidden: int) -> int:
+    """An evaluation chunk's ids per edge and its targets' output rows."""
+    return hops.total_edges * EDGE_IDS * INDEX + hops.nodes[0] * LAYER_ROWS * hidden * FLOAT
+
+
+def eval_chunk_targets(config: Config, size: GraphSize, in_width: int, out_width: int) -> int:
+    """Targets of one chunk of the exact evaluation in a layer of these widths: sampler.eval_batch_size, or
+    fewer where the chunk's byte bound stops it first (train/graph/in_edges.py: CHUNK_BYTES by ChunkCost, at the
+    graph's mean in-degree), as the evaluation cuts its chunks."""
+    cost = ChunkCost.for_layer(in_width, out_width)
+    per_target = cost.per_target + size.degree * cost.per_edge
+    return max(1, min(config.sampler.eval_batch_size, int(CHUNK_BYTES // per_target)))
 
 
 def loading_bytes(size: GraphSize, source: str) -> int:
