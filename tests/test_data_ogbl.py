@@ -14,7 +14,7 @@ from tests.harness.ogb_files import write_ogbl_citation2
 from train.config import DataConfig
 from train.errors import UserError
 from train.graph.data import dataset_kind, load_graph, prepare_dataset, unprepared
-from train.graph.link_split import has_link_split, neg_dst, pos_edges
+from train.graph.link_split import has_link_split, neg_dst, neg_dst_problem, pos_edges, pos_edges_problem
 from train.graph.ogbl import OGB_LINK_DATASETS
 
 NAME = "ogbl-citation2"
@@ -139,3 +139,14 @@ def test_make_data_prepares_it(tmp_path):
     done = make_data(f"DATASET={NAME}", f"DATA_DIR={tmp_path / 'data'}", "IMAGE=none")
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "data" / INFO.folder / "processed" / "geometric_data_processed.pt").is_file()
+
+
+def test_the_link_splits_checks_name_each_problem():
+    assert pos_edges_problem(torch.tensor([[0, 4], [1, 2]]), 5) is None
+    assert pos_edges_problem(torch.zeros(3, 2, dtype=torch.long), 5) == \
+        "has shape [3, 2], not [2, M] (sources, targets)"
+    assert pos_edges_problem(torch.tensor([[0, 5], [-1, 2]]), 5) == "names node 5, outside 0..4"
+    assert pos_edges_problem(torch.ones(2, 2, dtype=torch.bool), 5) == "holds torch.bool, not node ids (integers)"
+    assert neg_dst_problem(torch.zeros(3, 4, dtype=torch.long), 3, 5) is None
+    assert neg_dst_problem(torch.zeros(3, 0, dtype=torch.long), 3, 5) == \
+        "has shape [3, 0], not [3, K] (K negatives for each of the positives)"

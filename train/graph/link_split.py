@@ -15,6 +15,7 @@ Such a graph has no node labels (`y`) and no node split (`train_idx`, ...): its 
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor
 
 LINK_SPLITS = ("train", "val", "test")
@@ -60,8 +61,8 @@ def neg_dst_problem(negatives: Tensor, positives: int, num_nodes: int) -> str | 
 
 
 def ids_problem(ids: Tensor, num_nodes: int) -> str | None:
-    if ids.is_floating_point() or ids.dtype == bool:
+    """What keeps `ids` from being ids of nodes 0..num_nodes-1, naming the first node outside; None if nothing."""
+    if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
         return f"holds {ids.dtype}, not node ids (integers)"
-    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= num_nodes):
-        return f"names node {int(ids.min()) if int(ids.min()) < 0 else int(ids.max())}, outside 0..{num_nodes - 1}"
-    return None
+    outside = ids[(ids < 0) | (ids >= num_nodes)]
+    return f"names node {int(outside[0])}, outside 0..{num_nodes - 1}" if outside.numel() else None
