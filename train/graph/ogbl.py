@@ -79,10 +79,11 @@ def _split_globals() -> list:
     named the array's rebuilder numpy.core.multiarray._reconstruct, NumPy 2 numpy._core: both, only that."""
     import numpy as np
 
-    rebuild = np._core.multiarray._reconstruct
+    rebuild = (np._core if hasattr(np, "_core") else np.core).multiarray._reconstruct  # NumPy 2, else 1
+    names = [(rebuild, f"{package}.multiarray._reconstruct") for package in ("numpy.core", "numpy._core")]
     # a dtype is rebuilt as its class (Int64DType, ...) and then given its state; floats too, to be named as such
-    return [rebuild, (rebuild, "numpy.core.multiarray._reconstruct"), np.ndarray, np.dtype, np.dtypes.Int64DType,
-            np.dtypes.Int32DType, np.dtypes.Float64DType, np.dtypes.Float32DType]
+    return [rebuild, *names, np.ndarray, np.dtype, np.dtypes.Int64DType, np.dtypes.Int32DType, np.dtypes.Float64DType,
+            np.dtypes.Float32DType]
 
 
 def _unpickling_detail(exc: Exception) -> str:
