@@ -155,3 +155,4 @@ def test_a_resumed_link_run_equals_an_uninterrupted_one(tmp_path):
 def test_the_shipped_link_configs_load():
     for name in ("cora-link", "citeseer-link", "ogbl-citation2"):
         assert load_config(name).task.name == "link"
+

@@ -5,7 +5,7 @@ copied into a temporary DATA_DIR in the layout PyG's `Planetoid` reads, so the r
 and processing code runs (no download). Every built-in model against its paper (GCN: Kipf &
 Welling 2017; GAT: Velickovic et al. 2018; GraphSAGE usually 79-82 %, an MLP 55-59 %), mean over
 3 seeds, is measured by `make bench BENCH=accuracy` (bench/accuracy.py), whose bounds a test here
-asserts.
+asserts; so is link prediction in GAE's setting (train/configs/cora-link.yaml) against Kipf & Welling (2016).
 """
 
 from __future__ import annotations
@@ -84,6 +84,21 @@ def test_every_builtin_model_reaches_its_published_accuracy_mean_over_three_seed
         assert rows[label]["seeds"] == 3
         assert bounds.low <= rows[label]["mean"] <= bounds.high, (label, rows[label])
     assert rows["MLP"]["mean"] <= rows["GCN"]["mean"] - 0.15, rows  # the graph is worth 15 points at least
+
+
+@needs_cora
+def test_gae_on_cora_reaches_the_published_auc_and_ap_mean_over_three_seeds(cora_root, capsys):
+    """cora-link (GAE's setting) from 3 seeds in one process group of 2 ranks (bench/accuracy.py, `--models GAE`)
+    against Kipf & Welling (2016): AUC 91.0, AP 92.0."""
+    from bench.accuracy import LINKS, measure, rows_of
+
+    (row,) = rows_of(measure(list(LINKS), 3, cora_root, ranks=2, timeout=900))
+    with capsys.disabled():
+        print(f"\nCora GAE ({row['config']}), 2 ranks, 3 seeds: test AUC {100 * row['mean']:.1f} +- "
+              f"{100 * row['std']:.1f} %, AP {100 * row['ap_mean']:.1f} % (published {row['published']})")
+    assert row["seeds"] == 3
+    assert LINKS["GAE"].low <= row["mean"] <= LINKS["GAE"].high, row
+    assert row["ap_mean"] >= 0.900, row  # GAE's 92.0 less the spread of a 3-seed mean here
 
 
 @needs_cora
