@@ -175,3 +175,15 @@ def test_every_figure_over_two_ranks_is_exactly_one_process_figure(tmp_path):
         assert result["notes"] == ["test_mrr, test_hits@1, test_hits@3, test_hits@10 are NaN: the split has no "
                                    "ranked positives"]
     assert 0.6 < expected["val_auc"] < 0.9 and 0.6 < expected["test_ap"] < 0.95 and 0.05 < expected["val_mrr"] < 0.9
+
+
+def test_a_nan_score_makes_no_figure_and_says_how_many():
+    pairs = torch.tensor([[0.3, 1.0], [float("nan"), 0.0], [0.1, 0.0]])
+    found, notes = pair_figures("val", pairs)
+    assert math.isnan(found["val_auc"]) and math.isnan(found["val_ap"])
+    assert notes == ["val_auc and val_ap are NaN: 1 of the split's 3 scores are NaN"]
+    pos, neg = torch.tensor([0.5, float("nan"), 0.5]), torch.tensor([[0.1, 0.2], [0.1, 0.2], [0.1, float("nan")]])
+    assert doubled_ranks(pos, neg).tolist() == [2, 0, 0]  # OGB's comparisons would rank all three first
+    found, notes = ranking_figures("test", doubled_ranks(pos, neg), (1,))
+    assert math.isnan(found["test_mrr"]) and math.isnan(found["test_hits@1"])
+    assert notes == ["test_mrr, test_hits@1 are NaN: 2 of the split's 3 positives or their negatives scored NaN"]

@@ -1,12 +1,16 @@
-"""Small OGB node datasets written in OGB's own on-disk format, so the real `ogb` loader reads them."""
+"""Small OGB node and link datasets written in OGB's own on-disk format, so the real `ogb` loader reads them."""
 
 from __future__ import annotations
 
 import gzip
+import io
+import zipfile
 from pathlib import Path
 
 import numpy as np
+import torch
 
+from train.graph.ogbl import OGB_LINK_DATASETS
 from train.graph.ogbn import OGB_NODE_DATASETS
 
 
@@ -100,3 +104,64 @@ def write_ogbn_proteins(root: Path, num_nodes: int = 300, num_edges: int = 3000,
         _csv_gz(split / f"{part}.csv.gz", idx)
     (folder / "RELEASE_v1.txt").write_text("# Release note for OGB dataset v1\n")
     return {"edge": edge, "edge_feat": edge_feat, "labels": labels, **parts}
+
+
+def _save_as_ogb_did(obj: dict, path: Path, numpy1: bool) -> None:
+    """torch.save of a dict of NumPy arrays, as OGB saved its split files; `numpy1`: under NumPy 1's name of the
+    arrays' rebuilder (numpy.core.multiarray._reconstruct), which OGB's files carry, where NumPy 2 writes
+    numpy._core (only the pickle's text of that name differs)."""
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    if not numpy1:
+        path.write_bytes(buffer.getvalue())
+        return
+    with zipfile.ZipFile(buffer) as source, zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as target:
+        for entry in source.infolist():
+            content = source.read(entry)
+            if entry.filename.endswith("/data.pkl"):
+                content = content.replace(b"numpy._core.multiarray", b"numpy.core.multiarray")
+            target.writestr(entry.filename, content)
+
+
+def write_ogbl_citation2(root: Path, num_nodes: int = 300, num_features: int = 8, references: int = 6,
+                         negatives: int = 20, seed: int = 0, numpy1: bool = True) -> dict[str, np.ndarray]:
+    """`root/ogbl_citation2/` as OGB's zip unpacks: raw files, split/time/{train,valid,test}.pt and RELEASE_v1.txt.
+
+    Papers in 4 topics (a feature marks each one's); each cites `references` older papers, mostly of its topic. As
+    in OGB's split by time, each of the newest fifth of the papers has one citation held out, for valid or test by
+    turns, with `negatives` random targets of its own; the graph (edge.csv.gz) holds the rest, the training edges.
+    Returns the arrays written.
+    """
+    info = OGB_LINK_DATASETS["ogbl-citation2"]
+    rng = np.random.default_rng(seed)
+    folder = root / info.folder
+    raw, split = folder / "raw", folder / info.split_file("train").rsplit("/", 1)[0]
+    raw.mkdir(parents=True)
+    split.mkdir(parents=True)
+    topic = rng.integers(0, 4, num_nodes)
+    x = rng.normal(size=(num_nodes, num_features)).astype(np.float32)
+    x[np.arange(num_nodes), topic] += 2.0
+    cites = []
+    for paper in range(references + 1, num_nodes):
+        older = np.arange(paper)
+        same = older[topic[older] == topic[paper]]
+        pool = same if len(same) >= references and rng.random() < 0.8 else older
+        cites += [(paper, int(cited)) for cited in rng.choice(pool, references, replace=False)]
+    edge = np.array(cites, dtype=np.int64)
+    held = np.flatnonzero((edge[:, 0] >= int(num_nodes * 0.8)) & (np.arange(len(edge)) % references == 0))
+    kept = np.setdiff1d(np.arange(len(edge)), held)
+    parts = {"valid": held[0::2], "test": held[1::2]}
+    _csv_gz(raw / "edge.csv.gz", edge[kept])
+    _csv_gz(raw / "node-feat.csv.gz", x)
+    _csv_gz(raw / "node_year.csv.gz", 1990 + np.arange(num_nodes) * 30 // num_nodes)
+    _csv_gz(raw / "num-node-list.csv.gz", np.array([num_nodes]))
+    _csv_gz(raw / "num-edge-list.csv.gz", np.array([len(kept)]))
+    written = {"x": x, "train": edge[kept].T}
+    _save_as_ogb_did({"source_node": edge[kept, 0], "target_node": edge[kept, 1]}, split / "train.pt", numpy1)
+    for part, rows in parts.items():
+        neg = rng.integers(0, num_nodes, (len(rows), negatives))
+        _save_as_ogb_did({"source_node": edge[rows, 0], "target_node": edge[rows, 1], "target_node_neg": neg},
+                         split / f"{part}.pt", numpy1)
+        written[part], written[f"{part}_neg"] = edge[rows].T, neg
+    (folder / "RELEASE_v1.txt").write_text("# Release note for OGB dataset v1\n")
+    return written

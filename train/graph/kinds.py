@@ -18,6 +18,7 @@ from train.errors import UserError
 from train.files import check_dir
 from train.graph.graphsize import GraphSize
 from train.graph.labels import num_outputs
+from train.graph.ogbl import OGB_LINK_DATASETS, open_ogbl
 from train.graph.ogbn import OGB_NODE_DATASETS, RELEASE, ogb_source, open_ogb
 from train.graph.rawfiles import prepare_again, problems
 
@@ -37,6 +38,9 @@ class DatasetKind(ABC):
     kind: str  # what the kind is called in `describe`
     loader: str  # whose loading peak the memory plan counts (train/plan/terms.py LOADER_PEAK)
     in_data_root = True  # its files live under the data root
+    # What it can be trained for (task.name): node classification needs labels; link prediction edges, and takes
+    # the dataset's own link split where it has one (train/graph/link_split.py), else makes one.
+    tasks: tuple[str, ...] = ("node", "link")
 
     def check(self, data: DataConfig) -> None:
         """What the config must give for this kind beyond its name (raises UserError)."""
@@ -312,6 +316,26 @@ class OgbNode(OnDisk):
         return ogb_source(self.name, folder)
 
 
+class OgbLink(OgbNode):
+    """OGB's link-property datasets (train/graph/ogbl.py), with the official split and its negatives: no node
+    labels, so for link prediction only."""
+
+    kind = "OGB's link-property dataset"
+    tasks = ("link",)
+
+    def __init__(self, name: str, size: GraphSize):
+        info = OGB_LINK_DATASETS[name]
+        self.name, self.size, self.sub = name, size, info.folder
+        self.needed, self.processed = info.needed, info.processed
+        self.marks = (RELEASE, *info.split_files)  # read at every load, processed or not
+
+    def open(self, root: Path) -> Data:
+        return open_ogbl(self.name, root)
+
+    def origin(self, folder: Path) -> tuple[str, str]:
+        return ogb_source(self.name, folder, "linkproppred")
+
+
 def from_pyg_masks(data) -> Data:
     """x, y, a coalesced edge_index and the split as indices, from a PyG graph with split masks."""
     from torch_geometric.data import Data
@@ -345,6 +369,9 @@ DATASETS: dict[str, DatasetKind] = {kind.name: kind for kind in (
     OgbNode("ogbn-papers100M", GraphSize(111_059_956, 1_615_685_872, 128, 172, (1_207_179, 125_265, 214_338))),
     OgbNode("ogbn-proteins", GraphSize(132_534, 79_122_504, 8, 112, (86_619, 21_236, 24_679),  # 112 tasks
                                        edge_features=8)),
+    # No node classes. Edges: the training citations in both directions, as the graph loads (an upper bound: a
+    # pair citing each other is one edge twice). Split: the positive edges (train, val, test), not nodes.
+    OgbLink("ogbl-citation2", GraphSize(2_927_963, 2 * 30_387_995, 128, 0, (30_387_995, 86_596, 86_596))),
     Files(),
 )}
 

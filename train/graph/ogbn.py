@@ -11,6 +11,7 @@ examples do, each node's features are the mean of its incident edges' 8 features
 
 from __future__ import annotations
 
+import importlib
 import os
 import shutil
 from dataclasses import dataclass
@@ -69,16 +70,20 @@ def _processed_globals() -> list:
             np.dtypes.Int64DType, np.dtypes.Int32DType]
 
 
-def _dataset_class():
-    """`PygNodePropPredDataset` without its prompts (imported here: `ogb` is optional)."""
+# ogb's module of each kind of task, and its PyG dataset class there
+OGB_LOADERS = {"nodeproppred": "PygNodePropPredDataset", "linkproppred": "PygLinkPropPredDataset"}
+
+
+def ogb_dataset_class(task: str = "nodeproppred"):
+    """ogb's PyG dataset class for `task` (OGB_LOADERS) without its prompts (imported here: `ogb` is optional)."""
     try:
-        from ogb.nodeproppred import PygNodePropPredDataset
+        base = getattr(importlib.import_module(f"ogb.{task}"), OGB_LOADERS[task])
         from ogb.utils.url import download_url, extract_zip
     except ImportError as exc:
         raise UserError(f"the OGB datasets need the `ogb` package, which is not installed ({exc}): "
                         f"pip install ogb=={OGB_VERSION} (or pip install '.[ogb]').") from None
 
-    class NodeDataset(PygNodePropPredDataset):
+    class Dataset(base):
         def __init__(self, name: str, root: str):
             # ogb 1.3.6 torch.loads its processed file with torch's default, weights_only since 2.6:
             # allow what it holds (PyG's storage classes, num_nodes as a numpy integer), only that.
@@ -93,17 +98,17 @@ def _dataset_class():
             shutil.rmtree(self.root)
             shutil.move(os.path.join(self.original_root, self.download_name), self.root)
 
-    return NodeDataset
+    return Dataset
 
 
-def ogb_source(name: str, folder: Path) -> tuple[str, str]:
-    """Where ogbn-`name`'s files come from (ogb's own list of datasets), and where they go."""
+def ogb_source(name: str, folder: Path, task: str = "nodeproppred") -> tuple[str, str]:
+    """Where OGB dataset `name`'s files come from (ogb's own list of the datasets of `task`), and where they go."""
     try:
         import pandas as pd
-        from ogb import nodeproppred
+        listing = Path(importlib.import_module(f"ogb.{task}").__file__).with_name("master.csv")
     except ImportError:
         return "Its files come from OGB (https://ogb.stanford.edu), one zip", f"unzip it into {folder}/"
-    meta = pd.read_csv(Path(nodeproppred.__file__).with_name("master.csv"), index_col=0, keep_default_na=False)[name]
+    meta = pd.read_csv(listing, index_col=0, keep_default_na=False)[name]
     return (f"Its files come from {meta['url']} (one zip)",
             f"unzip it in {folder.parent}/, renaming the folder it makes ({meta['download_name']}/) to {folder.name}/")
 
@@ -131,18 +136,22 @@ def ogb_labels(name: str, y: Tensor) -> Tensor:
     return y
 
 
+def check_release(name: str, folder: Path) -> None:
+    """Refuse a folder without ogb's mark of a complete download, where ogb would ask on stdin whether to delete
+    it ("the dataset has been updated")."""
+    release = folder / RELEASE
+    if folder.is_dir() and not release.is_file():
+        raise UserError(f"dataset {name!r}: {str(folder)!r} holds no {release.name}, so it is not a complete OGB "
+                        f"download. Delete the folder and {prepare_again(name)}.")
+
+
 def open_ogb(name: str, root: Path) -> Data:
     """ogbn-`name` under `root` as x, y (`ogb_labels`), edge_index and its split."""
     from torch_geometric.data import Data
 
     info = OGB_NODE_DATASETS[name]
-    folder = root / info.folder
-    dataset_class = _dataset_class()
-    release = folder / RELEASE
-    if folder.is_dir() and not release.is_file():
-        # ogb would ask on stdin whether to delete the folder ("the dataset has been updated").
-        raise UserError(f"dataset {name!r}: {str(folder)!r} holds no {release.name}, so it is not a complete OGB "
-                        f"download. Delete the folder and {prepare_again(name)}.")
+    dataset_class = ogb_dataset_class()
+    check_release(name, root / info.folder)
     dataset = dataset_class(name, root=str(root))
     split = dataset.get_idx_split()
     graph = dataset[0]

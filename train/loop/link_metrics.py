@@ -15,8 +15,8 @@ Two families, each from what the evaluation adds to one `LinkTally` per split on
   MRR is summed from their histogram, so it too is one process's figure. OGB's evaluator averages in float32,
   this in float64: the two agree to float32's rounding.
 
-A figure without a meaning (no pairs, pairs of one class, no positives ranked) is NaN, and `LinkFigures.notes`
-says why, in words, for the log.
+A figure without a meaning (no pairs, pairs of one class, no positives ranked, a score that is NaN) is NaN, and
+`LinkFigures.notes` says why, in words, for the log.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from torch import Tensor
 from train.loop.targets import SPLITS, gather_rows, rocauc
 
 HITS_AT = (1, 3, 10)  # the Hits@K that OGB's Evaluator reports beside the MRR (ogbl-citation2)
+UNRANKED = 0  # the doubled rank of a positive scored NaN, or against a negative scored NaN (a rank is at least 1)
 
 
 class LinkTally:
@@ -70,9 +71,11 @@ class LinkFigures:
 def doubled_ranks(pos_scores: Tensor, neg_scores: Tensor) -> Tensor:
     """Twice OGB's rank of each positive among its negatives (ogb/linkproppred/evaluate.py `_eval_mrr`): the
     optimistic rank (negatives scored higher) plus the pessimistic one (negatives scored at least as high) plus
-    2; a long tensor [M]."""
+    2; a long tensor [M]. UNRANKED where the positive or one of its negatives scored NaN (OGB's comparisons would
+    rank such a positive first)."""
     pos = pos_scores.view(-1, 1)
-    return (neg_scores > pos).sum(dim=1) + (neg_scores >= pos).sum(dim=1) + 2
+    doubled = (neg_scores > pos).sum(dim=1) + (neg_scores >= pos).sum(dim=1) + 2
+    return doubled.masked_fill(torch.isnan(pos.view(-1)) | torch.isnan(neg_scores).any(dim=1), UNRANKED)
 
 
 def average_precision(scores: Tensor, positive: Tensor) -> float:
@@ -93,6 +96,10 @@ def average_precision(scores: Tensor, positive: Tensor) -> float:
 
 def pair_figures(split: str, pairs: Tensor) -> tuple[dict[str, float], list[str]]:
     """AUC and AP of one split's gathered pairs [n, 2] (score, label), and why either is NaN."""
+    unscored = int(torch.isnan(pairs[:, 0]).sum()) if pairs.numel() else 0
+    if unscored:  # a NaN has no place in the order: no figure, rather than one that depends on where it sorts
+        return ({f"{split}_auc": float("nan"), f"{split}_ap": float("nan")},
+                [f"{split}_auc and {split}_ap are NaN: {unscored:,} of the split's {pairs.size(0):,} scores are NaN"])
     positive = pairs[:, 1] > 0.5 if pairs.numel() else torch.zeros(0, dtype=torch.bool)
     pos = int(positive.sum())
     neg = positive.numel() - pos
@@ -115,6 +122,10 @@ def ranking_figures(split: str, doubled: Tensor, hits_at: tuple[int, ...]) -> tu
     if doubled.numel() == 0:
         return dict.fromkeys(keys, float("nan")), [f"{', '.join(keys)} are NaN: the split has no ranked positives"]
     counts = torch.bincount(doubled.long())
+    if counts[UNRANKED]:
+        return dict.fromkeys(keys, float("nan")), [
+            f"{', '.join(keys)} are NaN: {int(counts[UNRANKED]):,} of the split's {doubled.numel():,} positives or "
+            "their negatives scored NaN"]
     seen = counts.nonzero().view(-1)
     total = doubled.numel()
     mrr = math.fsum((counts[seen].double() * 2.0 / seen.double()).tolist()) / total

@@ -1,0 +1,68 @@
+"""The edges a link task predicts, as a loaded graph carries them: the one home of their names and their checks.
+
+A graph with its own link split (ogbl-citation2: train/graph/ogbl.py) is the homogeneous `Data` with `x` and
+`edge_index` (the graph messages pass over, without the held-out edges), and beside them, all long tensors of
+node ids:
+
+- `train_pos_edge_index` [2, E]: the positive edges to train on, row 0 the source, row 1 the target;
+- `val_pos_edge_index`, `test_pos_edge_index` [2, M]: each split's held-out positive edges;
+- `val_neg_dst`, `test_neg_dst` [M, K], where the dataset gives every positive its own negatives (ogbl-citation2:
+  K = 1,000 per positive): the j-th negative of positive i is the edge (`{split}_pos_edge_index[0, i]`,
+  `{split}_neg_dst[i, j]`); the positive is ranked against its K (train/loop/link_metrics.py: MRR, Hits@K).
+
+Such a graph has no node labels (`y`) and no node split (`train_idx`, ...): its seeds are edges.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+LINK_SPLITS = ("train", "val", "test")
+RANKED_SPLITS = ("val", "test")  # the splits whose positives may come with their own negatives
+
+
+def pos_edges_key(split: str) -> str:
+    return f"{split}_pos_edge_index"
+
+
+def neg_dst_key(split: str) -> str:
+    return f"{split}_neg_dst"
+
+
+def has_link_split(data) -> bool:
+    """Whether the graph carries its own link split (else a link task makes one, e.g. PyG's RandomLinkSplit)."""
+    return all(pos_edges_key(split) in data for split in LINK_SPLITS)
+
+
+def pos_edges(data, split: str) -> Tensor:
+    """[2, M]: the positive edges of `split`."""
+    return data[pos_edges_key(split)]
+
+
+def neg_dst(data, split: str) -> Tensor | None:
+    """[M, K]: each positive's own negative targets in `split`, or None where the dataset gives none."""
+    key = neg_dst_key(split)
+    return data[key] if key in data else None
+
+
+def pos_edges_problem(edges: Tensor, num_nodes: int) -> str | None:
+    """What keeps `edges` from being [2, M] node ids of a graph of `num_nodes` nodes, in words; None if nothing."""
+    if edges.dim() != 2 or edges.size(0) != 2:
+        return f"has shape {list(edges.shape)}, not [2, M] (sources, targets)"
+    return ids_problem(edges, num_nodes)
+
+
+def neg_dst_problem(negatives: Tensor, positives: int, num_nodes: int) -> str | None:
+    """What keeps `negatives` from being [positives, K] node ids, K > 0, in words; None if nothing."""
+    if negatives.dim() != 2 or negatives.size(0) != positives or negatives.size(1) == 0:
+        return f"has shape {list(negatives.shape)}, not [{positives}, K] (K negatives for each of the positives)"
+    return ids_problem(negatives, num_nodes)
+
+
+def ids_problem(ids: Tensor, num_nodes: int) -> str | None:
+    """What keeps `ids` from being ids of nodes 0..num_nodes-1, naming the first node outside; None if nothing."""
+    if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
+        return f"holds {ids.dtype}, not node ids (integers)"
+    outside = ids[(ids < 0) | (ids >= num_nodes)]
+    return f"names node {int(outside[0])}, outside 0..{num_nodes - 1}" if outside.numel() else None
