@@ -156,3 +156,28 @@ def test_the_shipped_link_configs_load():
     for name in ("cora-link", "citeseer-link", "ogbl-citation2"):
         assert load_config(name).task.name == "link"
 
+
+
+def test_ogbl_citation2_trains_on_its_own_split_from_the_node_shared_graph_and_ranks_by_mrr(tmp_path):
+    """A small ogbl-citation2 in OGB's layout (tests/harness/ogb_files.py): each held-out citation ranked against its
+    own negatives on 2 ranks; the best epoch is the best validation MRR (OGB's protocol)."""
+    from tests.harness.ogb_files import write_ogbl_citation2
+
+    write_ogbl_citation2(tmp_path / "data")
+    out = tmp_path / "run"
+    job = run_local_job([*LINK, "data.name=ogbl-citation2", f"output.dir={out}", "trainer.epochs=2"], world_size=2,
+                        extra_env={"DATA_DIR": str(tmp_path / "data")})
+    assert job.returncodes == [0, 0], job.outputs[0][-3000:] + job.outputs[1][-3000:]
+    summary = final_summary(out)
+    assert summary["metric"] == "mrr" and summary["dataset"] == "ogbl-citation2"
+    for name in ("mrr", "hits@1", "hits@10", "auc", "ap"):
+        assert 0 <= summary[f"test_{name}_at_best_val"] <= 1 and summary[f"final_test_{name}"] is not None, name
+    assert summary["test_mrr_at_best_val"] > 1 / 21  # better than chance among 1 positive and 20 negatives
+    assert "test MRR, best val" in job.outputs[0]
+
+
+def test_a_node_config_on_a_graph_for_link_prediction_only_is_refused(tmp_path):
+    done = fit(f"output.dir={tmp_path / 'run'}", "data.name=ogbl-citation2", cwd=tmp_path)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "task.name='node' does not fit data.name='ogbl-citation2': it can be trained for link only" in done.stderr
+    assert "Traceback" not in done.stdout + done.stderr and not (tmp_path / "run").exists()

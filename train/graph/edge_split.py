@@ -25,9 +25,8 @@ from train.config import Config
 from train.errors import UserError
 from train.graph.epoch_split import derive_seed
 from train.graph.form import graph_csc
+from train.graph.link_split import RANKED_SPLITS, has_link_split, neg_dst, pos_edges
 from train.graph.shared_graph import csc_targets
-
-OWN_SPLIT = ("train_pos_edge_index", "val_pos_edge_index", "test_pos_edge_index")
 
 
 @dataclass(frozen=True)
@@ -71,14 +70,16 @@ def _refuse_edgeless(config: Config, count: int, what: str) -> None:
 
 
 def own_split(data: Data, config: Config) -> LinkSplit:
-    """The dataset's own split (OWN_SPLIT's tensors on `data`): the graph itself is the message-passing graph."""
-    _refuse_edgeless(config, data.train_pos_edge_index.size(1), "no training edges in its own split")
+    """The dataset's own split (train/graph/link_split.py's fields): the graph itself is the message-passing graph.
+    A seed edge leaves its batch in both directions: such a graph passes messages both ways (ogbl-citation2's
+    training citations, made undirected as OGB's examples do), and the reverse of an edge tells the edge."""
+    train = pos_edges(data, "train")
+    _refuse_edgeless(config, train.size(1), "no training edges in its own split")
     splits = {}
-    for name in ("val", "test"):
-        positives = data[f"{name}_pos_edge_index"]  # each scored against its own negatives (the evaluation pairs them)
-        splits[name] = EdgeSplit(positives, torch.ones(positives.size(1)), data[f"{name}_neg_dst"])
-    return LinkSplit(data, data.train_pos_edge_index, splits["val"], splits["test"], undirected=False,
-                     source="the dataset's own")
+    for name in RANKED_SPLITS:
+        positives = pos_edges(data, name)  # each scored against its own negatives (the evaluation pairs them)
+        splits[name] = EdgeSplit(positives, torch.ones(positives.size(1)), neg_dst(data, name))
+    return LinkSplit(data, train, splits["val"], splits["test"], undirected=True, source="the dataset's own")
 
 
 @contextlib.contextmanager
@@ -116,6 +117,6 @@ def random_split(data: Data, config: Config) -> LinkSplit:
 
 def link_split(data: Data, config: Config) -> LinkSplit:
     """The dataset's own split where it has one, else RandomLinkSplit's."""
-    if all(data.get(name) is not None for name in OWN_SPLIT):
+    if has_link_split(data):
         return own_split(data, config)
     return random_split(data, config)

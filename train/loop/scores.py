@@ -5,7 +5,8 @@ runs print (train/loop/report.py, compare.py) and the run's last line (train/loo
 one with the best validation figure of the run's metric: accuracy, for multi-label nodes the mean ROC-AUC
 (train/loop/targets.py), whose rows carry val_rocauc and test_rocauc, and for link prediction the AUC
 (train/loop/tasks/link.py), whose rows carry val_auc, val_ap (and val_mrr, val_hits@K where the split gives
-each positive its negatives) and the test's. Pure and torch-free: rows in, dicts and text out.
+each positive its negatives: then the MRR picks, as OGB's protocol) and the test's. Pure and torch-free: rows
+in, dicts and text out.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ import math
 
 # metric (a row's val_<metric>, test_<metric>) -> how the summary names it
 METRIC_NAMES = {"acc": "accuracy", "rocauc": "ROC-AUC", "auc": "AUC", "ap": "AP", "mrr": "MRR"}
-BEST_BY = ("auc", "rocauc")  # the metric that picks the best epoch where a run's rows have it, in this order
+# the metric that picks the best epoch where a run's rows have it, in this order: MRR where each positive is ranked
+# against its own negatives (OGB's protocol: ogbl-citation2), else a link run's AUC, multi-label nodes' ROC-AUC
+BEST_BY = ("mrr", "auc", "rocauc")
 
 
 def number(value) -> float | None:
@@ -29,8 +32,7 @@ def metric_name(metric: str) -> str:
 
 
 def run_metric(rows: list[dict]) -> str:
-    """The metric that picks the best epoch: AUC where the rows have one (link prediction), ROC-AUC (multi-label
-    nodes), else accuracy."""
+    """The metric that picks the best epoch: the first of BEST_BY the rows have, else accuracy."""
     return next((m for m in BEST_BY if any(number(r.get(f"val_{m}")) is not None for r in rows)), "acc")
 
 
