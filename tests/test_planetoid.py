@@ -86,19 +86,24 @@ def test_every_builtin_model_reaches_its_published_accuracy_mean_over_three_seed
     assert rows["MLP"]["mean"] <= rows["GCN"]["mean"] - 0.15, rows  # the graph is worth 15 points at least
 
 
-@needs_cora
-def test_gae_on_cora_reaches_the_published_auc_and_ap_mean_over_three_seeds(cora_root, capsys):
-    """cora-link (GAE's setting) from 3 seeds in one process group of 2 ranks (bench/accuracy.py, `--models GAE`)
-    against Kipf & Welling (2016): AUC 91.0, AP 92.0."""
+@pytest.mark.parametrize("label, dataset", [("GAE", "Cora"), ("GAE-CiteSeer", "CiteSeer")])
+def test_gae_reaches_the_published_auc_and_ap_mean_over_three_seeds(label, dataset, tmp_path, capsys):
+    """cora-link and citeseer-link (GAE's setting) from 3 seeds in one process group of 2 ranks (bench/accuracy.py,
+    `--models GAE`) against Kipf & Welling (2016): Cora AUC 91.0, AP 92.0; CiteSeer AUC 89.5, AP 89.9."""
     from bench.accuracy import LINKS, measure, rows_of
 
-    (row,) = rows_of(measure(list(LINKS), 3, cora_root, ranks=2, timeout=900))
+    shared = SHARED_CORA.parents[1] / dataset / "raw"
+    if not shared.is_dir():
+        pytest.skip(f"the Planetoid {dataset} raw files are not at {shared} (prepared nowhere on this machine)")
+    raw = tmp_path / "data" / "Planetoid" / dataset / "raw"
+    shutil.copytree(shared, raw)
+    (row,) = rows_of(measure([label], 3, tmp_path / "data", ranks=2, timeout=900))
     with capsys.disabled():
-        print(f"\nCora GAE ({row['config']}), 2 ranks, 3 seeds: test AUC {100 * row['mean']:.1f} +- "
+        print(f"\n{dataset} GAE ({row['config']}), 2 ranks, 3 seeds: test AUC {100 * row['mean']:.1f} +- "
               f"{100 * row['std']:.1f} %, AP {100 * row['ap_mean']:.1f} % (published {row['published']})")
+    bounds = LINKS[label]
     assert row["seeds"] == 3
-    assert LINKS["GAE"].low <= row["mean"] <= LINKS["GAE"].high, row
-    assert row["ap_mean"] >= 0.900, row  # GAE's 92.0 less the spread of a 3-seed mean here
+    assert bounds.low <= row["mean"] <= bounds.high and row["ap_mean"] >= bounds.ap_low, row
 
 
 @needs_cora

@@ -92,7 +92,6 @@ class LinkTask(Task):
         self.split = link_split(self.data, self.config)  # the same on every rank
         task = self.config.task
         self.negatives = Negatives(task.neg_sampling, task.neg_ratio, int(self.data.num_nodes))
-        self.notes: list[str] = []  # why a figure of the last evaluation is NaN
 
     @property
     def graph(self) -> Data:
@@ -195,9 +194,8 @@ class LinkTask(Task):
         counts = counts.to(self.device)
         dist.all_reduce(counts)
         result = figures(tallies, self.device)
-        self.notes = result.notes
         if self.env.is_main:
-            for note in result.notes:
+            for note in result.notes:  # why a figure is NaN
                 print(note, flush=True)
         accuracy = {f"{name}_acc": float(counts[2 * i] / counts[2 * i + 1]) if counts[2 * i + 1] else float("nan")
                     for i, name in enumerate(SPLITS)}
