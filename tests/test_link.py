@@ -194,3 +194,18 @@ def test_the_memory_plan_counts_a_link_batchs_endpoints_and_its_sampled_evaluati
     assert batch_seeds(link, evaluation=True) == 2 * link.sampler.eval_batch_size  # 2 endpoints per scored pair
     assert evaluation_sampled(link) and not evaluation_sampled(node)
     assert gpu_working_bytes(link, size) > gpu_working_bytes(node, size)
+
+
+def test_an_epoch_record_keeps_a_tasks_further_figures_through_its_row():
+    """metrics.jsonl and the checkpoint's history hold a link run's figures beside the accuracies; a resumed run's
+    sinks get them back (EpochRecord.from_row)."""
+    from train.loop.records import EpochRecord, split_figures
+
+    figures = {"val_acc": 0.7, "test_acc": 0.6, "val_auc": 0.9, "test_hits@10": 0.5}
+    record = EpochRecord(epoch=3, loss=0.5, train_acc=0.8, epoch_seconds=1.0, seeds_per_second=None, world_size=2,
+                         **split_figures(figures))
+    row = record.row()
+    assert row["val_auc"] == 0.9 and row["test_hits@10"] == 0.5 and "more" not in row
+    assert EpochRecord.from_row(json.loads(json.dumps(row))) == record
+    node = EpochRecord(3, 0.5, 0.8, 0.7, 0.6, 1.0, None, 2)
+    assert "more" not in node.row() and "val_rocauc" not in node.row()  # a node run's rows as they always were
