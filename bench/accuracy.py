@@ -4,7 +4,9 @@ Each built-in model trains with its shipped config (train/configs/cora*.yaml: th
 of its paper) from `--seeds` seeds (trainer.seed, +1, +2, ...) through the project's own `Trainer` (DDP,
 the sampled 2-hop batches of full neighbourhoods, the exact layer-wise evaluation after every epoch), all
 in one process group on the graph loaded once. The figure is the test accuracy at the best-validation
-epoch (the papers' early-stopping protocol); the final epoch's is shown too.
+epoch (the papers' early-stopping protocol); the final epoch's is shown too. `--models GAE`: link prediction in
+GAE's setting (train/configs/cora-link.yaml; `GAE-CiteSeer`: on CiteSeer, prepared under DATA_DIR), whose figures
+are the test AUC and AP at the best-validation AUC.
 
 Data: Cora prepared under DATA_DIR (or ./data) by `make data DATASET=Cora`; where it is not, the raw files
 of ../shared/data/planetoid are copied into a temporary folder (said in the output); else the run stops
@@ -34,8 +36,10 @@ class Published:
 
     config: str
     published: str
-    low: float  # bounds on the mean test accuracy at the best validation epoch (fractions)
+    low: float  # bounds on the mean test figure (`metric`) at the best validation epoch (fractions)
     high: float
+    metric: str = "acc"  # acc (node classification) or auc (link prediction, whose AP is shown beside it)
+    ap_low: float = 0.0  # link prediction: the bound on the mean test AP at the best validation epoch
 
 
 # The ranges: the papers' figures, widened by the spread of a 3-seed mean seen here (one run's test accuracy
@@ -47,6 +51,14 @@ MODELS: dict[str, Published] = {
     "GraphSAGE": Published("cora", "79-82 (PyG and others on this split)", 0.785, 0.825),
     "MLP": Published("cora-mlp", "55-59, at least 15 below GCN", 0.530, 0.610),
 }
+# Link prediction (task.name=link) in GAE's setting (train/configs/cora-link.yaml, citeseer-link.yaml): the published
+# AUC and AP, the range this project's 3-seed mean AUC must fall in and the least mean AP (docs/tasks.md): each
+# published figure less about the spread of a 3-seed mean (Cora here: AUC 91.7 +- 0.5).
+LINKS: dict[str, Published] = {
+    "GAE": Published("cora-link", "AUC 91.0, AP 92.0 (Kipf & Welling 2016)", 0.900, 0.935, "auc", 0.900),
+    "GAE-CiteSeer": Published("citeseer-link", "AUC 89.5, AP 89.9 (Kipf & Welling 2016)", 0.880, 0.925, "auc", 0.885),
+}
+TABLE = {**MODELS, **LINKS}
 SHARED_RAW = ROOT.parent / "shared" / "data" / "planetoid" / "Cora" / "raw"
 
 
@@ -80,19 +92,19 @@ def worker(args) -> None:
 
     models = args.models.split(",")
     env = resolve(os.environ)
-    first = load_config(MODELS[models[0]].config)
+    first = load_config(TABLE[models[0]].config)
     with process_group(env, first.dist) as (_backend, device), shared_graphs(), tempfile.TemporaryDirectory() as out:
         graphs = {}  # one graph per data section (normalised features or not), loaded once
         results: dict[str, list[dict]] = {}
         for label in models:
-            base = load_config(MODELS[label].config)
+            base = load_config(TABLE[label].config)
             key = repr(base.data)
             if key not in graphs:
                 graphs[key] = obtain_graph(base, env)
             data = graphs[key]
             base = base.trainer.seed
             for i in range(args.seeds):
-                config = load_config(MODELS[label].config, [f"trainer.seed={base + i}", "output.progress=lines",
+                config = load_config(TABLE[label].config, [f"trainer.seed={base + i}", "output.progress=lines",
                                                             *args.set])
                 run_dir = Path(out) / label / str(i)
                 run_dir.mkdir(parents=True)
@@ -116,23 +128,26 @@ def measure(models: list[str], seeds: int, data_root: Path, ranks: int = 2, time
 
 
 def rows_of(results: dict[str, list[dict]]) -> list[dict]:
-    """Per model: mean and std of the test accuracy at the best validation epoch and of the final one."""
+    """Per model: mean and std of its test figure (accuracy, or a link run's AUC and AP) at the best validation
+    epoch and of the final one."""
     rows = []
     for label, runs in results.items():
-        best = [r["test_acc_at_best_val"] for r in runs]
-        final = [r["final_test_acc"] for r in runs]
-        rows.append({"model": label, "config": MODELS[label].config, "seeds": len(runs),
+        metric = TABLE[label].metric
+        link = {"ap_mean": statistics.mean(r["test_ap_at_best_val"] for r in runs)} if metric == "auc" else {}
+        best = [r[f"test_{metric}_at_best_val"] for r in runs]
+        final = [r[f"final_test_{metric}"] for r in runs]
+        rows.append({"model": label, "config": TABLE[label].config, "seeds": len(runs), "metric": metric,
                      "mean": statistics.mean(best), "std": statistics.stdev(best) if len(best) > 1 else 0.0,
-                     "final_mean": statistics.mean(final), "published": MODELS[label].published,
-                     "seconds_per_run": statistics.mean(r["seconds"] for r in runs)})
+                     "final_mean": statistics.mean(final), "published": TABLE[label].published,
+                     "seconds_per_run": statistics.mean(r["seconds"] for r in runs), **link})
     return rows
 
 
 def run(args) -> dict:
     models = args.models.split(",")
-    unknown = [m for m in models if m not in MODELS]
+    unknown = [m for m in models if m not in TABLE]
     if unknown:
-        print(f"error: unknown model {', '.join(unknown)}; expected some of: {', '.join(MODELS)}.", file=sys.stderr)
+        print(f"error: unknown model {', '.join(unknown)}; expected some of: {', '.join(TABLE)}.", file=sys.stderr)
         raise SystemExit(2)
     with tempfile.TemporaryDirectory() as scratch:
         root, source = data_dir(args.data_dir, Path(scratch))
@@ -141,9 +156,10 @@ def run(args) -> dict:
         results = measure(models, args.seeds, root, args.ranks, args.timeout, args.set)
     rows = rows_of(results)
     print()
-    print(table(["model", "config", "test acc at best val, mean +- std (%)", "final epoch (%)", "published (%)",
-                 "s per run"],
-                [[r["model"], f"configs/{r['config']}.yaml", f"{100 * r['mean']:.1f} +- {100 * r['std']:.1f}",
+    print(table(["model", "config", "test acc (link: AUC) at best val, mean +- std (%)", "final epoch (%)",
+                 "published (%)", "s per run"],
+                [[r["model"], f"configs/{r['config']}.yaml", f"{100 * r['mean']:.1f} +- {100 * r['std']:.1f}"
+                  + (f" (AP {100 * r['ap_mean']:.1f})" if "ap_mean" in r else ""),
                   round(100 * r["final_mean"], 1), r["published"], round(r["seconds_per_run"], 1)] for r in rows]))
     path = write_result("accuracy", {"params": vars(args), "rows": rows, "raw": results})
     print(f"wrote {path}")
@@ -151,7 +167,7 @@ def run(args) -> dict:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {', '.join(MODELS)}")
+    parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {', '.join(TABLE)}")
     parser.add_argument("--seeds", type=int, default=3, help="runs per model, from trainer.seed on")
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--data-dir", default="", help="where Cora is prepared (default $DATA_DIR or ./data)")

@@ -34,7 +34,7 @@ def check(config_name: str, overrides: list[str], dataset: bool, data_dir: str |
         except ModuleNotFoundError as exc:
             unchecked = "" if data_dir is None else f"; whether it is prepared in {data_dir or 'data'} was not checked"
             return f"{sys.executable} cannot import {exc.name}: the dataset name is checked in the image{unchecked}"
-        dataset_kind(config.data)
+        dataset_kind(config.data, config.task.name)
         if data_dir is not None:
             from train.errors import UserError
 

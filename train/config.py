@@ -21,7 +21,7 @@ import yaml
 
 from train.builtin_models import BUILTINS
 from train.errors import UserError
-from train.files import check_file, read_text
+from train.files import DuplicateKey, check_file, load_yaml, read_text  # noqa: F401 (load_yaml: where it was)
 from train.storage.writes import atomic_write_text
 
 CONFIG_DIR = Path(__file__).parent / "configs"
@@ -154,6 +154,17 @@ class OutputConfig:
 
 
 @dataclass(frozen=True)
+class TaskConfig:
+    name: str = "node"  # node: classify nodes; link: predict edges (docs/tasks.md)
+    head: str = "mlp"  # link: how two node embeddings score an edge: dot (their dot product) | mlp (of their product)
+    embedding: int = 64  # link: the width of each node's embedding (the model's out_channels)
+    neg_sampling: str = "binary"  # link: binary (random node pairs) | triplet (random targets per source)
+    neg_ratio: int = 1  # link: negatives per positive edge
+    val_fraction: float = 0.05  # link, graphs without their own edge split: PyG's RandomLinkSplit's val and test
+    test_fraction: float = 0.1
+
+
+@dataclass(frozen=True)
 class Config:
     data: DataConfig = field(default_factory=DataConfig)
     sampler: SamplerConfig = field(default_factory=SamplerConfig)
@@ -163,6 +174,7 @@ class Config:
     eval: EvalConfig = field(default_factory=EvalConfig)
     dist: DistConfig = field(default_factory=DistConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
+    task: TaskConfig = field(default_factory=TaskConfig)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -176,12 +188,14 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "dist.backend": ("auto", "nccl", "gloo"),
     "output.progress": ("auto", "bar", "lines"),
     "output.tensorboard": ("auto", "true", "false"),
+    "task.name": ("node", "link"), "task.head": ("dot", "mlp"), "task.neg_sampling": ("binary", "triplet"),
 }
 POSITIVE: tuple[str, ...] = (
     "data.num_nodes", "data.num_classes", "data.num_features", "sampler.batch_size",
     "sampler.eval_batch_size", "model.hidden", "model.num_layers", "trainer.epochs",
     "trainer.eval_every", "trainer.log_every", "trainer.keep_checkpoints",
     "dist.init_timeout_seconds", "dist.collective_timeout_seconds", "data.load_timeout_seconds", "optim.lr",
+    "task.embedding", "task.neg_ratio",
 )
 NON_NEGATIVE: tuple[str, ...] = ("optim.weight_decay", "trainer.max_steps_per_epoch", "sampler.num_workers",
                                   "sampler.prefetch",
@@ -385,37 +399,10 @@ def _check_model_and_data(config: Config) -> None:
             raise UserError(f"model.{key}={value!r} must be in [0, 1).")
     if not 0 < config.data.train_fraction + config.data.val_fraction < 1:
         raise UserError("data.train_fraction + data.val_fraction must be between 0 and 1 (the rest is test).")
-
-
-class DuplicateKey(yaml.YAMLError):
-    """A mapping that gives one key twice: PyYAML keeps the last one silently."""
-
-    def __init__(self, key: Any, first: yaml.Mark, second: yaml.Mark):
-        super().__init__(f"the key {key!r} is given twice, on line {first.line + 1} and line {second.line + 1}; "
-                         "the second would silently replace the first: keep one")
-
-
-class UniqueKeyLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, refusing a key given twice in one mapping (a merge key `<<` may be overridden)."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
-        seen: dict = {}
-        for key_node, _value in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                continue
-            key = self.construct_object(key_node, deep=True)
-            try:
-                first = seen.setdefault(key, key_node.start_mark)
-            except TypeError:  # an unhashable key: the safe loader refuses it with its own message
-                continue
-            if first is not key_node.start_mark:
-                raise DuplicateKey(key, first, key_node.start_mark)
-        return super().construct_mapping(node, deep)
-
-
-def load_yaml(text: str) -> Any:
-    """`yaml.safe_load`, with keys given twice refused (`DuplicateKey`)."""
-    return yaml.load(text, Loader=UniqueKeyLoader)  # a SafeLoader: plain data only
+    task = config.task
+    if not (task.val_fraction > 0 and task.test_fraction > 0 and task.val_fraction + task.test_fraction < 1):
+        raise UserError(f"task.val_fraction={task.val_fraction!r} and task.test_fraction={task.test_fraction!r} "
+                        "must each be > 0 and sum to below 1 (the rest of the edges train).")
 
 
 def parse_override(text: str) -> tuple[str, str, Any]:

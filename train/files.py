@@ -5,7 +5,8 @@ file used as a directory, unreadable for this user, or not text. The libraries t
 fail with messages that name neither (torch.load's "failed finding central directory" for an empty
 file, a FileExistsError from mkdir, a UnicodeDecodeError, or a read that blocks forever on a FIFO).
 `file_problem` / `dir_problem` name the problem; `check_file`, `read_bytes` and `read_text` raise a
-`UserError` with it. Every reader of the package goes through them.
+`UserError` with it. Every reader of the package goes through them. `load_yaml`: YAML text with a key given
+twice refused (PyYAML keeps the last one silently).
 """
 
 from __future__ import annotations
@@ -14,6 +15,9 @@ import errno
 import os
 import stat
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 from train.errors import UserError
 
@@ -125,3 +129,34 @@ def read_text(path: Path | str, what: str, hint: str = "", allow_empty: bool = F
     except UnicodeDecodeError as exc:
         problem = f"is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}: a binary file?)"
         raise _refuse(what, problem, hint) from None
+
+
+class DuplicateKey(yaml.YAMLError):
+    """A mapping that gives one key twice: PyYAML keeps the last one silently."""
+
+    def __init__(self, key: Any, first: yaml.Mark, second: yaml.Mark):
+        super().__init__(f"the key {key!r} is given twice, on line {first.line + 1} and line {second.line + 1}; "
+                         "the second would silently replace the first: keep one")
+
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key given twice in one mapping (a merge key `<<` may be overridden)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: dict = {}
+        for key_node, _value in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = seen.setdefault(key, key_node.start_mark)
+            except TypeError:  # an unhashable key: the safe loader refuses it with its own message
+                continue
+            if first is not key_node.start_mark:
+                raise DuplicateKey(key, first, key_node.start_mark)
+        return super().construct_mapping(node, deep)
+
+
+def load_yaml(text: str) -> Any:
+    """`yaml.safe_load`, with keys given twice refused (`DuplicateKey`)."""
+    return yaml.load(text, Loader=UniqueKeyLoader)  # a SafeLoader: plain data only

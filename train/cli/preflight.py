@@ -42,7 +42,7 @@ def check_fit(config: Config, env: DistEnv) -> None:
     """Everything about a fit's input that each rank can check alone; `UserError` names the value."""
     from train.graph.data import checked_data_root, data_root, dataset_kind
 
-    kind = dataset_kind(config.data)  # a known name, and what its kind needs (data.path for files)
+    kind = dataset_kind(config.data, config.task.name)  # a known name, what its kind needs, the task it takes
     if kind.in_data_root or os.path.lexists(data_root(config.data, env.data_dir)):
         checked_data_root(config.data, env.data_dir)  # a file, a link loop... named; unused and absent: fine
     what = "output.dir" if config.output.dir else "the run directory"

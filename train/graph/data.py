@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from train.config import DataConfig
+from train.errors import UserError
 from train.files import check_dir
 from train.graph import kinds
 from train.graph.kinds import DATASETS, DatasetKind, from_pyg_masks  # noqa: F401 (where they were before)
@@ -40,10 +41,14 @@ def checked_data_root(config: DataConfig, data_dir: str | None = None) -> Path:
     return root
 
 
-def dataset_kind(data: DataConfig) -> DatasetKind:
-    """The kind of `data.name`, with what the config must give for it checked (raises UserError)."""
+def dataset_kind(data: DataConfig, task: str | None = None) -> DatasetKind:
+    """The kind of `data.name`, with what the config must give for it checked, and `task` (task.name) among what
+    it can be trained for where given (raises UserError)."""
     kind = kinds.dataset_kind(data.name)
     kind.check(data)
+    if task is not None and task not in kind.tasks:
+        raise UserError(f"task.name={task!r} does not fit data.name={data.name!r}: it can be trained for "
+                        f"{', '.join(kind.tasks)} only (task.name={kind.tasks[0]}).")
     return kind
 
 

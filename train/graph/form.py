@@ -24,6 +24,7 @@ from torch_geometric.data import Data
 from train.graph.edge_rows import EDGE_VALUES, EdgeRows, edge_values
 from train.graph.graphsize import GraphSize
 from train.graph.labels import is_multilabel, num_outputs
+from train.graph.link_split import LINK_FIELDS
 from train.graph.sampler import build_csc
 
 SPLITS = ("train_idx", "val_idx", "test_idx")
@@ -145,13 +146,14 @@ class Homogeneous(GraphForm):
         return int(graph.num_features)
 
     def num_classes(self, graph: Data) -> int:
-        return num_outputs(graph.y)
+        return num_outputs(graph.y) if graph.y is not None else 0  # no labels: a graph for link prediction only
 
     def multilabel(self, graph: Data) -> bool:
         return is_multilabel(graph.y)
 
     def split_nodes(self, graph: Data, split: str) -> Tensor:
-        return graph[f"{split}_idx"]
+        nodes = graph.get(f"{split}_idx")  # none: a graph for link prediction only, whose seeds are edges
+        return nodes if nodes is not None else torch.empty(0, dtype=torch.long)
 
     def features(self, graph: Data, nodes: Tensor) -> Tensor:
         return graph.x[nodes]
@@ -200,14 +202,14 @@ class Homogeneous(GraphForm):
                 return out
             return permuted
 
-        tensors: Shared = {"x": graph.x, "y": graph.y}
-        for split in SPLITS:
-            tensors[split] = graph[split]
+        # the labels and node splits where the graph has them, and a graph's own link split (graph/link_split.py)
+        kept = ("x", "y", *SPLITS, *LINK_FIELDS)
+        tensors: Shared = {name: graph[name] for name in kept if graph.get(name) is not None}
         tensors["colptr"] = colptr
         tensors["row"] = lambda: built.pop("row")
         index_bytes = index_dtype.itemsize
-        size = (graph.x.nbytes + graph.y.nbytes + sum(graph[s].nbytes for s in SPLITS)
-                + (num_nodes + 1) * index_bytes + num_edges * index_bytes)
+        size = sum(t.nbytes for t in tensors.values() if isinstance(t, Tensor)) + (num_nodes + 1) * index_bytes + \
+            num_edges * index_bytes
         if values:
             tensors["perm"] = lambda: built["perm"].to(index_dtype)
             size += num_edges * index_bytes + sum(value.nbytes for value in values.values())
@@ -218,7 +220,7 @@ class Homogeneous(GraphForm):
     def from_tensors(self, tensors: Mapping[str, Tensor]) -> Data:
         """Features, labels and splits in the Data, its structure only in the CSC beside it, and the edges' values
         (in CSC order) and ids beside that."""
-        data = Data(x=tensors["x"], y=tensors["y"], **{split: tensors[split] for split in SPLITS})
+        data = Data(**{name: tensors[name] for name in ("x", "y", *SPLITS, *LINK_FIELDS) if name in tensors})
         values = {name: tensors[name] for name in EDGE_VALUES if name in tensors}
         attach_edge_rows(data, EdgeRows(values, tensors["perm"], csc_order=True) if "perm" in tensors else None)
         return attach_csc(data, (tensors["colptr"], tensors["row"], None))

@@ -66,3 +66,7 @@ def ids_problem(ids: Tensor, num_nodes: int) -> str | None:
         return f"holds {ids.dtype}, not node ids (integers)"
     outside = ids[(ids < 0) | (ids >= num_nodes)]
     return f"names node {int(outside[0])}, outside 0..{num_nodes - 1}" if outside.numel() else None
+
+
+# every field a graph's own link split may carry: what the node-shared graph keeps beside the features
+LINK_FIELDS = tuple(map(pos_edges_key, LINK_SPLITS)) + tuple(map(neg_dst_key, RANKED_SPLITS))

@@ -24,18 +24,17 @@ from torch_geometric.data import Data
 from train import heap
 from train.cluster.distenv import DistEnv
 from train.config import Config
-from train.graph.epoch_split import derive_seed, epoch_order, rank_shard
+from train.graph.epoch_split import derive_seed
 from train.graph.form import form_of
 from train.graph.sampler import prefetch_safe
 from train.graph.sampling_plan import plan_sampling
-from train.loop.evaluate import evaluate
-from train.loop.models import ModelStep, edge_inputs, graph_edge_width, hop_counts, layerwise, resolve
+from train.loop.models import ModelStep, graph_edge_width, resolve
 from train.loop.outputs import Outputs
 from train.loop.prefetch import Prefetcher
-from train.loop.records import EpochRecord, StepRecord
+from train.loop.records import EpochRecord, StepRecord, split_figures
 from train.loop.rng import ProcessRng
 from train.loop.scores import score_summary
-from train.loop.targets import targets_for
+from train.loop.tasks import TaskParts, task_for
 from train.loop.timing import AllReduceProbe, PhaseTimer, reduce_mean
 from train.plan.terms import gpu_working_bytes, graph_size_of
 
@@ -111,13 +110,16 @@ class Trainer:
         spec = resolve(config.model)  # checked before the rendezvous too (train/cli/preflight.py)
         spec.check_edges(graph_edge_width(data))  # model.kwargs.edge_dim against the graph's edge features
         self.form = form_of(data)  # what the graph answers: its widths, splits and batches (graph/form.py)
-        width, classes = self.form.feature_width(data), self.form.num_classes(data)
-        self.targets = targets_for(self.form, data)  # one class or several tasks per node: loss and scores
-        self.model = spec.build(width, classes, config.trainer.seed).to(device)
-        self.model_description = spec.describe(width, classes)  # what checkpoints record
-        self.step = ModelStep(self.model, config.model.input_dropout)  # how a batch reaches the model (models/step.py)
-        self.ddp = DistributedDataParallel(self.step, device_ids=[device.index] if device.type == "cuda" else None)
-        self.eval_note = layerwise(self.step)[1] if config.eval.mode == "full" else ""
+        # what the run trains for (task.name): its seeds, batches, loss and figures (train/loop/tasks/)
+        self.task = task_for(TaskParts(config, env, device, data, self.form))
+        width = self.form.feature_width(data)
+        self.model = self.task.build_model(spec, width).to(device)
+        self.model_description = self.task.describe_model(spec, width)  # what checkpoints record
+        # how a batch reaches the model (models/step.py)
+        self.step = ModelStep(self.task.encoder(self.model), config.model.input_dropout)
+        self.ddp = DistributedDataParallel(self.task.ddp_module(self.step, self.model),
+                                           device_ids=[device.index] if device.type == "cuda" else None)
+        self.eval_note = self.task.eval_note(self.step)  # why the evaluation samples where eval.mode=full
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.optim.lr,
                                           weight_decay=config.optim.weight_decay)
         self.state = RunState()
@@ -126,7 +128,7 @@ class Trainer:
         self.joinables: list = []  # more Joinables that take part in every step (step_vote.StepAgreement)
         # sampler.device: where batches are sampled; the graph on the GPU only beside the working sets the plan counts
         working = gpu_working_bytes(config, graph_size_of(data)) if device.type == "cuda" else 0
-        self.sampling = plan_sampling(data, config.sampler, device, working_bytes=working,
+        self.sampling = plan_sampling(self.task.graph, config.sampler, device, working_bytes=working,
                                       feature_dtype=config.data.feature_dtype)
         self.timer = PhaseTimer(device)  # where each epoch's time goes (train/loop/timing.py)
         self.allreduce_probe = AllReduceProbe(self.model, device)
@@ -160,25 +162,11 @@ class Trainer:
 
     # ---- batches -------------------------------------------------------------------------------
     def epoch_shard(self, epoch: int) -> torch.Tensor:
-        order = epoch_order(self.form.split_nodes(self.data, "train"), self.config.trainer.seed, epoch)
-        return rank_shard(order, self.env.rank, self.env.world_size)
+        """This rank's seeds of the epoch, in order: nodes, or the training edges' ids (the task's)."""
+        return self.task.epoch_shard(epoch)
 
     def batches(self, seeds: torch.Tensor, epoch: int):
-        cfg = self.config.sampler
-        timer = self.timer
-        if not self.step.uses_graph:  # a feature-only model (the MLP) needs no neighbours
-            for chunk in seeds.split(cfg.batch_size):
-                with timer.phase("gather"):
-                    batch = self.form.feature_batch(self.data, chunk)
-                yield batch
-            return
-        plan = self.sampling
-        loader = plan.loader(seeds, cfg.num_neighbors, cfg.batch_size, seed=derive_seed(self.config.trainer.seed, 1),
-                             epoch=epoch)  # the run's one sampler, set to this epoch
-        for batch in timer.iterate(timer.wrap_loader(loader), "sample"):
-            with timer.phase("gather"):
-                batch = plan.complete(batch, self.device)
-            yield batch
+        return self.task.batches(seeds, epoch, self.sampling, self.step, self.timer)
 
     def prefetch_depth(self) -> int:
         """Batches prepared ahead (sampler.prefetch), or 0 where the sampler draws from the step's generator."""
@@ -214,22 +202,19 @@ class Trainer:
                     batch = batch.to(self.device, non_blocking=True)
                 with self.timer.phase("compute"):
                     self.optimizer.zero_grad(set_to_none=True)
-                    out = self.ddp(batch.x, batch.edge_index, *hop_counts(batch, self.config.model),
-                                   **edge_inputs(batch))[: batch.batch_size]
-                    target = batch.y[: batch.batch_size]
-                    loss = self.targets.loss(out, target)
-                    allreduce_wait = self.allreduce_probe.backward(loss)  # loss.backward(), timed
+                    result = self.task.forward(self.ddp, batch)
+                    allreduce_wait = self.allreduce_probe.backward(result.loss)  # loss.backward(), timed
                     self.optimizer.step()
-                    loss_value = float(loss.detach())
+                    loss_value = float(result.loss.detach())
                 self.timer.move(allreduce_wait, "compute", "allreduce")
-                stats.loss_sum += loss_value * batch.batch_size
-                correct, scored = self.targets.counts(out.detach(), target)
+                stats.loss_sum += loss_value * result.seeds
+                correct, scored = self.task.counts(result)
                 stats.correct += correct
                 stats.scored += scored
-                stats.seeds += batch.batch_size
+                stats.seeds += result.seeds
                 stats.steps += 1
                 self.state.step += 1
-                record = StepRecord(epoch, self.state.step, total, loss_value, batch.batch_size)
+                record = StepRecord(epoch, self.state.step, total, loss_value, result.seeds)
                 self.outputs.step(record)
                 if on_step_end is not None and on_step_end(self, record):
                     break
@@ -246,7 +231,7 @@ class Trainer:
     # ---- evaluation ----------------------------------------------------------------------------
     def evaluate(self) -> dict[str, float]:
         """Val and test figures on all ranks (train/loop/evaluate.py: full and exact, or sampled)."""
-        return evaluate(self.step, self.data, self.config, self.env, self.device, self.sampling)
+        return self.task.evaluate(self.step, self.model, self.sampling)
 
     # ---- the run -------------------------------------------------------------------------------
     def fit(self, on_step_end=None, on_epoch_end=None) -> FitResult:
@@ -286,7 +271,7 @@ class Trainer:
         phases = reduce_mean(self.timer.totals(wall), self.env.world_size, self.device)
         record = EpochRecord(
             epoch=epoch, loss=totals.loss_sum / max(totals.seeds, 1), train_acc=totals.correct / max(totals.scored, 1),
-            **figures, epoch_seconds=seconds,
+            **split_figures(figures), epoch_seconds=seconds,
             seeds_per_second=totals.seeds / seconds if seconds > 0 else None, world_size=self.env.world_size,
             phase_seconds=phases, wall_seconds=sum(phases.values()))
         dist.barrier()
@@ -312,6 +297,7 @@ class Trainer:
             "eval_mode": "sampled" if self.eval_note else self.config.eval.mode,  # what the evaluation ran
             **({"eval_note": self.eval_note} if self.eval_note else {}),
             "dataset": self.config.data.name,
+            "task": self.task.name,  # what the run trained for (task.name: train/loop/tasks/)
             "heap": heap.applied(),  # the C heap's settings (train/heap.py); None: not run by python -m train
         }
 

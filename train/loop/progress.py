@@ -2,8 +2,8 @@
 
 In a terminal (output.progress=auto or bar) a bar per epoch shows the batch loss; in a log file a
 line every trainer.log_every steps. After each epoch one line with the epoch's mean loss and
-accuracies (and ROC-AUCs for multi-label nodes). Epochs are numbered from 0, as metrics.jsonl and the
-checkpoint lines number them.
+accuracies (and ROC-AUCs for multi-label nodes; a task's further figures: link prediction's AUC, AP). Epochs are
+numbered from 0, as metrics.jsonl and the checkpoint lines number them.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ def epoch_line(record: EpochRecord) -> str:
     acc = "" if record.val_acc is None else f" val_acc {record.val_acc:.4f} test_acc {record.test_acc:.4f}"
     if record.val_rocauc is not None:  # multi-label nodes: the run's metric
         acc += f" val_rocauc {record.val_rocauc:.4f} test_rocauc {record.test_rocauc:.4f}"
+    for name, value in (record.more or {}).items():  # a task's further figures (link prediction: AUC, AP, ...)
+        acc += f" {name} {value:.4f}"
     rate = "" if record.seeds_per_second is None else f", {record.seeds_per_second:.0f} seeds/s"
     return (f"epoch {record.epoch:3d} mean loss {record.loss:.4f} train_acc {record.train_acc:.4f}{acc} "
             f"({record.epoch_seconds:.1f} s{rate})")

@@ -41,17 +41,30 @@ class EpochRecord:
     wall_seconds: float | None = None  # training and evaluation: the phases add up to it
     val_rocauc: float | None = None  # multi-label nodes, evaluated epochs: the mean ROC-AUC over tasks
     test_rocauc: float | None = None
+    # a task's further figures by name, each split's (link prediction: val_auc, test_ap, val_mrr, test_hits@50, ...)
+    more: dict | None = None
 
     def row(self) -> dict:
         """The record as a metrics.jsonl row (and an entry of the run's history in checkpoints); the ROC-AUCs only
-        when there are some (a single-label run's rows are the ones metrics.jsonl always had)."""
+        when there are some (a single-label run's rows are the ones metrics.jsonl always had), a task's further
+        figures after the others."""
         row = dataclasses.asdict(self)
-        return {k: v for k, v in row.items() if k not in ROCAUC_FIELDS or v is not None}
+        more = row.pop("more") or {}
+        return {**{k: v for k, v in row.items() if k not in ROCAUC_FIELDS or v is not None}, **more}
 
     @classmethod
     def from_row(cls, row: dict) -> EpochRecord:
         """A row of the history back as a record (runs recorded before the phase times lack them)."""
-        return cls(**{f.name: row[f.name] for f in dataclasses.fields(cls) if f.name in row})
+        return cls(**split_figures({k: v for k, v in row.items() if k in _FIELDS or k.startswith(("val_", "test_"))}))
+
+
+def split_figures(figures: dict) -> dict:
+    """An evaluation's figures as `EpochRecord`'s arguments: its own fields by name, the rest in `more`."""
+    more = {k: v for k, v in figures.items() if k not in _FIELDS}
+    return {**{k: v for k, v in figures.items() if k in _FIELDS}, **({"more": more} if more else {})}
+
+
+_FIELDS = {f.name for f in dataclasses.fields(EpochRecord)} - {"more"}
 
 
 class Sink:

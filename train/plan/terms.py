@@ -101,6 +101,21 @@ class Hops:
         return sum(self.edges)
 
 
+def batch_seeds(config: Config, evaluation: bool = False) -> int:
+    """The seed nodes of one training (or sampled evaluation) batch: its nodes, or a link batch's endpoints (each
+    positive's 2 and its negatives', 2 per binary pair, 1 per triplet target; an evaluation's pairs 2 each), at most."""
+    size = config.sampler.eval_batch_size if evaluation else config.sampler.batch_size
+    if config.task.name != "link":
+        return size
+    task = config.task
+    return 2 * size if evaluation else size * (2 + (2 if task.neg_sampling == "binary" else 1) * task.neg_ratio)
+
+
+def evaluation_sampled(config: Config) -> bool:
+    """Whether an evaluation samples its batches: eval.mode=sampled, or link prediction (train/loop/tasks/link.py)."""
+    return config.eval.mode == "sampled" or config.task.name == "link"
+
+
 def sampled_hops(seeds: int, fanouts: list[int], size: GraphSize) -> Hops:
     """Expected nodes and edges of one batch. The seeds are uniform over the split, so the first hop takes
     min(fanout, mean degree) each; later frontiers are reached along edges (higher degrees), so they take the
@@ -302,11 +317,11 @@ def _term(rows: dict[str, int], prefix: str) -> int:
 def gpu_working_bytes(config: Config, size: GraphSize) -> int:
     """The larger of a training step's and an evaluation's working set on the GPU, with the allocator's blocks:
     what the graph placed on the GPU must leave free (the run and the plan place it alike)."""
-    train = forward_bytes(config, size, sampled_hops(config.sampler.batch_size, config.sampler.num_neighbors, size),
+    train = forward_bytes(config, size, sampled_hops(batch_seeds(config), config.sampler.num_neighbors, size),
                           backward=True)
-    if config.eval.mode == "sampled":
+    if evaluation_sampled(config):
         fanouts = list(config.eval.fanouts or config.sampler.num_neighbors)
-        evaluation = forward_bytes(config, size, sampled_hops(config.sampler.eval_batch_size, fanouts, size),
+        evaluation = forward_bytes(config, size, sampled_hops(batch_seeds(config, evaluation=True), fanouts, size),
                                    backward=False)
     else:
         evaluation = full_eval_bytes(config, size, 1)[2]
@@ -379,9 +394,9 @@ def batch_host_bytes(setting: Setting, size: GraphSize, hops: Hops) -> int:
 def evaluation_bytes(setting: Setting, size: GraphSize) -> tuple[str, int, int]:
     """(label, host bytes, GPU working set) of one evaluation; on the CPU the working set is the host's."""
     config = setting.config
-    if config.eval.mode == "sampled":
+    if evaluation_sampled(config):
         fanouts = list(config.eval.fanouts or config.sampler.num_neighbors)
-        hops = sampled_hops(config.sampler.eval_batch_size, fanouts, size)
+        hops = sampled_hops(batch_seeds(config, evaluation=True), fanouts, size)
         work = forward_bytes(config, size, hops, backward=False)
         if not setting.gpus:
             return "evaluation: one sampled batch", work, 0
@@ -439,7 +454,7 @@ def make_plan(config: Config, size: GraphSize, nodes: int, ranks: int, gpus: boo
     asked = gpus and config.sampler.device != "cpu"
     setting = Setting(config, ranks, per_node, gpus, sharing,
                       placement_for(config, size, sharing, gpu_bytes) if asked else None)
-    train_hops = sampled_hops(config.sampler.batch_size, config.sampler.num_neighbors, size)
+    train_hops = sampled_hops(batch_seeds(config), config.sampler.num_neighbors, size)
     evaluation = evaluation_bytes(setting, size)
     rank = rank_rows(setting, size, train_hops, evaluation)
     gpu = gpu_rows(setting, size, forward_bytes(config, size, train_hops, backward=True), evaluation[2])

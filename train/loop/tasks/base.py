@@ -1,0 +1,109 @@
+"""The `Task` interface: what the training loop (train/loop/fit.py) asks of the task it trains for.
+
+The loop owns what every task shares (DDP, the optimizer, per-step seeding, Join, the records, checkpoints);
+a task answers the rest: the model it trains (an encoder from the plug-in, and a head where it has one), the
+epoch's seeds and their batches, a batch's loss and counts, and the evaluation's figures.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+from torch_geometric.data import Data
+
+from train.cluster.distenv import DistEnv
+from train.config import Config
+from train.graph.epoch_split import epoch_order, rank_shard
+from train.graph.form import GraphForm
+from train.graph.sampling_plan import SamplingPlan
+from train.loop.models import ModelSpec, ModelStep
+from train.loop.timing import PhaseTimer
+
+
+@dataclass(frozen=True)
+class TaskParts:
+    """What a task is built from: the run's config, this rank, the graph and its form."""
+
+    config: Config
+    env: DistEnv
+    device: torch.device
+    data: Data
+    form: GraphForm
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    """A training batch's forward: the loss backward runs on, and what the epoch's counts read."""
+
+    loss: Tensor
+    logits: Tensor  # the scored outputs (the seeds' logits; a link batch's edge scores)
+    target: Tensor  # what they are scored against
+    seeds: int  # what the batch counts as: its seed nodes, or its positive edges
+
+
+class Task(ABC):
+    """One kind of training: node classification or link prediction."""
+
+    name: str
+
+    def __init__(self, parts: TaskParts):
+        self.config, self.env, self.device = parts.config, parts.env, parts.device
+        self.data, self.form = parts.data, parts.form
+
+    # ---- the model ----------------------------------------------------------------------------
+    @abstractmethod
+    def build_model(self, spec: ModelSpec, width: int) -> nn.Module:
+        """The module the run trains and checkpoints save (every parameter in its state_dict)."""
+
+    @abstractmethod
+    def describe_model(self, spec: ModelSpec, width: int) -> dict:
+        """What a checkpoint records of the model (a resume with another is refused)."""
+
+    def encoder(self, model: nn.Module) -> nn.Module:
+        """The plug-in's model inside `model`: what `ModelStep` calls on a batch."""
+        return model
+
+    def ddp_module(self, step: ModelStep, model: nn.Module) -> nn.Module:
+        """The module DDP wraps: every parameter of `model` takes part in its forward."""
+        return step
+
+    @property
+    def graph(self) -> Data:
+        """The graph batches are sampled from (the message-passing graph)."""
+        return self.data
+
+    # ---- training -----------------------------------------------------------------------------
+    @abstractmethod
+    def epoch_items(self) -> Tensor:
+        """What an epoch goes over before its shuffle: the training nodes, or the training edges' ids."""
+
+    def epoch_shard(self, epoch: int) -> Tensor:
+        """This rank's part of the epoch's shuffle: every item once over all ranks."""
+        order = epoch_order(self.epoch_items(), self.config.trainer.seed, epoch)
+        return rank_shard(order, self.env.rank, self.env.world_size)
+
+    @abstractmethod
+    def batches(self, seeds: Tensor, epoch: int, sampling: SamplingPlan, step: ModelStep,
+                timer: PhaseTimer) -> Iterator[Data]:
+        """The batches of this rank's `seeds`, in order, on the host (or where the sampler put them)."""
+
+    @abstractmethod
+    def forward(self, ddp: nn.Module, batch: Data) -> BatchResult:
+        """A batch (on the device) through the model: its loss and what its counts read."""
+
+    @abstractmethod
+    def counts(self, result: BatchResult) -> tuple[int, int]:
+        """(correct, scored) of a batch: what the epoch's train_acc sums."""
+
+    # ---- evaluation ---------------------------------------------------------------------------
+    @abstractmethod
+    def eval_note(self, step: ModelStep) -> str:
+        """Why the evaluation samples although eval.mode=full ('' where it runs as asked)."""
+
+    @abstractmethod
+    def evaluate(self, step: ModelStep, model: nn.Module, sampling: SamplingPlan) -> dict[str, float]:
+        """The val and test figures, the same on every rank; collective over all ranks."""
