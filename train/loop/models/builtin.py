@@ -23,7 +23,8 @@ from train.errors import UserError
 # The constructor arguments the workflow passes itself (train/loop/models/spec.py), never through model.kwargs.
 COMMON = {"in_channels": "the graph's features", "hidden_channels": "model.hidden", "num_layers": "model.num_layers",
           "out_channels": "the graph's classes", "dropout": "model.dropout"}
-_NOT_ARGUMENTS = {"self", "args", "kwargs", "channel_list", "nn"}  # channel_list: MLP's other form; nn: GINConv's MLP
+# channel_list: MLP's other form; nn: GINConv's MLP; meta, num_relations: a heterogeneous graph's (its HeteroMeta)
+_NOT_ARGUMENTS = {"self", "args", "kwargs", "channel_list", "nn", "meta", "num_relations"}
 
 
 @functools.cache  # one class, however often it is asked for

@@ -9,7 +9,8 @@ None or "last" (the others combine every layer's outputs, which a layer-at-a-tim
 The edges' features and weights the layers read come from the graph's copies in the CSC's order
 (models/edges.py), sliced with each chunk's in-edges: a graph that has them in no such copy is evaluated
 on sampled neighbourhoods. Any other model is evaluated on sampled neighbourhoods (eval.mode=sampled),
-and the run says so.
+and the run says so; so is a heterogeneous graph's model (models/hetero.py), whose layers read node and edge
+types that this per-layer API does not carry.
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ def layerwise(step: ModelStep) -> tuple[LayerWise | None, str]:
     if not step.uses_graph:
         return None, ""  # a feature-only model: evaluated row by row, exactly, without layers
     reason = step.not_target_trimmed
+    if step.typed_arguments:
+        reason = "a heterogeneous graph's model reads node and edge types, which the per-layer API does not carry"
     if reason is None and model.jk_mode not in (None, "last"):
         reason = f"its jumping-knowledge mode {model.jk_mode!r} combines every layer's outputs"
     if reason is not None:
