@@ -11,8 +11,7 @@ from inside the first training step on some rank.
 
 A model of a heterogeneous graph (rgcn, rgat, hetero-*, a user's `forward(x_dict, edge_index_dict)`, or any
 model given the graph's `meta`) is checked on a typed batch of the graph's types (models/hetero.py's STAND_IN
-when the graph is not known yet): the same checks, and every parameter must get a gradient (DDP stops on one
-that gets none).
+when the graph is not known yet): the same checks.
 """
 
 from __future__ import annotations
@@ -89,16 +88,6 @@ def check_output(name: str, out, rows: int, what: str) -> Tensor:
     return out
 
 
-def check_every_parameter(name: str, model) -> None:
-    """A heterogeneous graph's model: each parameter got a gradient (a relation absent from a batch, or a layer the
-    output does not reach, would stop DDP)."""
-    missing = [key for key, p in model.named_parameters() if p.requires_grad and p.grad is None]
-    if missing:
-        raise UserError(f"model.name={name}: parameter {missing[0]} (and {len(missing) - 1} more) gets no gradient "
-                        "from the target type's output on a typed batch: DDP stops on it. Make every parameter take "
-                        "part in each forward (e.g. add 0 * its sum to the output), or remove it.")
-
-
 def check_model(config: ModelConfig, meta: HeteroMeta | None = None) -> ModelStep:
     """Raise `UserError` unless the model builds and answers a sampled batch as training will call it
     (`meta`: the heterogeneous graph's types, when known)."""
@@ -135,8 +124,6 @@ def check_model(config: ModelConfig, meta: HeteroMeta | None = None) -> ModelSte
             if not any(p.grad is not None for p in model.parameters()):
                 raise UserError(f"model.name={name}: no gradient reaches the model's parameters from its output: "
                                 "nothing to train.")
-            if meta is not None:
-                check_every_parameter(name, model)
             if "edge_attr" in edges:
                 check_reads_edge_features(name, edge_dim, edges["edge_attr"])
                 edges["edge_attr"].grad = None
