@@ -24,7 +24,7 @@ from train.errors import UserError
 from train.graph.hetero_meta import HeteroMeta
 from train.loop.models import ModelStep, build_model, edge_inputs, layerwise, parameter_count, resolve
 from train.loop.models.contract import check_model
-from train.loop.models.hetero import STAND_IN, TypeInputs, tiny_typed_batch, typed_dicts, type_rows
+from train.loop.models.hetero import STAND_IN, TypeInputs, tiny_typed_batch, type_rows, typed_dicts
 
 CLASSES = 3
 MODELS = {"rgcn": {}, "rgat": {"heads": 2}, "hetero-sage": {}, "hetero-gat": {"heads": 2},
@@ -157,9 +157,12 @@ def test_heads_that_do_not_divide_hidden_are_refused():
             check_model(ModelConfig(name=name, hidden=8, kwargs={"heads": 3}))
 
 
-def test_an_unknown_keyword_names_the_relational_layers_own():
+def test_an_unknown_keyword_names_the_relational_layers_own_and_edge_features_are_refused():
     with pytest.raises(UserError, match="model.kwargs.bases is not an argument of model.name=rgcn .*num_bases"):
         resolve(ModelConfig(name="rgcn", kwargs={"bases": 2}))
+    with pytest.raises(UserError, match=r"model.kwargs.edge_dim cannot be given to model.name=hetero-gat \(HeteroGAT\)"
+                                        ": a heterogeneous graph's model reads each edge's type"):
+        resolve(ModelConfig(name="hetero-gat", kwargs={"edge_dim": 2}))
 
 
 # ---- the user's own forward(x_dict, edge_index_dict) -------------------------------------------------------------
