@@ -24,6 +24,16 @@ class GraphSize:
     meta: HeteroMeta | None = None  # a heterogeneous graph's types (form "heterogeneous"); None: untyped
 
     @property
+    def type_bytes(self) -> int:
+        """Bytes of a node's `node_type` and of an edge's `edge_type` (int64) in a typed graph; 0 when untyped."""
+        return INDEX if self.meta is not None else 0
+
+    @property
+    def segment_ids(self) -> int:
+        """Entries of the typed CSC's segment pointer (S + 1); 0 when untyped."""
+        return self.segments + 1 if self.meta is not None else 0
+
+    @property
     def segments(self) -> int:
         """The typed CSC's (destination, relation) segments (train/graph/typed_csc.py); 0 for an untyped graph."""
         return self.meta.segments if self.meta is not None else 0
@@ -39,4 +49,4 @@ class GraphSize:
 
     @property
     def feature_bytes(self) -> int:
-        return self.nodes * (self.features * FLOAT + INDEX * (2 if self.meta else 1))  # x, y (and node_type)
+        return self.nodes * (self.features * FLOAT + INDEX + self.type_bytes)  # x, y (and node_type)

@@ -140,8 +140,9 @@ def igbh_folder(path: Path) -> Path:
 
 def igbh_label_name(num_classes: int) -> str:
     if num_classes not in IGBH_LABELS:
+        files = ", ".join(f"{name}.npy" for name in IGBH_LABELS.values())
         raise UserError(f"data.num_classes={num_classes} is not one of IGBH's label sets; expected "
-                        f"{' or '.join(str(c) for c in IGBH_LABELS)} ({', '.join(IGBH_LABELS.values())}.npy).")
+                        f"{' or '.join(str(c) for c in IGBH_LABELS)} ({files}).")
     return IGBH_LABELS[num_classes]
 
 
