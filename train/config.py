@@ -42,6 +42,11 @@ class DataConfig:
     # How the features placed on the GPU are stored (sampler.device auto/cuda): bfloat16 or float16 halve their
     # memory and the bandwidth of every gather; the model still computes in float32 (train/loop/models/step.py).
     feature_dtype: str = "float32"
+    # A heterogeneous graph (issue 27; docs/data.md): the node type whose nodes are classified ("": the dataset's
+    # own, e.g. paper); a node type without features reads zeros (the model's learned embedding) or, with
+    # `degree`, one column log(1 + in-degree) (train/graph/hetero_graph.py)
+    target_node_type: str = ""
+    featureless: str = "zeros"
     # synthetic graph (a stochastic block model with noisy class-dependent features)
     num_nodes: int = 20000
     num_classes: int = 8
@@ -172,6 +177,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "data.share": ("node", "process"),
     "sampler.device": ("auto", "cpu", "cuda"),
     "data.feature_dtype": ("float32", "bfloat16", "float16"),
+    "data.featureless": ("zeros", "degree"),
     "eval.mode": ("full", "sampled"),
     "dist.backend": ("auto", "nccl", "gloo"),
     "output.progress": ("auto", "bar", "lines"),

@@ -36,6 +36,16 @@ class HeteroMeta:
         return tuple(starts)
 
     @property
+    def relations_into(self) -> tuple[int, ...]:
+        """The edge types that end at each node type: the typed CSC's segments per node (train/graph/typed_csc.py)."""
+        return tuple(sum(1 for edge in self.edge_types if edge[2] == t) for t in self.node_types)
+
+    @property
+    def segments(self) -> int:
+        """One typed-CSC segment per node and edge type that ends at its type."""
+        return sum(count * into for count, into in zip(self.counts, self.relations_into))
+
+    @property
     def target_index(self) -> int:
         return self.node_types.index(self.target)
 
