@@ -68,6 +68,14 @@ def test_a_relation_absent_from_the_batch_still_gives_its_weights_a_gradient(nam
     assert [n for n, p in step.named_parameters() if p.grad is None] == []
 
 
+@pytest.mark.parametrize("name", MODELS)
+def test_a_one_node_batch_without_types_reads_as_the_target_types_and_reaches_every_parameter(name):
+    """train/loop/run.py settles DDP's gradient buckets with a one-node dummy of no edges and no types."""
+    step = ModelStep(_model(name))
+    step(torch.zeros(1, max(STAND_IN.widths)), torch.empty(2, 0, dtype=torch.long)).sum().backward()
+    assert [n for n, p in step.named_parameters() if p.grad is None] == []
+
+
 @pytest.mark.parametrize("name", ["rgcn", "rgat"])
 def test_trimmed_relational_layers_give_the_seeds_the_untrimmed_outputs(name):
     batch = tiny_typed_batch(STAND_IN, 3)
@@ -83,7 +91,11 @@ def test_dict_models_say_they_are_not_trimmed_and_every_hetero_model_falls_back_
     for name in MODELS:
         step = ModelStep(_model(name))
         api, note = layerwise(step)
-        assert api is None and "reads node and edge types" in note and "eval.mode=sampled" in note
+        assert api is None and "on a heterogeneous graph reads node and edge types" in note
+        assert "evaluating on sampled neighbourhoods (eval.mode=sampled)" in note
+        shown = {"sage": "to_hetero(GraphSAGE)", "gat": "to_hetero(GAT)", "gin": "to_hetero(GIN)", "rgcn": "RGCN",
+                 "rgat": "RGAT", "hetero-sage": "HeteroSAGE", "hetero-gat": "HeteroGAT"}[name]
+        assert f"PyG's BasicGNN models and {shown} on a heterogeneous graph" in note
         if name not in ("rgcn", "rgat"):
             assert step.trim_mode.startswith("none (a model of per-type dicts")
 

@@ -44,6 +44,15 @@ def typed_inputs(batch) -> dict[str, Tensor]:
     return {name: batch[name] for name in TYPED_INPUTS}
 
 
+def untyped_as_target(meta: HeteroMeta, x: Tensor, edge_index: Tensor) -> dict[str, Tensor]:
+    """Types for a batch that carries none (train/loop/run.py's one-node dummy that settles DDP's gradient
+    buckets before the first step): every node of the target type, numbered from the type's first, every edge of
+    relation 0."""
+    nodes = torch.arange(x.size(0), device=x.device)
+    return {"edge_type": torch.zeros(edge_index.size(1), dtype=torch.long, device=x.device),
+            "node_type": torch.full_like(nodes, meta.target_index), "n_id": nodes + meta.offsets[meta.target_index]}
+
+
 def type_rows(node_type: Tensor, types: int) -> list[Tensor]:
     """For each node type, the batch rows of its nodes, in batch order."""
     return [(node_type == index).nonzero().view(-1) for index in range(types)]
@@ -130,11 +139,12 @@ def with_every_parameter(out: Tensor, module: nn.Module) -> Tensor:
 class TypedModel(nn.Module):
     """A dict model (`forward(x_dict, edge_index_dict)`: to_hetero, HeteroConv, the user's) on a typed batch."""
 
-    def __init__(self, inputs: TypeInputs, model: nn.Module, name: str):
+    def __init__(self, inputs: TypeInputs, model: nn.Module, name: str, shown: str = ""):
         super().__init__()
         self.inputs = inputs
         self.model = model
         self.name = name  # model.name, for messages
+        self.shown = shown or type(model).__name__  # the model in the log's words (to_hetero(GraphSAGE))
         self.trim_mode = ("none (a model of per-type dicts takes no per-hop counts: every sampled row in every "
                           "layer)")
 

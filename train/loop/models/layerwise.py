@@ -50,9 +50,12 @@ def layerwise(step: ModelStep) -> tuple[LayerWise | None, str]:
     model = step.model
     if not step.uses_graph:
         return None, ""  # a feature-only model: evaluated row by row, exactly, without layers
+    if step.typed_arguments:  # models/hetero.py's TypedModel says which model it holds
+        return None, (f"eval.mode=full needs the per-layer API of PyG's BasicGNN models and "
+                      f"{getattr(model, 'shown', type(model).__name__)} on a heterogeneous graph reads node and edge "
+                      "types, which that API does not carry: evaluating on sampled neighbourhoods (eval.mode=sampled) "
+                      "instead")
     reason = step.not_target_trimmed
-    if step.typed_arguments:
-        reason = "a heterogeneous graph's model reads node and edge types, which the per-layer API does not carry"
     if reason is None and model.jk_mode not in (None, "last"):
         reason = f"its jumping-knowledge mode {model.jk_mode!r} combines every layer's outputs"
     if reason is not None:

@@ -115,7 +115,8 @@ class ModelSpec:
         arguments = self.arguments(inputs.width, out_channels)
         if self.name == "gat":
             arguments.setdefault("add_self_loops", False)  # a relation's source and destination are other node sets
-        return TypedModel(inputs, self.to_hetero(self.construct(arguments, context), meta), self.name)
+        return TypedModel(inputs, self.to_hetero(self.construct(arguments, context), meta), self.name,
+                          shown=f"to_hetero({self.cls.__name__})")
 
     def to_hetero(self, model: nn.Module, meta: HeteroMeta) -> nn.Module:
         """PyG's to_hetero of `model`: one copy of its layers per relation, summed per destination type."""

@@ -26,7 +26,7 @@ from torch import Tensor, nn
 import train.loop.models.trim as trim
 from train.config import ModelConfig
 from train.loop.models.edges import EDGE_ARGUMENTS
-from train.loop.models.hetero import TYPED_INPUTS
+from train.loop.models.hetero import TYPED_INPUTS, untyped_as_target
 
 HOP_ARGUMENTS = ("num_sampled_nodes_per_hop", "num_sampled_edges_per_hop")
 HALF_FEATURES = (torch.bfloat16, torch.float16)  # data.feature_dtype's storage forms, widened before the model
@@ -108,6 +108,8 @@ class ModelStep(nn.Module):
         if not self.uses_graph:
             return self.model(x)
         typed = {"edge_type": edge_type, "node_type": node_type, "n_id": n_id}
+        if self.typed_arguments and node_type is None:
+            typed = untyped_as_target(self.model.meta, x, edge_index)
         edges = {**self.edges(edge_attr, edge_weight), **{name: typed[name] for name in self.typed_arguments}}
         if num_sampled_nodes is None or num_sampled_edges is None:
             return self.model(x, edge_index, **edges)
