@@ -140,6 +140,22 @@ def test_rgat_and_hetero_gat_keep_mlperfs_shapes():
     assert [c.heads for c in rgat.convs] == [4, 4, 4] and rgat.convs[-1].concat is False
 
 
+def test_the_igbh_rgat_config_builds_mlperfs_r_gat_on_igbhs_types():
+    from train.config import load_config
+    from train.graph.heterofiles import IGBH_RELATIONS, IGBH_TYPES
+
+    config = load_config("igbh-rgat", ["data.path=/nowhere"])
+    assert (config.sampler.num_neighbors, config.sampler.batch_size) == ([15, 10, 5], 1024)
+    relations = IGBH_RELATIONS + tuple((d, f"rev_{r}", s) for s, r, d in IGBH_RELATIONS if s != d)
+    meta = HeteroMeta(IGBH_TYPES, relations, (5, 5, 5, 5), (1024,) * 4, "paper")
+    step = ModelStep(build_model(config.model, 1024, 19, seed=0, meta=meta))
+    assert len(step.model.inputs.project) == 0 and step.model.inputs.width == 1024  # IGBH's features as they are
+    convs = step.model.model.convs
+    assert len(convs) == 3 and set(convs[0].convs.keys()) == set(relations)
+    assert {(c.heads, c.out_channels, c.concat) for layer in convs for c in layer.convs.values()} == {(4, 128, True)}
+    assert step.model.model.lin.out_features == 19
+
+
 def test_parameter_count_and_the_checkpoints_description_of_a_hetero_model():
     config = ModelConfig(name="rgcn", hidden=8, kwargs={})
     assert parameter_count(config, 6, CLASSES, meta=STAND_IN) == sum(p.numel() for p in _model("rgcn").parameters())
