@@ -154,6 +154,9 @@ def test_the_igbh_rgat_config_builds_mlperfs_r_gat_on_igbhs_types():
     assert len(convs) == 3 and set(convs[0].convs.keys()) == set(relations)
     assert {(c.heads, c.out_channels, c.concat) for layer in convs for c in layer.convs.values()} == {(4, 128, True)}
     assert step.model.model.lin.out_features == 19
+    # the reference's count: per relation one Linear shared by source and destination, attention and bias
+    per_relation = [width * 512 + 3 * 512 for width in (1024, 512, 512)]
+    assert sum(p.numel() for p in step.parameters()) == 7 * sum(per_relation) + 512 * 19 + 19
 
 
 def test_parameter_count_and_the_checkpoints_description_of_a_hetero_model():
@@ -166,15 +169,19 @@ def test_parameter_count_and_the_checkpoints_description_of_a_hetero_model():
 @pytest.mark.parametrize("name,needle", [
     ("gcn", "model.name=gcn cannot train on a heterogeneous graph through PyG's to_hetero: GCNConv takes one node"),
     ("mlp", "model.name=mlp cannot train on a heterogeneous graph through PyG's to_hetero: a feature-only model"),
+    ("gine", "model.name=gine cannot train on a heterogeneous graph through PyG's to_hetero: every layer adds edge "
+             "features .*; choose one of sage, gat, gin, rgcn, rgat, hetero-sage, hetero-gat\\.$"),
 ])
 def test_a_builtin_that_to_hetero_cannot_take_is_refused_naming_why(name, needle):
+    kwargs = {"edge_dim": 2} if name == "gine" else {}
     with pytest.raises(UserError, match=needle):
-        _model(name)
+        build_model(ModelConfig(name=name, kwargs=kwargs), 6, CLASSES, seed=0, meta=STAND_IN)
 
 
 @pytest.mark.parametrize("name", ["rgcn", "rgat", "hetero-sage", "hetero-gat"])
 def test_a_heterogeneous_model_on_a_homogeneous_graph_is_refused(name):
-    with pytest.raises(UserError, match=f"model.name={name} trains on a heterogeneous graph .* has one node type"):
+    with pytest.raises(UserError, match=f"model.name={name} trains on a heterogeneous graph .* has one node type; "
+                                        r"choose a model of homogeneous graphs \(sage, gcn, gat, gin, gine, mlp\)"):
         build_model(ModelConfig(name=name, kwargs=MODELS[name]), 6, CLASSES, seed=0)
 
 

@@ -56,7 +56,9 @@ BUILTINS: dict[str, Builtin] = {
     "gin": Builtin("GIN", ("GINConv",)),
     "gine": Builtin("GINE", ("GINEConv",), module="train.loop.models.gine",
                     required={"edge_dim": "the width of the graph's edge features (edge_attr): every layer adds them "
-                                          "to its messages"}),
+                                          "to its messages"},
+                    not_to_hetero="every layer adds edge features to its messages, and a heterogeneous graph's "
+                                  "edges carry their relation only"),
     # PyG's MLP normalises with batch_norm unless told otherwise; the baseline is the plain
     # Linear-ReLU-dropout stack of PyG's examples (model.kwargs.norm=batch_norm brings it back).
     "mlp": Builtin("MLP", defaults={"norm": None}, reads_graph=False,

@@ -54,7 +54,7 @@ class HeteroSAGE(HeteroConvGNN):
     def relation_conv(self, in_channels: int, out_channels: int, **kwargs) -> nn.Module:
         from torch_geometric.nn.conv import SAGEConv
 
-        return SAGEConv((in_channels, in_channels), out_channels, **kwargs)
+        return SAGEConv(in_channels, out_channels, **kwargs)
 
 
 class HeteroGAT(HeteroConvGNN):
@@ -71,4 +71,4 @@ class HeteroGAT(HeteroConvGNN):
             raise UserError(f"model.name=hetero-gat: model.hidden={out_channels} is not a multiple of "
                             f"model.kwargs.heads={self.heads}; each layer concatenates its heads.")
         kwargs.setdefault("add_self_loops", False)
-        return GATConv((in_channels, in_channels), out_channels // self.heads, heads=self.heads, **kwargs)
+        return GATConv(in_channels, out_channels // self.heads, heads=self.heads, **kwargs)  # one lin, as MLPerf

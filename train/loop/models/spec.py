@@ -85,9 +85,10 @@ class ModelSpec:
             torch.manual_seed(seed)  # same seed, same initial weights on every rank (the seed's manual_seed(12345))
         if meta is None:
             if self.hetero_only:
+                homogeneous = ", ".join(name for name, builtin in BUILTINS.items() if not builtin.hetero_only)
                 raise UserError(f"model.name={self.name} trains on a heterogeneous graph (node and edge types), and "
-                                "this graph has one node type; choose a model of homogeneous graphs (sage, gcn, "
-                                "gat, gin, gine, mlp), or a heterogeneous graph (docs/models.md).")
+                                f"this graph has one node type; choose a model of homogeneous graphs ({homogeneous}), "
+                                "or a heterogeneous graph (docs/models.md).")
             return self.construct(self.arguments(in_channels, out_channels), context)
         model = self.typed(out_channels, meta, context)
         initialise_lazy(model, meta, self.config.num_layers, self.name)
@@ -97,9 +98,9 @@ class ModelSpec:
         """The model of a heterogeneous graph's typed batches (the module docstring's three ways)."""
         builtin = BUILTINS.get(self.name)
         if builtin is not None and builtin.not_to_hetero:
+            typed = ", ".join(name for name, row in BUILTINS.items() if not row.not_to_hetero)
             raise UserError(f"model.name={self.name} cannot train on a heterogeneous graph through PyG's to_hetero: "
-                            f"{builtin.not_to_hetero}; choose rgcn, rgat, hetero-sage, hetero-gat, sage, gat or "
-                            "gin.")
+                            f"{builtin.not_to_hetero}; choose one of {typed}.")
         if "edge_type" in forward_parameters(self.cls.forward)[0]:  # rgcn, rgat: the meta is theirs
             return self.construct({**self.arguments(-1, out_channels), "meta": meta}, context)
         if self.takes_dicts and builtin is None:  # the user's dict model: each type's own features
