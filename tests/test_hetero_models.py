@@ -219,6 +219,21 @@ DICT_MODEL = """
 """
 
 
+TO_HETERO_MODEL = """
+    import torch
+    from torch_geometric.nn import to_hetero
+    from torch_geometric.nn.models import GraphSAGE
+
+    class Net(torch.nn.Module):
+        def __init__(self, in_channels, hidden_channels, num_layers, out_channels, dropout, metadata):
+            super().__init__()  # in_channels=-1: PyG's lazy layers, one per relation after to_hetero
+            self.gnn = to_hetero(GraphSAGE(-1, hidden_channels, num_layers, out_channels, dropout=dropout), metadata)
+
+        def forward(self, x_dict, edge_index_dict):
+            return self.gnn(x_dict, edge_index_dict)
+"""
+
+
 @pytest.fixture
 def user_code(tmp_path, monkeypatch):
     """write(source) -> an importable module name holding `source`."""
@@ -240,6 +255,11 @@ def test_a_users_dict_model_gets_each_types_width_the_metadata_and_its_lazy_laye
     step = check_model(ModelConfig(name=f"{module}:Net", hidden=8))
     assert step.model.model.widths == {"paper": 6, "author": 4, "field": 8}  # field: its embedding of model.hidden
     assert not any(isinstance(p, nn.parameter.UninitializedParameter) for p in step.parameters())
+    lazy = build_model(ModelConfig(name=f"{user_code(TO_HETERO_MODEL)}:Net", hidden=8), 6, CLASSES, seed=0,
+                       meta=STAND_IN)  # PyG's to_hetero of in_channels=-1: shaped by each type's own width
+    weights = {name: tuple(p.shape) for name, p in lazy.named_parameters()}
+    assert weights["model.gnn.convs.0.author__writes__paper.lin_l.weight"] == (8, 4)  # author: 4 columns
+    assert weights["model.gnn.convs.0.field__has__paper.lin_l.weight"] == (8, 8)  # field: its embedding
 
 
 BAD_DICT_MODELS = {  # case -> (the change to DICT_MODEL, what the message must say)
@@ -270,7 +290,7 @@ def test_each_broken_dict_model_is_one_clear_message_naming_it(case, user_code):
 
 
 # ---- DDP on 2 gloo ranks ------------------------------------------------------------------------------------------
-DDP_MODELS = ["rgcn", "rgat", "hetero-gat", "sage", "user"]
+DDP_MODELS = ["rgcn", "rgat", "hetero-gat", "sage", "user", "user-to-hetero"]
 
 
 def _train_two_steps(rank: int, name: str) -> dict:
@@ -299,7 +319,8 @@ def _worker(rank, world, port, out_dir, user_dir, user_module):
     sys.path.insert(0, user_dir)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:
-        names = {name: f"{user_module}:Net" if name == "user" else name for name in DDP_MODELS}
+        users = {"user": f"{user_module}:Net", "user-to-hetero": f"{user_module}_to_hetero:Net"}
+        names = {name: users.get(name, name) for name in DDP_MODELS}
         result = {name: _train_two_steps(rank, model) for name, model in names.items()}
         (Path(out_dir) / f"{rank}.json").write_text(json.dumps(result))
     finally:
@@ -310,6 +331,7 @@ def _worker(rank, world, port, out_dir, user_dir, user_module):
 def _two_ranks(out_dir: str) -> list[dict]:
     user_module = f"heteromodels_ddp_{uuid.uuid4().hex[:8]}"
     (Path(out_dir) / f"{user_module}.py").write_text(textwrap.dedent(DICT_MODEL))
+    (Path(out_dir) / f"{user_module}_to_hetero.py").write_text(textwrap.dedent(TO_HETERO_MODEL))
     mp.start_processes(_worker, args=(2, free_port(), out_dir, out_dir, user_module), nprocs=2, start_method="spawn")
     return [json.loads((Path(out_dir) / f"{r}.json").read_text()) for r in range(2)]
 
