@@ -422,6 +422,11 @@ def form_of(graph) -> GraphForm:
     raise TypeError(f"a graph of type {type(graph).__name__} has no form here; the forms are: {', '.join(FORMS)}")
 
 
+def form_of_tensors(tensors: Mapping[str, Tensor]) -> GraphForm:
+    """The form whose `shared_tensors` wrote these (the node-shared graph's files): a typed graph shares its meta."""
+    return HETEROGENEOUS if META_TENSOR in tensors else HOMOGENEOUS
+
+
 def form_named(name: str) -> GraphForm:
     """The form a planned size names (GraphSize.form)."""
     if name not in FORMS:
