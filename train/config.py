@@ -42,11 +42,8 @@ class DataConfig:
     # How the features placed on the GPU are stored (sampler.device auto/cuda): bfloat16 or float16 halve their
     # memory and the bandwidth of every gather; the model still computes in float32 (train/loop/models/step.py).
     feature_dtype: str = "float32"
-    # A heterogeneous graph (issue 27; docs/data.md): the node type whose nodes are classified ("": the dataset's
-    # own, e.g. paper); a node type without features reads zeros (the model's learned embedding) or, with
-    # `degree`, one column log(1 + in-degree) (train/graph/hetero_graph.py)
-    target_node_type: str = ""
-    featureless: str = "zeros"
+    target_node_type: str = ""  # a heterogeneous graph's type classified ("": the dataset's own; docs/data.md)
+    featureless: str = "zeros"  # a type without x: zeros (the model's embedding) or degree (log(1 + in-degree))
     # synthetic graph (a stochastic block model with noisy class-dependent features)
     num_nodes: int = 20000
     num_classes: int = 8

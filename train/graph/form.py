@@ -26,7 +26,7 @@ from torch_geometric.data import Data
 
 from train.graph.edge_rows import EDGE_TYPE, EDGE_VALUES, EdgeRows, edge_values
 from train.graph.graphsize import GraphSize
-from train.graph.hetero_meta import HeteroMeta
+from train.graph.hetero_meta import HeteroMeta, attach_meta, graph_meta  # noqa: F401 (reached through the form)
 from train.graph.labels import is_multilabel, num_outputs
 from train.graph.sampler import build_csc
 from train.graph.typed_csc import TypedSegments, build_typed_csc
@@ -56,17 +56,6 @@ def attach_edge_rows(data: Data, rows: EdgeRows | None) -> Data:
     """Keep the edges' values and ids (train/graph/edge_rows.py) beside the CSC, outside Data's store (as the CSC)."""
     object.__setattr__(data, "edge_rows", rows)
     return data
-
-
-def attach_meta(data: Data, meta: HeteroMeta) -> Data:
-    """Keep a heterogeneous graph's `HeteroMeta` on its typed `Data`, outside Data's store (as the CSC)."""
-    object.__setattr__(data, "hetero_meta", meta)
-    return data
-
-
-def graph_meta(data) -> HeteroMeta | None:
-    """The `HeteroMeta` of a typed graph (None: a homogeneous graph): what the models build x_dict from."""
-    return getattr(data, "__dict__", {}).get("hetero_meta")
 
 
 def graph_segments(data) -> TypedSegments | None:
@@ -420,6 +409,11 @@ def form_of(graph) -> GraphForm:
         if form.matches(graph):
             return form
     raise TypeError(f"a graph of type {type(graph).__name__} has no form here; the forms are: {', '.join(FORMS)}")
+
+
+def form_of_tensors(tensors: Mapping[str, Tensor]) -> GraphForm:
+    """The form whose `shared_tensors` wrote these (the node-shared graph's files): a typed graph shares its meta."""
+    return HETEROGENEOUS if META_TENSOR in tensors else HOMOGENEOUS
 
 
 def form_named(name: str) -> GraphForm:

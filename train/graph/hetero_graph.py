@@ -19,7 +19,7 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from train.errors import UserError
-from train.graph.hetero_meta import EdgeType, HeteroMeta
+from train.graph.hetero_meta import EdgeType, HeteroMeta, attach_meta
 
 SPLITS = ("train", "val", "test")
 UNLABELED = -1
@@ -102,8 +102,6 @@ def node_count(store, node_type: str) -> int:
 def typed_graph(hetero, target: str, featureless: str = "zeros", source: str = "the graph") -> Data:
     """The typed homogeneous `Data` of a PyG `HeteroData` (module docstring), with its `HeteroMeta` attached
     (train/graph/form.py `attach_meta`). `target`: the node type classified."""
-    from train.graph.form import attach_meta
-
     node_types = tuple(hetero.node_types)
     check_target(node_types, target, source)
     counts = {t: node_count(hetero[t], t) for t in node_types}

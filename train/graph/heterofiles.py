@@ -95,17 +95,12 @@ def _relation(name: str) -> tuple[str, str, str] | None:
 
 
 def _add_relation(hetero, relation: tuple[str, str, str], edge_index: Tensor, counts: dict[str, int]) -> None:
+    """The relation's edges; a featureless end type (absent from `counts`, which holds the types with x) counts
+    as many nodes as the largest id its relations name, plus one."""
     hetero[relation].edge_index = edge_index
     for row, end in ((0, relation[0]), (1, relation[2])):
-        if end not in counts and edge_index.numel():
-            counts[end] = max(counts.get(end, 0), int(edge_index[row].max()) + 1)
-
-
-def _finish_counts(hetero, counts: dict[str, int]) -> None:
-    """Featureless types: as many nodes as the largest id their relations name, plus one."""
-    for node_type, count in counts.items():
-        if hetero[node_type].get("x") is None:
-            hetero[node_type].num_nodes = count
+        if hetero[end].get("x") is None and edge_index.numel():
+            hetero[end].num_nodes = max(int(hetero[end].get("num_nodes") or 0), int(edge_index[row].max()) + 1)
 
 
 def read_hetero_folder(folder: Path):
@@ -120,8 +115,6 @@ def read_hetero_folder(folder: Path):
             if x is not None:
                 hetero[child.name].x = x
                 counts[child.name] = int(x.size(0))
-            else:
-                counts.setdefault(child.name, 0)
             for name in ("y", *(f"{s}_{k}" for s in ("train", "val", "test") for k in ("idx", "mask"))):
                 value = _array(child, name)
                 if value is not None:
@@ -129,7 +122,6 @@ def read_hetero_folder(folder: Path):
     for child in children:
         if (relation := _relation(child.name)) is not None:
             _add_relation(hetero, relation, _edge_index(child, child.name), counts)
-    _finish_counts(hetero, counts)
     return hetero
 
 
