@@ -168,14 +168,20 @@ def test_parameter_count_and_the_checkpoints_description_of_a_hetero_model():
 
 @pytest.mark.parametrize("name,needle", [
     ("gcn", "model.name=gcn cannot train on a heterogeneous graph through PyG's to_hetero: GCNConv takes one node"),
-    ("mlp", "model.name=mlp cannot train on a heterogeneous graph through PyG's to_hetero: a feature-only model"),
     ("gine", "model.name=gine cannot train on a heterogeneous graph through PyG's to_hetero: every layer adds edge "
-             "features .*; choose one of sage, gat, gin, rgcn, rgat, hetero-sage, hetero-gat\\.$"),
+             "features .*; choose one of sage, gat, gin, mlp, rgcn, rgat, hetero-sage, hetero-gat\\.$"),
 ])
 def test_a_builtin_that_to_hetero_cannot_take_is_refused_naming_why(name, needle):
     kwargs = {"edge_dim": 2} if name == "gine" else {}
     with pytest.raises(UserError, match=needle):
         build_model(ModelConfig(name=name, kwargs=kwargs), 6, CLASSES, seed=0, meta=STAND_IN)
+
+
+def test_a_feature_only_model_on_a_typed_graph_reads_the_seeds_own_features():
+    step = ModelStep(_model("mlp"))
+    batch = tiny_typed_batch(STAND_IN, 2)
+    assert not step.uses_graph and type(step.model).__name__ == "MLP"
+    assert step(batch.x[: batch.batch_size]).shape == (batch.batch_size, CLASSES)
 
 
 @pytest.mark.parametrize("name", ["rgcn", "rgat", "hetero-sage", "hetero-gat"])

@@ -61,8 +61,7 @@ BUILTINS: dict[str, Builtin] = {
                                   "edges carry their relation only"),
     # PyG's MLP normalises with batch_norm unless told otherwise; the baseline is the plain
     # Linear-ReLU-dropout stack of PyG's examples (model.kwargs.norm=batch_norm brings it back).
-    "mlp": Builtin("MLP", defaults={"norm": None}, reads_graph=False,
-                   not_to_hetero="a feature-only model's batches carry no node types"),
+    "mlp": Builtin("MLP", defaults={"norm": None}, reads_graph=False),  # on a typed graph too: the seeds' features
     # heterogeneous graphs: PyG's relational layers over (x, edge_index, edge_type), and HeteroConv per relation
     "rgcn": Builtin("RGCN", ("RGCNConv",), module="train.loop.models.relational", hetero_only=True),
     "rgat": Builtin("RGAT", ("RGATConv",), module="train.loop.models.relational", hetero_only=True),

@@ -13,7 +13,8 @@ On a heterogeneous graph (`meta`: its train/graph/hetero_meta.py HeteroMeta) the
 * hetero-sage, hetero-gat (models/heteroconv.py), and a user's module whose forward takes (x_dict,
   edge_index_dict), are dict models, wrapped in models/hetero.py's `TypedModel` (a user's gets in_channels as
   {node type: width}, and the metadata when its constructor takes `metadata`);
-* any other model (the homogeneous built-ins, a user's forward(x, edge_index)) goes through PyG's `to_hetero`.
+* any other model that reads the graph (the homogeneous built-ins, a user's forward(x, edge_index)) goes through
+  PyG's `to_hetero`; a feature-only model (mlp) reads the seeds' own features, as on any graph.
 Each is then run once on a tiny batch of the graph's types (lazy layers take their shapes before DDP wraps it).
 """
 
@@ -83,8 +84,8 @@ class ModelSpec:
         model when its constructor refuses the arguments (`context`: where the sizes came from, for the message)."""
         if seed is not None:
             torch.manual_seed(seed)  # same seed, same initial weights on every rank (the seed's manual_seed(12345))
-        if meta is None:
-            if self.hetero_only:
+        if meta is None or not self.reads_graph:  # a feature-only model reads the seeds' own (padded) features alike
+            if meta is None and self.hetero_only:
                 homogeneous = ", ".join(name for name, builtin in BUILTINS.items() if not builtin.hetero_only)
                 raise UserError(f"model.name={self.name} trains on a heterogeneous graph (node and edge types), and "
                                 f"this graph has one node type; choose a model of homogeneous graphs ({homogeneous}), "
