@@ -24,7 +24,7 @@ from train.errors import UserError
 from train.graph.hetero_meta import HeteroMeta
 from train.loop.models import ModelStep, build_model, edge_inputs, layerwise, parameter_count, resolve
 from train.loop.models.contract import check_model
-from train.loop.models.hetero import STAND_IN, TypeInputs, tiny_typed_batch, type_rows, typed_dicts
+from train.loop.models.hetero import STAND_IN, TypeInputs, tiny_typed_batch, type_rows, typed_dicts, typed_hop_counts
 
 CLASSES = 3
 MODELS = {"rgcn": {}, "rgat": {"heads": 2}, "hetero-sage": {}, "hetero-gat": {"heads": 2},
@@ -76,18 +76,33 @@ def test_a_one_node_batch_without_types_reads_as_the_target_types_and_reaches_ev
     assert [n for n, p in step.named_parameters() if p.grad is None] == []
 
 
-@pytest.mark.parametrize("name", ["rgcn", "rgat"])
-def test_trimmed_relational_layers_give_the_seeds_the_untrimmed_outputs(name):
+@pytest.mark.parametrize("name", ["rgcn", "rgat", "hetero-sage", "hetero-gat"])
+def test_trimmed_layers_give_the_seeds_the_untrimmed_outputs(name):
     batch = tiny_typed_batch(STAND_IN, 3)
     step = ModelStep(_model(name, layers=3)).eval()
     every_row = step(batch.x, batch.edge_index, **edge_inputs(batch))
     trimmed = step(batch.x, batch.edge_index, batch.num_sampled_nodes, batch.num_sampled_edges, **edge_inputs(batch))
-    assert trimmed.shape == (batch.batch_size, CLASSES)
-    torch.testing.assert_close(trimmed, every_row[: batch.batch_size])
-    assert step.trim_mode.startswith("target trimming")
+    targets = int((batch.node_type == STAND_IN.target_index).sum())
+    # rgcn, rgat: the seeds' rows alone; the dict models: the target type's rows within one hop of the seeds
+    if name in ("rgcn", "rgat"):
+        assert trimmed.size(0) == batch.batch_size
+    else:
+        assert batch.batch_size < trimmed.size(0) < targets
+    torch.testing.assert_close(trimmed[: batch.batch_size], every_row[: batch.batch_size])
+    assert step.trim_mode.startswith("target trimming" if name in ("rgcn", "rgat") else "PyG's trim_to_layer per node")
 
 
-def test_dict_models_say_they_are_not_trimmed_and_every_hetero_model_falls_back_to_sampled_evaluation():
+def test_typed_hop_counts_split_each_hop_by_type_and_relation():
+    batch = tiny_typed_batch(STAND_IN, 2)
+    rows = type_rows(batch.node_type, len(STAND_IN.node_types))
+    nodes, edges = typed_hop_counts(STAND_IN, rows, batch.edge_type, batch.num_sampled_nodes, batch.num_sampled_edges)
+    assert nodes["paper"][0] == batch.batch_size and nodes["author"][0] == nodes["field"][0] == 0  # seeds: papers
+    assert [sum(hop) for hop in zip(*nodes.values())] == batch.num_sampled_nodes
+    assert [sum(hop) for hop in zip(*edges.values())] == batch.num_sampled_edges
+    assert edges[("paper", "about", "field")][0] == 0  # the seeds' in-edges come from papers, authors, fields
+
+
+def test_to_hetero_models_are_not_trimmed_and_every_hetero_model_falls_back_to_sampled_evaluation():
     for name in MODELS:
         step = ModelStep(_model(name))
         api, note = layerwise(step)
@@ -96,8 +111,8 @@ def test_dict_models_say_they_are_not_trimmed_and_every_hetero_model_falls_back_
         shown = {"sage": "to_hetero(GraphSAGE)", "gat": "to_hetero(GAT)", "gin": "to_hetero(GIN)", "rgcn": "RGCN",
                  "rgat": "RGAT", "hetero-sage": "HeteroSAGE", "hetero-gat": "HeteroGAT"}[name]
         assert f"PyG's BasicGNN models and {shown} on a heterogeneous graph" in note
-        if name not in ("rgcn", "rgat"):
-            assert step.trim_mode.startswith("none (a model of per-type dicts")
+        if name in ("sage", "gat", "gin"):
+            assert step.trim_mode.startswith("none (its forward takes no num_sampled_nodes_dict")
 
 
 def test_typed_dicts_number_each_types_nodes_in_batch_order():

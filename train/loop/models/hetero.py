@@ -10,7 +10,8 @@ whose `x` is as wide as the widest type (narrower types zero-padded, featureless
   `to_hetero` and `HeteroConv` models, and a user's `forward(x_dict, edge_index_dict)`, take; every relation has
   its entry, empty when the batch has none of its edges;
 * `TypedModel`: such a dict model called on a typed batch; its output is the target type's rows, in batch order,
-  so its first `batch_size` rows are the seeds';
+  so its first `batch_size` rows are the seeds'; a model whose forward takes `num_sampled_nodes_dict` and
+  `num_sampled_edges_dict` gets the batch's hop counts per type (`typed_hop_counts`), for PyG's `trim_to_layer`;
 * `with_every_parameter`: DDP-safety: each parameter takes part in every step (a relation or a node type absent
   from one rank's batch would otherwise leave its weights without a gradient there, and DDP stops);
 * `initialise_lazy`: a dry forward on a tiny typed batch of the graph's own types, so that lazy layers
@@ -18,6 +19,8 @@ whose `x` is as wide as the widest type (narrower types zero-padded, featureless
 """
 
 from __future__ import annotations
+
+import inspect
 
 import torch
 from torch import Tensor, nn
@@ -126,6 +129,25 @@ def typed_dicts(meta: HeteroMeta, rows: list[Tensor], inputs: list[Tensor], edge
     return x_dict, edge_index_dict
 
 
+HOP_DICTS = ("num_sampled_nodes_dict", "num_sampled_edges_dict")  # PyG's names of the per-type hop counts
+
+
+def typed_hop_counts(meta: HeteroMeta, rows: list[Tensor], edge_type: Tensor, nodes_per_hop: list[int],
+                     edges_per_hop: list[int]) -> tuple[dict[str, list[int]], dict[tuple[str, str, str], list[int]]]:
+    """The batch's per-hop counts per node type and per relation, as PyG's `trim_to_layer` takes them: a batch lists
+    its nodes and edges hop by hop, and each type's rows (each relation's edges) keep that order in the dicts."""
+    device = edge_type.device
+    node_hop = torch.repeat_interleave(torch.arange(len(nodes_per_hop), device=device),
+                                       torch.tensor(nodes_per_hop, device=device))
+    edge_hop = torch.repeat_interleave(torch.arange(len(edges_per_hop), device=device),
+                                       torch.tensor(edges_per_hop, device=device))
+    nodes = {name: torch.bincount(node_hop[type_rows_], minlength=len(nodes_per_hop)).tolist()
+             for name, type_rows_ in zip(meta.node_types, rows)}
+    edges = {relation: torch.bincount(edge_hop[edge_type == index], minlength=len(edges_per_hop)).tolist()
+             for index, relation in enumerate(meta.edge_types)}
+    return nodes, edges
+
+
 def with_every_parameter(out: Tensor, module: nn.Module) -> Tensor:
     """`out` unchanged in value, with every (initialised) parameter of `module` in its graph: a relation or node
     type absent from this rank's batch still gives its weights a (zero) gradient, so DDP's reduction completes."""
@@ -145,16 +167,26 @@ class TypedModel(nn.Module):
         self.model = model
         self.name = name  # model.name, for messages
         self.shown = shown or type(model).__name__  # the model in the log's words (to_hetero(GraphSAGE))
-        self.trim_mode = ("none (a model of per-type dicts takes no per-hop counts: every sampled row in every "
-                          "layer)")
+        self.takes_hop_dicts = set(HOP_DICTS) <= set(inspect.signature(model.forward).parameters)
+        self.trim_mode = ("PyG's trim_to_layer per node and edge type (the model's forward takes "
+                          "num_sampled_nodes_dict): each layer drops the hops later layers do not read"
+                          if self.takes_hop_dicts else
+                          "none (its forward takes no num_sampled_nodes_dict: every sampled row in every layer)")
 
     @property
     def meta(self) -> HeteroMeta:
         return self.inputs.meta
 
-    def forward(self, x: Tensor, edge_index: Tensor, edge_type: Tensor, node_type: Tensor, n_id: Tensor) -> Tensor:
+    def forward(self, x: Tensor, edge_index: Tensor, edge_type: Tensor, node_type: Tensor, n_id: Tensor,
+                num_sampled_nodes_per_hop: list[int] | None = None,
+                num_sampled_edges_per_hop: list[int] | None = None) -> Tensor:
+        """The target type's logits; with the per-hop counts, a model that takes them per type gets them."""
         rows, inputs = self.inputs.per_type(x, node_type, n_id)
-        out = self.model(*typed_dicts(self.meta, rows, inputs, edge_index, edge_type))
+        hops = {}
+        if self.takes_hop_dicts and num_sampled_nodes_per_hop is not None and num_sampled_edges_per_hop is not None:
+            hops = dict(zip(HOP_DICTS, typed_hop_counts(self.meta, rows, edge_type, list(num_sampled_nodes_per_hop),
+                                                        list(num_sampled_edges_per_hop))))
+        out = self.model(*typed_dicts(self.meta, rows, inputs, edge_index, edge_type), **hops)
         target = self.meta.target
         if not isinstance(out, dict) or not isinstance(out.get(target), Tensor):
             got = f"a dict of {', '.join(map(repr, out))}" if isinstance(out, dict) else f"a {type(out).__name__}"

@@ -7,6 +7,7 @@ no relation's destination keeps its input), with leaky ReLU and dropout between 
 the out_channels. This is MLPerf's R-GAT as the GNN benchmark's reference defines it (GraphLearn-for-PyTorch's
 examples/igbh/rgnn.py, model="rgat"): per relation a GATConv of `heads` heads of hidden/heads channels,
 concatenated, without self-loops (a relation's source and destination are different node sets).
+With model.trim each layer drops the hops no later layer reads (PyG's trim_to_layer, per node and edge type).
 """
 
 from __future__ import annotations
@@ -38,9 +39,17 @@ class HeteroConvGNN(nn.Module):
     def relation_conv(self, in_channels: int, out_channels: int, **kwargs) -> nn.Module:
         raise NotImplementedError
 
-    def forward(self, x_dict: dict[str, Tensor], edge_index_dict: dict[tuple[str, str, str], Tensor]
-                ) -> dict[str, Tensor]:
+    def forward(self, x_dict: dict[str, Tensor], edge_index_dict: dict[tuple[str, str, str], Tensor],
+                num_sampled_nodes_dict: dict[str, list[int]] | None = None,
+                num_sampled_edges_dict: dict[tuple[str, str, str], list[int]] | None = None) -> dict[str, Tensor]:
+        """The target type's logits; with the per-type hop counts, each layer first drops the hops no later layer
+        reads (PyG's trim_to_layer: the seeds' outputs unchanged)."""
+        from torch_geometric.utils import trim_to_layer
+
         for index, conv in enumerate(self.convs):
+            if num_sampled_nodes_dict is not None and num_sampled_edges_dict is not None:
+                x_dict, edge_index_dict, _ = trim_to_layer(index, num_sampled_nodes_dict, num_sampled_edges_dict,
+                                                           x_dict, edge_index_dict)
             out = conv(x_dict, edge_index_dict)
             if index < self.num_layers - 1:
                 out = {name: F.dropout(F.leaky_relu(h), self.dropout, self.training) for name, h in out.items()}
