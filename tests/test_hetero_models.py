@@ -368,3 +368,28 @@ def test_ddp_trains_with_a_relation_absent_from_one_ranks_batch_and_lazy_layers(
     assert first["without_grad"] == second["without_grad"] == []
     assert first["checksum"] == second["checksum"]  # the same weights on both ranks after two steps
 
+
+
+def test_the_model_check_names_a_broken_dict_model_with_exit_status_2_and_passes_a_good_one(tmp_path):
+    """`python -m train model` (make model-check) on the typed stand-in: a user's mistake is one line, exit 2."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    broken = DICT_MODEL.replace('return {"paper": self.lin(h["paper"])}', 'return self.lin(h["paper"])')
+    (tmp_path / "broken_hetero.py").write_text(textwrap.dedent(broken))
+    (tmp_path / "good_hetero.py").write_text(textwrap.dedent(DICT_MODEL))
+    env = {"PYTHONPATH": f"{tmp_path}:{root}", "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
+
+    def check(name: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "train", "model", "--config", "hetero-synthetic",
+                               f"model.name={name}"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=120)
+
+    bad = check("broken_hetero:Net")
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr, bad.stderr
+    assert "model.name=broken_hetero:Net: forward(x_dict, edge_index_dict) returned a Tensor; expected a dict" in \
+        bad.stderr
+    good = check("good_hetero:Net")
+    assert good.returncode == 0, good.stderr
+    assert "model.trim: none (its forward takes no num_sampled_nodes_dict" in good.stdout
+    assert "on a heterogeneous graph reads node and edge types" in good.stdout  # eval.mode=full: sampled instead
