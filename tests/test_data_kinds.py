@@ -19,7 +19,17 @@ from train.errors import UserError
 from train.graph import kinds
 from train.graph.data import dataset_kind, load_graph, prepare_dataset, probe_dataset, unprepared
 from train.graph.graphsize import GraphSize
-from train.graph.kinds import DATASETS, DatasetKind, Files, OgbLink, OgbNode, PygDataset, Synthetic
+from train.graph.kinds import (
+    DATASETS,
+    DatasetKind,
+    Files,
+    HeteroSynthetic,
+    Igbh,
+    OgbLink,
+    OgbNode,
+    PygDataset,
+    Synthetic,
+)
 
 ON_DISK = [name for name, kind in DATASETS.items() if kind.in_data_root]
 
@@ -37,7 +47,7 @@ def test_the_registry_names_every_dataset_with_its_kind():
         "synthetic": Synthetic, "files": Files,
         **dict.fromkeys(("Reddit", "Reddit2", "Flickr", "Cora", "CiteSeer", "PubMed"), PygDataset),
         **dict.fromkeys(("ogbn-arxiv", "ogbn-products", "ogbn-papers100M", "ogbn-proteins"), OgbNode),
-        "ogbl-citation2": OgbLink}
+        "ogbl-citation2": OgbLink, "hetero-synthetic": HeteroSynthetic, "igbh": Igbh, "igbh-full": Igbh}
     assert all(kind.name == name for name, kind in DATASETS.items())
     assert {DATASETS[n].sub for n in ("Cora", "CiteSeer", "PubMed")} == {"Planetoid/Cora", "Planetoid/CiteSeer",
                                                                           "Planetoid/PubMed"}

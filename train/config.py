@@ -42,6 +42,8 @@ class DataConfig:
     # How the features placed on the GPU are stored (sampler.device auto/cuda): bfloat16 or float16 halve their
     # memory and the bandwidth of every gather; the model still computes in float32 (train/loop/models/step.py).
     feature_dtype: str = "float32"
+    target_node_type: str = ""  # a heterogeneous graph's type classified ("": the dataset's own; docs/data.md)
+    featureless: str = "zeros"  # a type without x: zeros (the model's embedding) or degree (log(1 + in-degree))
     # synthetic graph (a stochastic block model with noisy class-dependent features)
     num_nodes: int = 20000
     num_classes: int = 8
@@ -81,7 +83,7 @@ USER_MODEL_RE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-
 
 @dataclass(frozen=True)
 class ModelConfig:
-    name: str = "sage"  # sage | gcn | gat | gin | mlp (feature-only baseline) | package.module:ClassName
+    name: str = "sage"  # a built-in (train/builtin_models.py) | package.module:ClassName
     hidden: int = 256
     num_layers: int = 2
     dropout: float = 0.5
@@ -184,6 +186,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "data.share": ("node", "process"),
     "sampler.device": ("auto", "cpu", "cuda"),
     "data.feature_dtype": ("float32", "bfloat16", "float16"),
+    "data.featureless": ("zeros", "degree"),
     "eval.mode": ("full", "sampled"),
     "dist.backend": ("auto", "nccl", "gloo"),
     "output.progress": ("auto", "bar", "lines"),

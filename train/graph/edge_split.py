@@ -25,6 +25,7 @@ from train.config import Config
 from train.errors import UserError
 from train.graph.epoch_split import derive_seed
 from train.graph.form import graph_csc
+from train.graph.hetero_meta import graph_meta
 from train.graph.link_split import RANKED_SPLITS, has_link_split, neg_dst, pos_edges
 from train.graph.shared_graph import csc_targets
 
@@ -116,7 +117,13 @@ def random_split(data: Data, config: Config) -> LinkSplit:
 
 
 def link_split(data: Data, config: Config) -> LinkSplit:
-    """The dataset's own split where it has one, else RandomLinkSplit's."""
+    """The dataset's own split where it has one, else RandomLinkSplit's. A heterogeneous graph (a `files` graph of
+    types) is refused: its edges are of several relations, and which one to predict is not built (issue 27)."""
+    meta = graph_meta(data)
+    if meta is not None:
+        raise UserError(f"task.name=link predicts the edges of a homogeneous graph, but data.name={config.data.name!r} "
+                        f"is heterogeneous (node types {', '.join(meta.node_types)}); use task.name=node with "
+                        "data.target_node_type, or a homogeneous graph for link prediction.")
     if has_link_split(data):
         return own_split(data, config)
     return random_split(data, config)

@@ -6,14 +6,17 @@ many classes, a split's nodes, features and labels of given nodes, the tensors a
 graph rebuilt from them), the sampler's structure (the CSC kept beside the graph), a batch for a model
 that reads no graph, the contract's tiny stand-in graph and a graph of meta tensors of a planned size.
 
-The homogeneous graph (`Data`: x, y, edge_index, the split as index tensors) is the only form today. A
-heterogeneous graph (a `HeteroData` of node and edge types, the target type's labels: issue 27) plugs
-in as a second form in FORMS; `form_of` picks the form by the graph's type, `form_named` by the name a
-planned size (`GraphSize.form`) carries.
+Two forms: the homogeneous graph (`Data`: x, y, edge_index, the split as index tensors) and the heterogeneous
+one, which trains as a typed homogeneous `Data` (train/graph/hetero_graph.py: `node_type`, `edge_type`, the target
+type's labels and split) with its `HeteroMeta` kept beside it (`attach_meta`, `graph_meta`), its CSC sorted by
+target and edge type with the typed segments beside it (train/graph/typed_csc.py), and its `edge_type` kept with
+the edges' values (train/graph/edge_rows.py), so every batch carries `edge_type` and `node_type`. `form_of` picks
+the form of a graph, `form_named` by the name a planned size (`GraphSize.form`) carries.
 """
 
 from __future__ import annotations
 
+import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 
@@ -21,11 +24,13 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
-from train.graph.edge_rows import EDGE_VALUES, EdgeRows, edge_values
+from train.graph.edge_rows import EDGE_TYPE, EDGE_VALUES, EdgeRows, edge_values
 from train.graph.graphsize import GraphSize
+from train.graph.hetero_meta import HeteroMeta, attach_meta, graph_meta  # noqa: F401 (reached through the form)
 from train.graph.labels import is_multilabel, num_outputs
 from train.graph.link_split import LINK_FIELDS
 from train.graph.sampler import build_csc
+from train.graph.typed_csc import TypedSegments, build_typed_csc
 
 SPLITS = ("train_idx", "val_idx", "test_idx")
 CSC = tuple[Tensor, Tensor, "Tensor | None"]  # colptr, row, perm (None: the node-shared graph keeps none)
@@ -52,6 +57,11 @@ def attach_edge_rows(data: Data, rows: EdgeRows | None) -> Data:
     """Keep the edges' values and ids (train/graph/edge_rows.py) beside the CSC, outside Data's store (as the CSC)."""
     object.__setattr__(data, "edge_rows", rows)
     return data
+
+
+def graph_segments(data) -> TypedSegments | None:
+    """The typed CSC's segments kept beside a typed graph (None: untyped, or its CSC not built yet)."""
+    return getattr(data, "__dict__", {}).get("segments")
 
 
 def csc_index_dtype(num_nodes: int, num_edges: int) -> torch.dtype:
@@ -108,6 +118,15 @@ class GraphForm(ABC):
     @abstractmethod
     def edge_rows(self, graph) -> EdgeRows | None:
         """The edges' values and ids by CSC position (None: the graph has no edge values), kept beside the CSC."""
+
+    def segments(self, graph) -> TypedSegments | None:
+        """The typed CSC's segments (train/graph/typed_csc.py) the sampler draws k per edge type from; None: the
+        graph has one edge type."""
+        return None
+
+    def node_values(self, graph) -> dict[str, Tensor]:
+        """Per-node tensors besides x and y that each batch gathers by its n_id (a typed graph's node_type)."""
+        return {}
 
     @abstractmethod
     def shared_tensors(self, graph) -> tuple[Shared, int]:
@@ -176,19 +195,21 @@ class Homogeneous(GraphForm):
         return graph.__dict__["edge_rows"]
 
     def shared_tensors(self, graph: Data) -> tuple[Shared, int]:
-        """The features, labels and splits, then the CSC, then (where the graph has them) the CSC's perm and the
-        edges' values in CSC order. The CSC is built while writing, from ``graph.edge_index``, which it then drops
-        from `graph` (local rank 0's private copy) to lower the peak; ``row`` is written from the CSC just built,
-        each edge value permuted into CSC order when its turn comes (and dropped from `graph`)."""
+        """The features, labels and splits (and the form's other node tensors), then the CSC (and what the form
+        keeps beside it), then (where the graph has them) the CSC's perm and the edges' values in CSC order. The
+        CSC is built while writing, from ``graph.edge_index``, which it then drops from `graph` (local rank 0's
+        private copy) to lower the peak; ``row`` is written from the CSC just built, each edge value permuted into
+        CSC order when its turn comes (and dropped from `graph`)."""
         num_nodes, num_edges = graph.num_nodes, graph.edge_index.size(1)
         index_dtype = csc_index_dtype(num_nodes, num_edges)
-        values = edge_values(graph)
+        values = self._edge_stored(graph)
         built: dict[str, Tensor] = {}
 
         def colptr() -> Tensor:
-            ptr, row, perm = build_csc(graph.edge_index, num_nodes)
+            ptr, row, perm, beside = self._shared_csc(graph)
             del graph.edge_index
             built["row"] = row.to(index_dtype)
+            built.update({name: tensor.to(index_dtype) for name, tensor in beside.items()})
             if values:
                 built["perm"] = perm
             del row, perm
@@ -202,20 +223,43 @@ class Homogeneous(GraphForm):
                 return out
             return permuted
 
+        def beside_tensor(name: str) -> Callable[[], Tensor]:
+            return lambda: built.pop(name)
+
         # the labels and node splits where the graph has them, and a graph's own link split (graph/link_split.py)
         kept = ("x", "y", *SPLITS, *LINK_FIELDS)
         tensors: Shared = {name: graph[name] for name in kept if graph.get(name) is not None}
+        tensors.update(self._node_shared(graph))  # a typed graph's node_type (and what else its nodes share)
         tensors["colptr"] = colptr
         tensors["row"] = lambda: built.pop("row")
+        beside_ids = self._beside_ids(graph)
+        for name in beside_ids:
+            tensors[name] = beside_tensor(name)
         index_bytes = index_dtype.itemsize
-        size = sum(t.nbytes for t in tensors.values() if isinstance(t, Tensor)) + (num_nodes + 1) * index_bytes + \
-            num_edges * index_bytes
+        size = (sum(t.nbytes for t in tensors.values() if isinstance(t, Tensor))
+                + (sum(beside_ids.values()) + num_nodes + 1 + num_edges) * index_bytes)
         if values:
             tensors["perm"] = lambda: built["perm"].to(index_dtype)
             size += num_edges * index_bytes + sum(value.nbytes for value in values.values())
         for number, name in enumerate(list(values)):
             tensors[name] = in_csc_order(name, last=number == len(values) - 1)
         return tensors, size
+
+    def _edge_stored(self, graph: Data) -> dict[str, Tensor]:
+        """The per-edge tensors a node shares in CSC order, by name."""
+        return edge_values(graph)
+
+    def _node_shared(self, graph: Data) -> dict[str, Tensor]:
+        """The per-node (and per-graph) tensors a node shares besides x, y and the splits."""
+        return {}
+
+    def _beside_ids(self, graph: Data) -> dict[str, int]:
+        """What the form keeps beside the CSC, by name, and its ids (in the CSC's index dtype)."""
+        return {}
+
+    def _shared_csc(self, graph: Data) -> tuple[Tensor, Tensor, Tensor, dict[str, Tensor]]:
+        """The CSC a node shares, and the tensors kept beside it (`_beside_ids`)."""
+        return (*build_csc(graph.edge_index, graph.num_nodes), {})
 
     def from_tensors(self, tensors: Mapping[str, Tensor]) -> Data:
         """Features, labels and splits in the Data, its structure only in the CSC beside it, and the edges' values
@@ -249,8 +293,114 @@ class Homogeneous(GraphForm):
         return data
 
 
+META_TENSOR = "hetero_meta"  # the node-shared graph's HeteroMeta: its JSON as bytes, a tensor like the others
+RELATION_PTR = "relation_ptr"  # the typed CSC's segment pointer (train/graph/typed_csc.py)
+
+
+def meta_tensor(meta: HeteroMeta) -> Tensor:
+    return torch.frombuffer(bytearray(json.dumps(meta.to_dict()).encode()), dtype=torch.uint8)
+
+
+def meta_of_tensor(tensor: Tensor) -> HeteroMeta:
+    return HeteroMeta.from_dict(json.loads(bytes(tensor.tolist()).decode()))
+
+
+class Heterogeneous(Homogeneous):
+    """A heterogeneous graph as its typed homogeneous `Data` (train/graph/hetero_graph.py): `node_type` [N] and
+    `edge_type` [E] beside x, y, edge_index and the target type's split, its `HeteroMeta` attached (`attach_meta`).
+    Its CSC is sorted by target and edge type, with the typed segments beside it; `edge_type` is kept with the
+    edges' values (every batch carries it) and `node_type` is gathered for each batch's nodes like the features."""
+
+    name = "heterogeneous"
+
+    def matches(self, graph) -> bool:
+        return isinstance(graph, Data) and graph_meta(graph) is not None
+
+    def structure(self, graph: Data) -> CSC:
+        csc = graph_csc(graph)
+        if csc is None:
+            csc, segments = build_typed_csc(graph.edge_index, graph.edge_type, graph_meta(graph))
+            attach_csc(graph, csc)
+            object.__setattr__(graph, "segments", segments)
+        return csc
+
+    def segments(self, graph: Data) -> TypedSegments:
+        self.structure(graph)
+        return graph_segments(graph)
+
+    def node_values(self, graph: Data) -> dict[str, Tensor]:
+        return {"node_type": graph.node_type}
+
+    def edge_rows(self, graph: Data) -> EdgeRows:
+        """The edges' values and types in the user's order (the order of edge_index), read through the CSC's perm."""
+        if "edge_rows" not in graph.__dict__:
+            attach_edge_rows(graph, EdgeRows(edge_values(graph), self.structure(graph)[2], csc_order=False,
+                                             types=graph.edge_type))
+        return graph.__dict__["edge_rows"]
+
+    def _edge_stored(self, graph: Data) -> dict[str, Tensor]:
+        return {**edge_values(graph), EDGE_TYPE: graph.edge_type}
+
+    def _node_shared(self, graph: Data) -> dict[str, Tensor]:
+        return {"node_type": graph.node_type, META_TENSOR: meta_tensor(graph_meta(graph))}
+
+    def _beside_ids(self, graph: Data) -> dict[str, int]:
+        return {RELATION_PTR: graph_meta(graph).segments + 1}
+
+    def _shared_csc(self, graph: Data) -> tuple[Tensor, Tensor, Tensor, dict[str, Tensor]]:
+        (colptr, row, perm), segments = build_typed_csc(graph.edge_index, graph.edge_type, graph_meta(graph))
+        return colptr, row, perm, {RELATION_PTR: segments.ptr}
+
+    def from_tensors(self, tensors: Mapping[str, Tensor]) -> Data:
+        meta = meta_of_tensor(tensors[META_TENSOR])
+        data = Data(x=tensors["x"], y=tensors["y"], node_type=tensors["node_type"],
+                    **{split: tensors[split] for split in SPLITS})
+        values = {name: tensors[name] for name in EDGE_VALUES if name in tensors}
+        attach_edge_rows(data, EdgeRows(values, tensors["perm"], csc_order=True, types=tensors[EDGE_TYPE]))
+        object.__setattr__(data, "segments", TypedSegments.of_meta(meta, tensors[RELATION_PTR]))
+        attach_meta(data, meta)
+        return attach_csc(data, (tensors["colptr"], tensors["row"], None))
+
+    def feature_batch(self, graph: Data, nodes: Tensor) -> Data:
+        batch = super().feature_batch(graph, nodes)
+        batch.node_type = graph.node_type[nodes]
+        batch.edge_type = torch.empty(0, dtype=torch.long)
+        return batch
+
+    def tiny(self, num_nodes: int, features: int, generator: torch.Generator) -> Data:
+        """Two node types (`a` with features, `b` without) and the four relations between them, random."""
+        from torch_geometric.data import HeteroData
+
+        from train.graph.hetero_graph import typed_graph
+
+        half = num_nodes // 2
+        hetero = HeteroData()
+        hetero["a"].x = torch.randn(half, features, generator=generator)
+        hetero["a"].y = torch.zeros(half, dtype=torch.long)
+        for split in ("train", "val", "test"):
+            hetero["a"][f"{split}_idx"] = torch.arange(half)
+        hetero["b"].num_nodes = num_nodes - half
+        counts = {"a": half, "b": num_nodes - half}
+        for src in counts:
+            for dst in counts:
+                hetero[src, "to", dst].edge_index = torch.stack([
+                    torch.randint(0, counts[src], (num_nodes,), generator=generator),
+                    torch.randint(0, counts[dst], (num_nodes,), generator=generator)])
+        data = typed_graph(hetero, "a")
+        self.structure(data)
+        return data
+
+    def planned(self, size: GraphSize) -> Data:
+        data = super().planned(size)
+        data.node_type = torch.empty(size.nodes, dtype=torch.long, device="meta")
+        data.edge_type = torch.empty(size.edges, dtype=torch.long, device="meta")
+        return attach_meta(data, size.meta)
+
+
 HOMOGENEOUS = Homogeneous()
-FORMS: dict[str, GraphForm] = {form.name: form for form in (HOMOGENEOUS,)}
+HETEROGENEOUS = Heterogeneous()
+# In the order `form_of` asks: a typed graph is a `Data` too.
+FORMS: dict[str, GraphForm] = {form.name: form for form in (HETEROGENEOUS, HOMOGENEOUS)}
 
 
 def form_of(graph) -> GraphForm:
@@ -259,6 +409,11 @@ def form_of(graph) -> GraphForm:
         if form.matches(graph):
             return form
     raise TypeError(f"a graph of type {type(graph).__name__} has no form here; the forms are: {', '.join(FORMS)}")
+
+
+def form_of_tensors(tensors: Mapping[str, Tensor]) -> GraphForm:
+    """The form whose `shared_tensors` wrote these (the node-shared graph's files): a typed graph shares its meta."""
+    return HETEROGENEOUS if META_TENSOR in tensors else HOMOGENEOUS
 
 
 def form_named(name: str) -> GraphForm:

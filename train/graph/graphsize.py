@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from train.graph.hetero_meta import HeteroMeta
+
 FLOAT = 4  # bytes of a float32 feature / activation
 INDEX = 8  # bytes of an int64 node or edge id
 
@@ -19,6 +21,22 @@ class GraphSize:
     form: str = "homogeneous"  # the graph's form, whose tensors these are (train/graph/form.py FORMS)
     edge_features: int = 0  # edge_attr's width (0: none)
     edge_weight: bool = False  # whether the graph has edge_weight
+    meta: HeteroMeta | None = None  # a heterogeneous graph's types (form "heterogeneous"); None: untyped
+
+    @property
+    def type_bytes(self) -> int:
+        """Bytes of a node's `node_type` and of an edge's `edge_type` (int64) in a typed graph; 0 when untyped."""
+        return INDEX if self.meta is not None else 0
+
+    @property
+    def segment_ids(self) -> int:
+        """Entries of the typed CSC's segment pointer (S + 1); 0 when untyped."""
+        return self.segments + 1 if self.meta is not None else 0
+
+    @property
+    def segments(self) -> int:
+        """The typed CSC's (destination, relation) segments (train/graph/typed_csc.py); 0 for an untyped graph."""
+        return self.meta.segments if self.meta is not None else 0
 
     @property
     def edge_floats(self) -> int:
@@ -31,4 +49,4 @@ class GraphSize:
 
     @property
     def feature_bytes(self) -> int:
-        return self.nodes * (self.features * FLOAT + INDEX)  # x and y
+        return self.nodes * (self.features * FLOAT + INDEX + self.type_bytes)  # x, y (and node_type)

@@ -36,6 +36,16 @@ class HeteroMeta:
         return tuple(starts)
 
     @property
+    def relations_into(self) -> tuple[int, ...]:
+        """The edge types that end at each node type: the typed CSC's segments per node (train/graph/typed_csc.py)."""
+        return tuple(sum(1 for edge in self.edge_types if edge[2] == t) for t in self.node_types)
+
+    @property
+    def segments(self) -> int:
+        """One typed-CSC segment per node and edge type that ends at its type."""
+        return sum(count * into for count, into in zip(self.counts, self.relations_into))
+
+    @property
     def target_index(self) -> int:
         return self.node_types.index(self.target)
 
@@ -52,3 +62,15 @@ class HeteroMeta:
     def from_dict(cls, values: dict) -> "HeteroMeta":
         return cls(tuple(values["node_types"]), tuple(tuple(t) for t in values["edge_types"]),
                    tuple(values["counts"]), tuple(values["widths"]), values["target"])
+
+
+def attach_meta(data, meta: HeteroMeta):
+    """Keep a heterogeneous graph's `HeteroMeta` on its typed `Data`, outside Data's store (as its CSC: PyG copies
+    the store into every batch); train/graph/form.py's heterogeneous form reads it back."""
+    object.__setattr__(data, "hetero_meta", meta)
+    return data
+
+
+def graph_meta(data) -> HeteroMeta | None:
+    """The `HeteroMeta` of a typed graph (None: a homogeneous graph): what the models build x_dict from."""
+    return getattr(data, "__dict__", {}).get("hetero_meta")

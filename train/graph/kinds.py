@@ -128,8 +128,14 @@ class Files(DatasetKind):
 
     def plan_size(self, data: DataConfig) -> GraphSize:
         """Shapes from the memory-mapped arrays (headers), checked as `fit` checks them but without reading a
-        feature or an edge: an empty, cut-short or ill-shaped file is named, never a traceback."""
+        feature or an edge: an empty, cut-short or ill-shaped file is named, never a traceback. A heterogeneous
+        graph's types and sizes from its arrays' shapes (and the largest id of a featureless type's relations)."""
         from train.graph.graphfiles import check_edge_values, check_graph, read_graph_arrays
+        from train.graph.heterofiles import files_target, hetero_size, is_hetero, read_hetero
+
+        if is_hetero(data.path):
+            return hetero_size(read_hetero(data.path), files_target(data, read_hetero(data.path)),
+                               f"data.path={data.path}")
 
         arrays, source = read_graph_arrays(data.path)
         y, splits = check_graph(arrays, source, scan_values=False)
@@ -143,7 +149,12 @@ class Files(DatasetKind):
 
     def load(self, data: DataConfig, root: Path) -> Data:
         from train.graph.graphfiles import load_files
+        from train.graph.hetero_graph import typed_graph
+        from train.graph.heterofiles import files_target, is_hetero, read_hetero
 
+        if is_hetero(data.path):
+            hetero = read_hetero(data.path)
+            return typed_graph(hetero, files_target(data, hetero), data.featureless, f"data.path={data.path}")
         return load_files(data.path)
 
     def is_prepared(self, data: DataConfig, root: Path) -> bool:
@@ -336,6 +347,90 @@ class OgbLink(OgbNode):
         return ogb_source(self.name, folder, "linkproppred")
 
 
+class HeteroSynthetic(DatasetKind):
+    """The synthetic heterogeneous default (train/graph/hetero_synthetic.py): papers, authors, venues."""
+
+    name, kind, loader, in_data_root = "hetero-synthetic", "generated", "synthetic", False
+    tasks = ("node",)  # link prediction is for homogeneous graphs (train/graph/edge_split.py)
+
+    def check(self, data: DataConfig) -> None:
+        from train.graph.hetero_graph import check_target
+        from train.graph.hetero_synthetic import hetero_synthetic_meta
+
+        if data.target_node_type:
+            check_target(hetero_synthetic_meta(data).node_types, data.target_node_type, "data.name=hetero-synthetic")
+
+    def describe(self) -> str:
+        return ("papers, authors and venues generated from data.seed, whose papers' class shows only through their "
+                "authors: nothing to prepare")
+
+    def folder(self, data: DataConfig, root: Path) -> Path | None:
+        return None
+
+    def plan_size(self, data: DataConfig) -> GraphSize:
+        from train.graph.hetero_synthetic import hetero_synthetic_edges, hetero_synthetic_meta
+
+        meta = hetero_synthetic_meta(data)
+        papers = meta.counts[meta.target_index]
+        train, val = int(papers * data.train_fraction), int(papers * data.val_fraction)
+        return GraphSize(sum(meta.counts), hetero_synthetic_edges(data), max(meta.widths), data.num_classes,
+                         (train, val, papers - train - val), form="heterogeneous", meta=meta)
+
+    def load(self, data: DataConfig, root: Path) -> Data:
+        from train.graph.hetero_graph import typed_graph
+        from train.graph.hetero_synthetic import TARGET, hetero_synthetic
+
+        return typed_graph(hetero_synthetic(data), TARGET, data.featureless, "data.name=hetero-synthetic")
+
+    def is_prepared(self, data: DataConfig, root: Path) -> bool:
+        return True
+
+    def probe(self, data: DataConfig, root: Path) -> dict:
+        size = self.plan_size(data)
+        return {"name": self.name, "state": "generated", "root": "-", "dir": "-", "detail": "generated from data.seed",
+                "bytes": size.feature_bytes + size.edges * 40}
+
+
+class Igbh(Files):
+    """A folder in IGBH's layout at data.path (train/graph/heterofiles.py), MLPerf's GNN benchmark graph. `full`:
+    IGBH-full's published size, for the plan without the 2.2 TB of files (data.name=igbh-full)."""
+
+    kind, loader = "IGBH (MLPerf GNN)", "files"
+    tasks = ("node",)  # link prediction is for homogeneous graphs (train/graph/edge_split.py)
+    fix = "set data.path to an IGBH folder (IllinoisGraphBenchmark/IGB-Datasets' download scripts)"
+
+    def __init__(self, name: str, full: bool = False):
+        self.name, self.full = name, full
+
+    def check(self, data: DataConfig) -> None:
+        from train.graph.hetero_graph import check_target
+        from train.graph.heterofiles import IGBH_TYPES, igbh_label_name
+
+        igbh_label_name(data.num_classes)
+        if data.target_node_type:
+            check_target(IGBH_TYPES, data.target_node_type, f"data.name={self.name}")
+        if not data.path and not self.full:
+            raise UserError(f"data.name={self.name} needs data.path: {self.fix}.")
+
+    def describe(self) -> str:
+        return "an IGBH folder at data.path (paper, author, institute, fos and their relations): nothing to prepare"
+
+    def plan_size(self, data: DataConfig) -> GraphSize:
+        from train.graph.heterofiles import IGBH_TYPES, hetero_size, igbh_full, read_igbh
+
+        if self.full:
+            return igbh_full()
+        return hetero_size(read_igbh(Path(data.path), data.num_classes), IGBH_TYPES[0], f"data.path={data.path}",
+                           classes=data.num_classes)
+
+    def load(self, data: DataConfig, root: Path) -> Data:
+        from train.graph.hetero_graph import typed_graph
+        from train.graph.heterofiles import IGBH_TYPES, read_igbh
+
+        return typed_graph(read_igbh(Path(data.path), data.num_classes), IGBH_TYPES[0], data.featureless,
+                           f"data.path={data.path}")
+
+
 def from_pyg_masks(data) -> Data:
     """x, y, a coalesced edge_index and the split as indices, from a PyG graph with split masks."""
     from torch_geometric.data import Data
@@ -373,6 +468,9 @@ DATASETS: dict[str, DatasetKind] = {kind.name: kind for kind in (
     # pair citing each other is one edge twice). Split: the positive edges (train, val, test), not nodes.
     OgbLink("ogbl-citation2", GraphSize(2_927_963, 2 * 30_387_995, 128, 0, (30_387_995, 86_596, 86_596))),
     Files(),
+    HeteroSynthetic(),
+    Igbh("igbh"),
+    Igbh("igbh-full", full=True),
 )}
 
 

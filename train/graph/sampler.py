@@ -32,6 +32,7 @@ from torch_geometric.sampler.utils import to_csc
 from train.graph.edge_rows import EdgeRows
 from train.graph.epoch_split import derive_seed
 from train.graph.key_sampling import key_positions
+from train.graph.typed_csc import TypedSegments
 
 __all__ = [
     "FusedNeighborSampler",
@@ -144,6 +145,7 @@ class TorchNeighborSampler(BaseSampler):
         seed: int | None = None,
         csc: tuple[Tensor, Tensor, Tensor] | None = None,
         device: torch.device | str | None = None,
+        segments: TypedSegments | None = None,
     ):
         self.configure(num_neighbors, seed=seed, epoch=0)
 
@@ -160,6 +162,7 @@ class TorchNeighborSampler(BaseSampler):
         self.device = self.colptr.device  # normalised, e.g. "cuda" -> cuda:0
         self.row = row.to(self.device)
         self.perm = perm.to(self.device) if perm is not None else None
+        self.segments = segments.to(self.device) if segments is not None else None  # a typed graph's typed CSC
         self.num_nodes = self.colptr.numel() - 1
         if data.num_nodes is not None and data.num_nodes != self.num_nodes:
             raise ValueError(f"csc has {self.num_nodes} nodes but data has {data.num_nodes}")
@@ -266,11 +269,23 @@ class TorchNeighborSampler(BaseSampler):
         self, frontier: Tensor, frontier_start: int, fanout: int, generator: torch.Generator | None
     ) -> tuple[Tensor, Tensor]:
         """CSC positions of the sampled in-edges of ``frontier`` and their local targets,
-        grouped by target in frontier order."""
+        grouped by target in frontier order. A typed graph (``segments``) draws ``fanout`` per target and
+        edge type: each (target, edge type) segment of the typed CSC is sampled as a node is."""
+        if self.segments is None:
+            edge, target = self._positions(self.colptr, frontier, fanout, generator)
+            return edge, target + frontier_start
+        segments, owner = self.segments.of(frontier)
+        edge, segment = self._positions(self.segments.ptr, segments, fanout, generator)
+        return edge, owner.index_select(0, segment) + frontier_start
+
+    def _positions(self, colptr: Tensor, frontier: Tensor, fanout: int,
+                   generator: torch.Generator | None) -> tuple[Tensor, Tensor]:
+        """CSC positions of at most ``fanout`` in-edges of each of ``frontier`` (ids into ``colptr``) and the
+        index in ``frontier`` of each one's target, grouped by target in frontier order."""
         device = self.device
         # int64 from here on: the node-shared CSC may hold int32 ids (shared_graph.csc_index_dtype)
-        start = self.colptr.index_select(0, frontier).long()
-        degree = self.colptr.index_select(0, frontier + 1).long() - start
+        start = colptr.index_select(0, frontier).long()
+        degree = colptr.index_select(0, frontier + 1).long() - start
         take = degree if fanout < 0 else degree.clamp(max=fanout)
         num_edges = int(take.sum())
         first_slot = torch.cumsum(take, 0) - take
@@ -289,7 +304,7 @@ class TorchNeighborSampler(BaseSampler):
                 slots = first_slot.index_select(0, subsampled).unsqueeze(1) + slot_offset
                 chosen = start.index_select(0, subsampled).unsqueeze(1) + picks
                 edge.scatter_(0, slots.reshape(-1), chosen.reshape(-1))
-        return edge, target + frontier_start
+        return edge, target
 
     def _assign_new_ids(self, source: Tensor, num_local: int) -> Tensor:
         """Give unseen nodes in ``source`` the next local ids in order of first
@@ -310,10 +325,9 @@ class FusedNeighborSampler(TorchNeighborSampler):
     """`TorchNeighborSampler` with each hop in a few whole-frontier ops (train/graph/key_sampling.py): one random
     key per candidate edge and one sort, in place of Floyd's k rounds of small kernels. For sampler.device=cuda."""
 
-    def _sample_hop(self, frontier: Tensor, frontier_start: int, fanout: int,
-                    generator: torch.Generator | None) -> tuple[Tensor, Tensor]:
-        edge, target = key_positions(self.colptr, frontier, fanout, generator)
-        return edge, target + frontier_start
+    def _positions(self, colptr: Tensor, frontier: Tensor, fanout: int,
+                   generator: torch.Generator | None) -> tuple[Tensor, Tensor]:
+        return key_positions(colptr, frontier, fanout, generator)
 
 
 @contextlib.contextmanager
@@ -391,22 +405,25 @@ def make_node_sampler(
     device: torch.device | str | None = None,
     num_workers: int = 0,
     force_torch_sampler: bool = False,
+    segments: TypedSegments | None = None,
 ) -> BaseSampler:
     """One sampler to reuse across loaders (`make_node_loader(..., sampler=)` configures it for each): its CSC and its
     node map (N x 8 bytes, on `device`) are built once, not once per epoch or evaluation.
 
     PyG's native sampler (seeded per batch) when one exists, no ``csc`` is passed (or it needs no
     permutation: sorted by target), and sampling runs on the CPU; otherwise :class:`TorchNeighborSampler` on
-    the CPU and :class:`FusedNeighborSampler` on a GPU.
+    the CPU and :class:`FusedNeighborSampler` on a GPU. A typed graph's `segments` (train/graph/typed_csc.py)
+    always take the torch samplers: they draw k per (target, edge type), which PyG's homogeneous sampler cannot.
     """
     # A CSC without a permutation is sorted by target (the node-shared graph): pyg-lib samples from it
     # in place. One with a permutation would need PyG's own copy of it (to_csc): the torch sampler uses it.
     edges_sorted = csc is not None and csc[2] is None
-    if have_native_sampler() and not force_torch_sampler and (csc is None or edges_sorted) and _is_cpu(device):
+    native = have_native_sampler() and not force_torch_sampler and segments is None
+    if native and (csc is None or edges_sorted) and _is_cpu(device):
         return _SeededNeighborSampler(data, list(num_neighbors), seed=None, epoch=0,
                                       share_memory=num_workers > 0, csc=csc)
     torch_sampler = TorchNeighborSampler if _is_cpu(device) else FusedNeighborSampler
-    return torch_sampler(data, list(num_neighbors), csc=csc, device=device)
+    return torch_sampler(data, list(num_neighbors), csc=csc, device=device, segments=segments)
 
 
 class SampledNodeLoader(NodeLoader):
@@ -444,6 +461,7 @@ def make_node_loader(
     pin_memory: bool = False,
     force_torch_sampler: bool = False,
     edges: EdgeRows | None = None,
+    segments: TypedSegments | None = None,
 ) -> NodeLoader:
     """Mini-batches over input_nodes IN THE GIVEN ORDER (no shuffling, drop_last=False) with these fanouts
     and seeds. `sampler`: one from `make_node_sampler` to reuse, as a run does (train/graph/sampling_plan.py;
@@ -452,7 +470,7 @@ def make_node_loader(
     graph's edge values and ids by CSC position, which each batch then carries."""
     if sampler is None:
         sampler = make_node_sampler(data, num_neighbors, csc=csc, device=device, num_workers=num_workers,
-                                    force_torch_sampler=force_torch_sampler)
+                                    force_torch_sampler=force_torch_sampler, segments=segments)
     sampler.configure(list(num_neighbors), seed=seed, epoch=epoch)
     kwargs = dict(input_nodes=input_nodes, batch_size=batch_size, shuffle=False, drop_last=False,
                   num_workers=num_workers, pin_memory=pin_memory)

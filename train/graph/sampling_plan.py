@@ -26,6 +26,7 @@ from train.graph.edge_rows import EdgeRows, gather_pinned
 from train.graph.form import CSC, form_of
 from train.graph.sampler import make_node_loader, make_node_sampler
 from train.graph.shared_graph import gib
+from train.graph.typed_csc import TypedSegments
 
 # Of the free GPU memory, what the graph never takes: the sampler's per-batch tensors, the allocator's blocks
 # beyond the planned working sets, and what other libraries (NCCL, cuBLAS) allocate on their first use.
@@ -116,6 +117,8 @@ class SamplingPlan:
     fell_back: bool = False  # sampler.device=cuda asked, sampling on the CPU
     each_rank: bool = False  # the note is this rank's own decision (auto, or a fallback): every rank says it
     edges: EdgeRows | None = None  # the edges' values and ids, where the features are (None: the graph has none)
+    segments: TypedSegments | None = None  # a typed graph's typed CSC, where the CSC is: k drawn per edge type
+    host_nodes: dict[str, Tensor] = field(default_factory=dict)  # per-node tensors gathered with host_features
     _samplers: dict = field(default_factory=dict, repr=False, compare=False)  # built on first use, then reused
 
     def loader(self, seeds: Tensor, num_neighbors: Sequence[int], batch_size: int, *, seed: int | None,
@@ -129,7 +132,7 @@ class SamplingPlan:
         """The run's one sampler (built on first use, then reused): every epoch and sampled evaluation."""
         if "batches" not in self._samplers:
             self._samplers["batches"] = make_node_sampler(self.data, num_neighbors, csc=self.csc, device=self.device,
-                                                          num_workers=self.num_workers)
+                                                          num_workers=self.num_workers, segments=self.segments)
         return self._samplers["batches"]
 
     def complete(self, batch: Data, device: torch.device) -> Data:
@@ -140,18 +143,21 @@ class SamplingPlan:
         x, y = self.host_features
         batch.x = gather_pinned(x, index).to(device, non_blocking=True)
         batch.y = gather_pinned(y, index).to(device, non_blocking=True)
+        for name, values in self.host_nodes.items():
+            batch[name] = gather_pinned(values, index).to(device, non_blocking=True)
         return batch
 
 
 def batch_source(device: torch.device, *, x: Tensor | None = None, y: Tensor | None = None,
-                 num_nodes: int | None = None) -> Data:
-    """What a loader gathers each batch from: the node features (where they are gathered) and an empty
-    edge_index. The structure is the CSC, sampled apart; PyG's loader builds each batch's edge_index from
-    the sample and reads only the device of the graph's (torch_geometric/loader/utils.py filter_edge_store_)."""
+                 num_nodes: int | None = None, nodes: dict[str, Tensor] | None = None) -> Data:
+    """What a loader gathers each batch from: the node features (where they are gathered), the form's other
+    per-node tensors (`nodes`: a typed graph's node_type, gathered by n_id as x is) and an empty edge_index. The
+    structure is the CSC, sampled apart; PyG's loader builds each batch's edge_index from the sample and reads only
+    the device of the graph's (torch_geometric/loader/utils.py filter_edge_store_)."""
     placeholder = torch.empty(2, 0, dtype=torch.long, device=device)
     if x is None:
         return Data(edge_index=placeholder, num_nodes=num_nodes)
-    return Data(x=x, y=y, edge_index=placeholder)
+    return Data(x=x, y=y, edge_index=placeholder, **(nodes or {}))
 
 
 def _nbytes(tensors) -> int:
@@ -166,10 +172,11 @@ def plan_sampling(data: Data, config: SamplerConfig, device: torch.device, free_
     then gathered on the host into pinned memory."""
     form = form_of(data)
     csc, edges = form.structure(data), form.edge_rows(data)
-    on_host = batch_source(torch.device("cpu"), x=data.x, y=data.y)
+    segments, nodes = form.segments(data), form.node_values(data)
+    on_host = batch_source(torch.device("cpu"), x=data.x, y=data.y, nodes=nodes)
     cpu_plan = SamplingPlan(torch.device("cpu"), on_host, csc, None,
                             pin_memory=config.pin_memory and device.type == "cuda", num_workers=config.num_workers,
-                            edges=edges)
+                            edges=edges, segments=segments)
     if config.device == "cpu":
         return cpu_plan
     if device.type != "cuda":
@@ -184,7 +191,9 @@ def plan_sampling(data: Data, config: SamplerConfig, device: torch.device, free_
         free_gpu_bytes, _total = torch.cuda.mem_get_info(device)
     colptr, row, perm = csc
     structure = gpu_structure_bytes(colptr.numel() - 1, row.numel(), perm is not None, row.element_size())
+    structure += segments.nbytes if segments is not None else 0
     features = gpu_feature_bytes(data.num_nodes, data.num_features, feature_dtype, edges.nbytes if edges else 0)
+    features += sum(t.nbytes for t in nodes.values())
     placement = gpu_placement(structure, features, free_gpu_bytes, working_bytes)
     auto = config.device == "auto"
     note = placement.describe(str(device), config.device)
@@ -192,9 +201,12 @@ def plan_sampling(data: Data, config: SamplerConfig, device: torch.device, free_
         cpu_plan.note, cpu_plan.fell_back, cpu_plan.each_rank = note, not auto, True
         return cpu_plan
     gpu_csc = tuple(t.to(device) if t is not None else None for t in csc)
+    gpu_segments = segments.to(device) if segments is not None else None
     if placement.features:
-        on_gpu = batch_source(device, x=data.x.to(device, FEATURE_DTYPES[feature_dtype]), y=data.y.to(device))
+        on_gpu = batch_source(device, x=data.x.to(device, FEATURE_DTYPES[feature_dtype]), y=data.y.to(device),
+                              nodes={name: t.to(device) for name, t in nodes.items()})
         return SamplingPlan(device, on_gpu, gpu_csc, None, False, 0, note, each_rank=auto,
-                            edges=edges.to(device) if edges else None)
+                            edges=edges.to(device) if edges else None, segments=gpu_segments)
     structure_only = batch_source(device, num_nodes=data.num_nodes)
-    return SamplingPlan(device, structure_only, gpu_csc, (data.x, data.y), False, 0, note, edges=edges)
+    return SamplingPlan(device, structure_only, gpu_csc, (data.x, data.y), False, 0, note, edges=edges,
+                        segments=gpu_segments, host_nodes=nodes)

@@ -64,6 +64,7 @@ from train.graph.form import (  # noqa: F401 (the CSC's helpers: re-exported whe
     attach_csc,
     csc_index_dtype,
     form_of,
+    form_of_tensors,
     graph_csc,
 )
 from train.graph.segments import (  # noqa: F401 (the place of the files: re-exported where they were before)
@@ -191,9 +192,9 @@ def graph_tensors(data) -> tuple[Shared, int]:
     return form_of(data).shared_tensors(data)
 
 
-def graph_from_tensors(tensors: Mapping[str, Tensor], form: GraphForm = HOMOGENEOUS):
-    """The node-shared graph, rebuilt from the tensors its form shared."""
-    return form.from_tensors(tensors)
+def graph_from_tensors(tensors: Mapping[str, Tensor], form: GraphForm | None = None):
+    """The node-shared graph, rebuilt from the tensors its form shared (the form they name, unless given)."""
+    return (form or form_of_tensors(tensors)).from_tensors(tensors)
 
 
 # ---- the node-local protocol ---------------------------------------------------------------------

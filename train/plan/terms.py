@@ -74,15 +74,15 @@ LOADER_PEAK = {"synthetic": lambda x, e, n: max(17 * e, 2 * e + 3 * x),
 
 def graph_size_of(data) -> GraphSize:
     """The size of a loaded graph (a run's own figures for the terms it shares with the plan)."""
-    from train.graph.form import form_of
+    from train.graph.form import form_of, graph_meta
     from train.graph.shared_graph import num_edges
 
     form = form_of(data)
     split = tuple(int(form.split_nodes(data, name).numel()) for name in ("train", "val", "test"))
     values = edges.values if (edges := form.edge_rows(data)) is not None else {}
     return GraphSize(form.num_nodes(data), num_edges(data), form.feature_width(data), form.num_classes(data), split,
-                     edge_features=values["edge_attr"].size(1) if "edge_attr" in values else 0,
-                     edge_weight="edge_weight" in values)
+                     form=form.name, edge_features=values["edge_attr"].size(1) if "edge_attr" in values else 0,
+                     edge_weight="edge_weight" in values, meta=graph_meta(data))
 
 
 @dataclass(frozen=True)
@@ -150,7 +150,7 @@ def parameter_count(config: Config, size: GraphSize) -> int:
     graph's features and classes (train/loop/models/spec.py), so GAT's heads or GIN's MLPs count as they are."""
     from train.loop.models import parameter_count as built_count  # torch and PyG: only once a plan is made
 
-    return built_count(config.model, size.features, size.classes)
+    return built_count(config.model, size.features, size.classes, meta=size.meta)  # a typed graph: its types
 
 
 def reads_graph(config: Config) -> bool:
@@ -199,8 +199,8 @@ def forward_bytes(config: Config, size: GraphSize, hops: Hops, backward: bool) -
 def host_batch_bytes(size: GraphSize, hops: Hops, pinned: bool) -> int:
     """A batch sampled on the host for a GPU: its features, edge values and ids, pinned (rounded up by the host
     allocator)."""
-    raw = hops.total_nodes * (size.features * FLOAT + INDEX) + hops.total_edges * (EDGE_IDS * INDEX
-                                                                                   + size.edge_floats * FLOAT)
+    raw = hops.total_nodes * (size.features * FLOAT + INDEX + size.type_bytes) + hops.total_edges * (
+        EDGE_IDS * INDEX + size.edge_floats * FLOAT + size.type_bytes)
     return int(raw * (PINNED_ROUNDING if pinned else 1))
 
 
@@ -243,8 +243,8 @@ def loading_bytes(size: GraphSize, source: str) -> int:
     x_bytes, edge_array = size.nodes * size.features * FLOAT, size.edges * INDEX
     loaded = shared_graph_bytes(size) + edge_array  # the shared CSC keeps one id per edge, edge_index two
     # edge values: the node-shared graph's writer keeps the int64 perm and one value permuted at a time
-    widest = max(size.edge_features, int(size.edge_weight))
-    values = (edge_array + size.edges * widest * FLOAT) if size.edge_floats else 0
+    widest = max(size.edge_features * FLOAT, int(size.edge_weight) * FLOAT, size.type_bytes)  # edge_type: typed
+    values = (edge_array + size.edges * widest) if widest else 0
     csc_build = loaded + CSC_BUILD_ARRAYS * edge_array + values
     return int(max(LOADER_PEAK[source](x_bytes, edge_array, size.nodes), csc_build)) + LOADING_FIXED_BYTES
 
@@ -303,9 +303,12 @@ def private_graph_bytes(size: GraphSize) -> int:
     row and perm (train/graph/shared_graph.py private_graph), in int64. Beyond what a node shares (its CSC's
     colptr and row, in its own dtype), that is those two in int64, the loaded edge_index (two ids per edge) and
     the CSC's perm (one). Its edge values, in the user's order, take what the node's in CSC order do."""
-    perm_kept = 1 if size.edge_floats else 0  # the node-shared graph keeps perm where the graph has edge values
-    shared_ids = (size.nodes + 1 + size.edges * (1 + perm_kept)) * csc_index_bytes(size, sharing=True)
-    return shared_graph_bytes(size) - shared_ids + (size.nodes + 1) * INDEX + 4 * size.edges * INDEX
+    # the node-shared graph keeps perm where the graph has edge values or edge types; a typed graph's segment
+    # pointer (train/graph/typed_csc.py) is kept beside its CSC, in the CSC's dtype there and int64 here
+    perm_kept = 1 if size.edge_floats or size.type_bytes else 0
+    shared_ids = (size.nodes + 1 + size.segment_ids + size.edges * (1 + perm_kept)) * csc_index_bytes(size, True)
+    return (shared_graph_bytes(size) - shared_ids + (size.nodes + 1 + size.segment_ids) * INDEX
+            + 4 * size.edges * INDEX)
 
 
 # ---- the plan: rows per rank, node and GPU --------------------------------------------------------
@@ -333,8 +336,10 @@ def gpu_feature_bytes_of(config: Config, size: GraphSize, sharing: bool) -> int:
     (the CSC's perm, in the CSC's dtype) with them."""
     from train.graph.sampling_plan import gpu_feature_bytes
 
-    edges = size.edges * (size.edge_floats * FLOAT + csc_index_bytes(size, sharing)) if size.edge_floats else 0
-    return gpu_feature_bytes(size.nodes, size.features, config.data.feature_dtype, edges)
+    edges = size.edges * (size.edge_floats * FLOAT + size.type_bytes + csc_index_bytes(size, sharing)) \
+        if size.edge_floats or size.type_bytes else 0
+    nodes = size.nodes * size.type_bytes  # a typed graph's node_type
+    return gpu_feature_bytes(size.nodes, size.features, config.data.feature_dtype, edges) + nodes
 
 
 def free_at_placement(gpu_bytes: int, config: Config, size: GraphSize) -> int:
@@ -351,6 +356,7 @@ def placement_for(config: Config, size: GraphSize, sharing: bool, gpu_bytes: int
         return None
     structure = gpu_structure_bytes(size.nodes, size.edges, with_perm=not sharing,
                                     csc_index_bytes=csc_index_bytes(size, sharing))
+    structure += size.segment_ids * csc_index_bytes(size, sharing)  # a typed graph's segment pointer
     return gpu_placement(structure, gpu_feature_bytes_of(config, size, sharing),
                          free_at_placement(gpu_bytes, config, size), gpu_working_bytes(config, size))
 
@@ -387,8 +393,9 @@ def batch_host_bytes(setting: Setting, size: GraphSize, hops: Hops) -> int:
         return host_batch_bytes(size, hops, pinned=setting.config.sampler.pin_memory)
     if setting.features_on_gpu:
         return 0
-    edge_rows = hops.total_edges * (size.edge_floats * FLOAT + INDEX) if size.edge_floats else 0  # values, e_id
-    return int((hops.total_nodes * (size.features * FLOAT + INDEX) + edge_rows) * PINNED_ROUNDING)
+    edge_rows = hops.total_edges * (size.edge_floats * FLOAT + size.type_bytes + INDEX) \
+        if size.edge_floats or size.type_bytes else 0  # values, edge_type, e_id
+    return int((hops.total_nodes * (size.features * FLOAT + INDEX + size.type_bytes) + edge_rows) * PINNED_ROUNDING)
 
 
 def evaluation_bytes(setting: Setting, size: GraphSize) -> tuple[str, int, int]:

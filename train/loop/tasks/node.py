@@ -10,6 +10,7 @@ from torch import Tensor, nn
 from torch_geometric.data import Data
 
 from train.graph.epoch_split import derive_seed
+from train.graph.hetero_meta import graph_meta
 from train.graph.sampling_plan import SamplingPlan
 from train.loop.evaluate import evaluate
 from train.loop.models import ModelSpec, ModelStep, edge_inputs, hop_counts, layerwise
@@ -28,10 +29,10 @@ class NodeTask(Task):
         self.targets = targets_for(self.form, self.data)  # one class or several tasks per node: loss and scores
 
     def build_model(self, spec: ModelSpec, width: int) -> nn.Module:
-        return spec.build(width, self.form.num_classes(self.data), self.config.trainer.seed)
+        return spec.build(width, self.form.num_classes(self.data), self.config.trainer.seed, meta=graph_meta(self.data))
 
     def describe_model(self, spec: ModelSpec, width: int) -> dict:
-        return spec.describe(width, self.form.num_classes(self.data))
+        return spec.describe(width, self.form.num_classes(self.data), meta=graph_meta(self.data))
 
     def epoch_items(self) -> Tensor:
         return self.form.split_nodes(self.data, "train")
