@@ -1,0 +1,62 @@
+"""How big one batch is, in expected nodes and edges per hop: what the memory plan's terms (train/plan/terms.py)
+size a training step and an evaluation by, from the config and the graph's size alone."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from train.config import Config
+from train.graph.graphsize import GraphSize
+
+
+@dataclass(frozen=True)
+class Hops:
+    """A sampled batch's size: new nodes per hop (seeds first) and sampled edges per hop, expected upper bounds."""
+
+    nodes: tuple[int, ...]
+    edges: tuple[int, ...]
+
+    @property
+    def total_nodes(self) -> int:
+        return sum(self.nodes)
+
+    @property
+    def total_edges(self) -> int:
+        return sum(self.edges)
+
+
+def batch_seeds(config: Config, evaluation: bool = False) -> int:
+    """The seed nodes of one training (or sampled evaluation) batch: its nodes, or a link batch's endpoints (each
+    positive's 2 and its negatives', 2 per binary pair, 1 per triplet target; an evaluation's pairs 2 each), at most."""
+    size = config.sampler.eval_batch_size if evaluation else config.sampler.batch_size
+    if config.task.name != "link":
+        return size
+    task = config.task
+    return 2 * size if evaluation else size * (2 + (2 if task.neg_sampling == "binary" else 1) * task.neg_ratio)
+
+
+def evaluation_sampled(config: Config) -> bool:
+    """Whether an evaluation samples its batches: eval.mode=sampled, or link prediction (train/loop/tasks/link.py)."""
+    return config.eval.mode == "sampled" or config.task.name == "link"
+
+
+def sampled_hops(seeds: int, fanouts: list[int], size: GraphSize) -> Hops:
+    """Expected nodes and edges of one batch. The seeds are uniform over the split, so the first hop takes
+    min(fanout, mean degree) each; later frontiers are reached along edges (higher degrees), so they take the
+    whole fanout. A fanout of -1 takes every neighbour. New nodes per hop are at most the nodes not yet seen."""
+    frontier = min(seeds, size.nodes)
+    nodes, edges, seen = [frontier], [], frontier
+    for hop, fanout in enumerate(fanouts):
+        per_node = size.degree if fanout < 0 else min(fanout, size.degree) if hop == 0 else fanout
+        sampled = math.ceil(frontier * per_node)
+        frontier = min(sampled, size.nodes - seen)
+        edges.append(sampled)
+        nodes.append(frontier)
+        seen += frontier
+    return Hops(tuple(nodes), tuple(edges))
+
+
+def full_neighbourhood(seeds: int, size: GraphSize) -> Hops:
+    """One batch of the full evaluation: the seeds' whole in-neighbourhood, one hop (train/loop/evaluate.py)."""
+    return sampled_hops(seeds, [-1], size)
