@@ -347,3 +347,25 @@ def test_two_ranks_train_on_hetero_synthetic_with_typed_batches(tmp_path, model,
         checked = [int(line.split()[-1]) for line in output.splitlines() if line.startswith("hetero batches checked")]
         assert checked and checked[0] >= 2, output[-2000:]
     final_summary(tmp_path / "run")
+
+
+def test_ogbn_mag_is_read_from_ogbs_raw_files_as_ogbs_rgcn_example_reads_it(tmp_path):
+    from tests.harness.ogb_files import write_ogbn_mag
+
+    written = write_ogbn_mag(tmp_path)
+    config = DataConfig(name="ogbn-mag", root=str(tmp_path))
+    assert DATASETS["ogbn-mag"].is_prepared(config, tmp_path)
+    data = load_graph(config)
+    meta = graph_meta(data)
+    assert meta.target == "paper" and set(meta.node_types) == {"author", "field_of_study", "institution", "paper"}
+    assert ("paper", "rev_writes", "author") in meta.edge_types and ("paper", "cites", "paper") in meta.edge_types
+    paper = meta.offsets[meta.node_types.index("paper")]
+    assert meta.widths[meta.node_types.index("paper")] == 8 and meta.widths[meta.node_types.index("author")] == 0
+    assert torch.allclose(data.x[paper:paper + 200], torch.from_numpy(written["x"]), atol=1e-5)  # CSV: 6 digits
+    assert torch.equal(data.y[paper:paper + 200], torch.from_numpy(written["y"]))
+    assert torch.equal(data.train_idx, torch.from_numpy(written["train"]) + paper)
+    cites = data.edge_index[:, data.edge_type == meta.edge_types.index(("paper", "cites", "paper"))] - paper
+    pairs = set(map(tuple, cites.t().tolist()))
+    assert all((s, d) in pairs and (d, s) in pairs for s, d in written["edges"][("paper", "cites", "paper")])
+    size = DATASETS["ogbn-mag"].plan_size(config)
+    assert size.meta.widths[size.meta.node_types.index("paper")] == 128 and size.classes == 349

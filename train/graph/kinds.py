@@ -18,7 +18,7 @@ from train.errors import UserError
 from train.files import check_dir
 from train.graph.graphsize import GraphSize
 from train.graph.labels import num_outputs
-from train.graph.ogbn import OGB_NODE_DATASETS, RELEASE, ogb_source, open_ogb
+from train.graph.ogbn import OGB_NODE_DATASETS, mag_size, ogb_source, open_ogb
 from train.graph.rawfiles import prepare_again, problems
 
 if TYPE_CHECKING:  # PyG is imported where a graph is made: the doctor's probe of a synthetic graph needs none
@@ -306,12 +306,11 @@ class OgbNode(OnDisk):
     """OGB's node-property datasets (train/graph/ogbn.py), with the official split."""
 
     kind, loader, source = "OGB's node-property dataset", "ogb", "snap.stanford.edu/ogb"
-    marks = (RELEASE,)  # ogb's mark of a complete download: open_ogb refuses a folder without it
-
     def __init__(self, name: str, size: GraphSize):
         info = OGB_NODE_DATASETS[name]
         self.name, self.size, self.sub = name, size, info.folder
         self.needed, self.processed = info.needed, info.processed
+        self.marks = (info.release,)  # ogb's mark of a complete download: open_ogb refuses a folder without it
 
     def folder(self, data: DataConfig | None, root: Path) -> Path:
         return root / self.sub
@@ -438,6 +437,7 @@ DATASETS: dict[str, DatasetKind] = {kind.name: kind for kind in (
     OgbNode("ogbn-papers100M", GraphSize(111_059_956, 1_615_685_872, 128, 172, (1_207_179, 125_265, 214_338))),
     OgbNode("ogbn-proteins", GraphSize(132_534, 79_122_504, 8, 112, (86_619, 21_236, 24_679),  # 112 tasks
                                        edge_features=8)),
+    OgbNode("ogbn-mag", mag_size()),
     Files(),
     HeteroSynthetic(),
     Igbh("igbh"),
