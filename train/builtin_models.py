@@ -1,7 +1,9 @@
 """The built-in models `model.name` names, one row each: the one home of their names and facts.
 
 PyG's GraphSAGE, GCN, GAT, GIN and MLP, by the class name in `torch_geometric.nn.models`, and GINE (PyG's
-GIN with GINEConv layers, train/loop/models/gine.py), with the layer classes BasicGNN builds, the arguments
+GIN with GINEConv layers, train/loop/models/gine.py); for heterogeneous graphs (issue 27) RGCN and RGAT (PyG's
+RGCNConv, RGATConv: train/loop/models/relational.py) and HeteroConv of SAGEConv or GATConv per relation
+(train/loop/models/heteroconv.py); with the layer classes BasicGNN builds, the arguments
 a model reads itself, the workflow's defaults and the values that cannot train on sampled batches. Plain
 data with no import of torch, so that the config check on a login node (train/config.py) knows the names
 and which models read the graph; train/loop/models/builtin.py builds them and checks their arguments.
@@ -27,6 +29,10 @@ class Builtin:
     reads_graph: bool = True
     required: dict[str, str] = field(default_factory=dict)  # argument -> what it must be (no default fits)
     module: str = "torch_geometric.nn.models"  # where class_name is: PyG's models, or the workflow's own
+    # Trains on a heterogeneous graph only (it reads node and edge types); the others train on one through PyG's
+    # to_hetero, but for the reason `not_to_hetero` gives (train/loop/models/spec.py).
+    hetero_only: bool = False
+    not_to_hetero: str = ""
 
     def model_class(self) -> type:
         import importlib
@@ -43,13 +49,23 @@ SAMPLED_GRAPHS = "every batch is another sampled graph"
 BUILTINS: dict[str, Builtin] = {
     "sage": Builtin("GraphSAGE", ("SAGEConv",)),
     "gcn": Builtin("GCN", ("GCNConv",), refused={"cached": (True, f"it keeps the first graph's normalisation; "
-                                                                  f"{SAMPLED_GRAPHS}")}),
+                                                                  f"{SAMPLED_GRAPHS}")},
+                   not_to_hetero="GCNConv takes one node set, and to_hetero passes each relation its source and "
+                                 "destination types' nodes (bipartite message passing)"),
     "gat": Builtin("GAT", ("GATConv", "GATv2Conv"), own=("v2", "heads", "concat", "out_heads")),
     "gin": Builtin("GIN", ("GINConv",)),
     "gine": Builtin("GINE", ("GINEConv",), module="train.loop.models.gine",
                     required={"edge_dim": "the width of the graph's edge features (edge_attr): every layer adds them "
-                                          "to its messages"}),
+                                          "to its messages"},
+                    not_to_hetero="every layer adds edge features to its messages, and a heterogeneous graph's "
+                                  "edges carry their relation only"),
     # PyG's MLP normalises with batch_norm unless told otherwise; the baseline is the plain
     # Linear-ReLU-dropout stack of PyG's examples (model.kwargs.norm=batch_norm brings it back).
-    "mlp": Builtin("MLP", defaults={"norm": None}, reads_graph=False),
+    "mlp": Builtin("MLP", defaults={"norm": None}, reads_graph=False,
+                   not_to_hetero="a feature-only model's batches carry no node types"),
+    # heterogeneous graphs: PyG's relational layers over (x, edge_index, edge_type), and HeteroConv per relation
+    "rgcn": Builtin("RGCN", ("RGCNConv",), module="train.loop.models.relational", hetero_only=True),
+    "rgat": Builtin("RGAT", ("RGATConv",), module="train.loop.models.relational", hetero_only=True),
+    "hetero-sage": Builtin("HeteroSAGE", ("SAGEConv",), module="train.loop.models.heteroconv", hetero_only=True),
+    "hetero-gat": Builtin("HeteroGAT", ("GATConv",), module="train.loop.models.heteroconv", hetero_only=True),
 }

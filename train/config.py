@@ -83,7 +83,7 @@ USER_MODEL_RE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-
 
 @dataclass(frozen=True)
 class ModelConfig:
-    name: str = "sage"  # sage | gcn | gat | gin | mlp (feature-only baseline) | package.module:ClassName
+    name: str = "sage"  # a built-in (train/builtin_models.py) | package.module:ClassName
     hidden: int = 256
     num_layers: int = 2
     dropout: float = 0.5

@@ -134,7 +134,7 @@ def parameter_count(config: Config, size: GraphSize) -> int:
     graph's features and classes (train/loop/models/spec.py), so GAT's heads or GIN's MLPs count as they are."""
     from train.loop.models import parameter_count as built_count  # torch and PyG: only once a plan is made
 
-    return built_count(config.model, size.features, size.classes)
+    return built_count(config.model, size.features, size.classes, meta=size.meta)  # a typed graph: its types
 
 
 def reads_graph(config: Config) -> bool:

@@ -23,7 +23,8 @@ from train.errors import UserError
 # The constructor arguments the workflow passes itself (train/loop/models/spec.py), never through model.kwargs.
 COMMON = {"in_channels": "the graph's features", "hidden_channels": "model.hidden", "num_layers": "model.num_layers",
           "out_channels": "the graph's classes", "dropout": "model.dropout"}
-_NOT_ARGUMENTS = {"self", "args", "kwargs", "channel_list", "nn"}  # channel_list: MLP's other form; nn: GINConv's MLP
+# channel_list: MLP's other form; nn: GINConv's MLP; meta, num_relations: a heterogeneous graph's (its HeteroMeta)
+_NOT_ARGUMENTS = {"self", "args", "kwargs", "channel_list", "nn", "meta", "num_relations"}
 
 
 @functools.cache  # one class, however often it is asked for
@@ -79,7 +80,7 @@ def _edge_hint(key: str) -> str:
     """For edge_dim given to a model that reads no edge features: the built-ins that do."""
     if key != "edge_dim":
         return ""
-    readers = [name for name, builtin in BUILTINS.items() if key in valid_keywords(builtin)]
+    readers = [name for name, builtin in BUILTINS.items() if key in valid_keywords(builtin) and not builtin.hetero_only]
     return f" The built-in models that read edge features (edge_dim): {', '.join(readers)}."
 
 
@@ -94,6 +95,9 @@ def builtin_arguments(name: str, kwargs: dict[str, Any], shown: str = "") -> dic
     if unknown:
         raise UserError(f"model.kwargs.{unknown[0]} is not an argument of model.name={shown}; "
                         f"valid model.kwargs: {', '.join(valid)}.{_edge_hint(unknown[0])}")
+    if builtin.hetero_only and "edge_dim" in kwargs:
+        raise UserError(f"model.kwargs.edge_dim cannot be given to model.name={shown}: a heterogeneous graph's model "
+                        "reads each edge's type, not edge features (edge_attr); remove model.kwargs.edge_dim.")
     for key, what in builtin.required.items():
         if kwargs.get(key) is None:
             raise UserError(f"model.name={shown} needs model.kwargs.{key}: {what}.")

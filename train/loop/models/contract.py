@@ -8,6 +8,10 @@ model.kwargs.edge_dim the batch carries edge features of that width, and they mu
 (a model that ignores them would leave its edge parameters without gradients: DDP stops). Each failure
 is one `UserError` naming the model and what is wrong; a user's mistake never shows as a traceback
 from inside the first training step on some rank.
+
+A model of a heterogeneous graph (rgcn, rgat, hetero-*, a user's `forward(x_dict, edge_index_dict)`, or any
+model given the graph's `meta`) is checked on a typed batch of the graph's types (models/hetero.py's STAND_IN
+when the graph is not known yet): the same checks.
 """
 
 from __future__ import annotations
@@ -20,8 +24,10 @@ from torch import Tensor
 from train.config import ModelConfig
 from train.errors import UserError
 from train.graph.form import HOMOGENEOUS, GraphForm
+from train.graph.hetero_meta import HeteroMeta
 from train.graph.sampler import make_node_loader
-from train.loop.models.edges import EDGE_DIM
+from train.loop.models.edges import EDGE_DIM, edge_inputs
+from train.loop.models.hetero import STAND_IN, tiny_typed_batch
 from train.loop.models.spec import resolve
 from train.loop.models.step import ModelStep
 
@@ -82,19 +88,27 @@ def check_output(name: str, out, rows: int, what: str) -> Tensor:
     return out
 
 
-def check_model(config: ModelConfig) -> ModelStep:
-    """Raise `UserError` unless the model builds and answers a sampled batch as training will call it."""
+def check_model(config: ModelConfig, meta: HeteroMeta | None = None) -> ModelStep:
+    """Raise `UserError` unless the model builds and answers a sampled batch as training will call it
+    (`meta`: the heterogeneous graph's types, when known)."""
     spec = resolve(config)
     name = config.name
     edge_dim = spec.kwargs.get(EDGE_DIM)
-    stand_in = f"(on a stand-in graph of {FEATURES} features and {CLASSES} classes)"
+    meta = meta or (STAND_IN if spec.hetero_only else None)
+    features = FEATURES if meta is None else max(meta.widths)
+    stand_in = (f"(on a stand-in graph of {FEATURES} features and {CLASSES} classes)" if meta is None else
+                f"(on a stand-in graph of the node types {', '.join(meta.node_types)} and {CLASSES} classes)")
     with torch.random.fork_rng(devices=[]):  # leave the process's RNG as it was
-        model = spec.build(FEATURES, CLASSES, seed=0, context=stand_in)
+        model = spec.build(features, CLASSES, seed=0, context=stand_in, meta=meta)
         step = ModelStep(model)
-        batch = tiny_batch(config.num_layers, edge_dim=edge_dim if isinstance(edge_dim, int) else None,
-                           edge_weight="edge_weight" in step.edge_arguments)
-        edges = {key: batch[key] for key in ("edge_attr", "edge_weight") if key in batch}
-        calls = [("forward(x, edge_index) on a sampled batch", ())]
+        if meta is None:
+            batch = tiny_batch(config.num_layers, edge_dim=edge_dim if isinstance(edge_dim, int) else None,
+                               edge_weight="edge_weight" in step.edge_arguments)
+        else:
+            batch = tiny_typed_batch(meta, config.num_layers, SEEDS, FANOUT)
+        edges = edge_inputs(batch)
+        calls = [("forward(x_dict, edge_index_dict) on a typed batch" if spec.takes_dicts else
+                  "forward(x, edge_index) on a sampled batch", ())]
         if config.trim and step.uses_graph:
             calls.append(("forward with the batch's hop counts (model.trim)",
                           (batch.num_sampled_nodes, batch.num_sampled_edges)))

@@ -16,14 +16,17 @@ from torch import Tensor
 
 from train.errors import UserError
 from train.graph.edge_rows import EDGE_VALUES, edge_values
+from train.loop.models.hetero import typed_inputs
 
 EDGE_ARGUMENTS = EDGE_VALUES  # forward's parameter names, and the batch's attributes: PyG's names, one home
 EDGE_DIM = "edge_dim"  # the model.kwargs entry that sizes a model's edge-feature input (GATConv, GINEConv, ...)
 
 
 def edge_inputs(batch) -> dict[str, Tensor]:
-    """The batch's edge tensors by name, for `ModelStep.forward(..., **edge_inputs(batch))`: none, one or both."""
-    return {name: value for name in EDGE_ARGUMENTS if (value := getattr(batch, name, None)) is not None}
+    """The batch's edge tensors by name, for `ModelStep.forward(..., **edge_inputs(batch))`: none, one or both; and
+    a typed batch's edge_type, node_type and n_id (a heterogeneous graph's: models/hetero.py's typed_inputs)."""
+    return {**{name: value for name in EDGE_ARGUMENTS if (value := getattr(batch, name, None)) is not None},
+            **typed_inputs(batch)}
 
 
 def graph_edge_values(graph) -> dict[str, Tensor]:

@@ -9,7 +9,8 @@ None or "last" (the others combine every layer's outputs, which a layer-at-a-tim
 The edges' features and weights the layers read come from the graph's copies in the CSC's order
 (models/edges.py), sliced with each chunk's in-edges: a graph that has them in no such copy is evaluated
 on sampled neighbourhoods. Any other model is evaluated on sampled neighbourhoods (eval.mode=sampled),
-and the run says so.
+and the run says so; so is a heterogeneous graph's model (models/hetero.py), whose layers read node and edge
+types that this per-layer API does not carry.
 """
 
 from __future__ import annotations
@@ -49,6 +50,11 @@ def layerwise(step: ModelStep) -> tuple[LayerWise | None, str]:
     model = step.model
     if not step.uses_graph:
         return None, ""  # a feature-only model: evaluated row by row, exactly, without layers
+    if step.typed_arguments:  # models/hetero.py's TypedModel says which model it holds
+        return None, (f"eval.mode=full needs the per-layer API of PyG's BasicGNN models and "
+                      f"{getattr(model, 'shown', type(model).__name__)} on a heterogeneous graph reads node and edge "
+                      "types, which that API does not carry: evaluating on sampled neighbourhoods (eval.mode=sampled) "
+                      "instead")
     reason = step.not_target_trimmed
     if reason is None and model.jk_mode not in (None, "last"):
         reason = f"its jumping-knowledge mode {model.jk_mode!r} combines every layer's outputs"

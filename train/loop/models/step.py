@@ -8,7 +8,9 @@ The contract a model meets (README, "Your own model"):
 * if its forward takes `num_sampled_nodes_per_hop` and `num_sampled_edges_per_hop` (as PyG's
   BasicGNN.forward does), a sampled batch's per-hop counts are passed by those names (model.trim);
 * a forward without an `edge_index` parameter (PyG's MLP) is fed the features alone, and its
-  batches carry no neighbours.
+  batches carry no neighbours;
+* if its forward takes `edge_type`, `node_type` and `n_id` (a heterogeneous graph's models: models/hetero.py), a
+  typed batch's are passed by those names.
 PyG's BasicGNN models (the built-ins, and a user's subclass that keeps BasicGNN's forward) are run
 with target trimming instead (train/loop/models/trim.py): the same outputs for the seeds, less work.
 """
@@ -24,6 +26,7 @@ from torch import Tensor, nn
 import train.loop.models.trim as trim
 from train.config import ModelConfig
 from train.loop.models.edges import EDGE_ARGUMENTS
+from train.loop.models.hetero import TYPED_INPUTS, untyped_as_target
 
 HOP_ARGUMENTS = ("num_sampled_nodes_per_hop", "num_sampled_edges_per_hop")
 HALF_FEATURES = (torch.bfloat16, torch.float16)  # data.feature_dtype's storage forms, widened before the model
@@ -44,9 +47,10 @@ def forward_parameters(forward) -> tuple[set[str], bool]:
 def reads_graph(forward) -> bool:
     """Whether a model reads the graph: its forward takes edge_index (or **kwargs). False: a feature-only model (PyG's
     MLP), fed the features alone, whose batches carry no neighbours and whose fanouts count nothing. The one rule:
-    ModelStep, the memory plan and the fanout check (train/config.py's check_layer_fanouts) ask it."""
+    ModelStep, the memory plan and the fanout check (train/config.py's check_layer_fanouts) ask it. A model of a
+    heterogeneous graph's dicts (forward(x_dict, edge_index_dict)) reads it too."""
     named, open_ended = forward_parameters(forward)
-    return "edge_index" in named or open_ended
+    return "edge_index" in named or "edge_index_dict" in named or open_ended
 
 
 def edge_arguments(model: nn.Module) -> tuple[str, ...]:
@@ -73,12 +77,15 @@ class ModelStep(nn.Module):
         self.not_target_trimmed = trim.unsupported(model)  # None: target trimming applies
         self.takes_hop_counts = all(name in named for name in HOP_ARGUMENTS)
         self.edge_arguments = edge_arguments(model) if self.uses_graph else ()  # which edge tensors it reads
+        self.typed_arguments = tuple(name for name in TYPED_INPUTS if name in named)  # a heterogeneous graph's
 
     @property
     def trim_mode(self) -> str:
         """Which trimming model.trim gives this model, in words for the log and summary.json."""
         if not self.uses_graph:
             return "none (a feature-only model)"
+        if isinstance(getattr(self.model, "trim_mode", None), str):  # a heterogeneous graph's model says its own
+            return self.model.trim_mode
         if self.not_target_trimmed is None:
             return "target trimming (each layer computes only the rows later layers read)"
         if self.takes_hop_counts:
@@ -93,13 +100,17 @@ class ModelStep(nn.Module):
 
     def forward(self, x: Tensor, edge_index: Tensor | None = None, num_sampled_nodes: list[int] | None = None,
                 num_sampled_edges: list[int] | None = None, edge_attr: Tensor | None = None,
-                edge_weight: Tensor | None = None) -> Tensor:
+                edge_weight: Tensor | None = None, edge_type: Tensor | None = None, node_type: Tensor | None = None,
+                n_id: Tensor | None = None) -> Tensor:
         x = widened(x)
         if self.input_dropout:
             x = F.dropout(x, self.input_dropout, self.training)
         if not self.uses_graph:
             return self.model(x)
-        edges = self.edges(edge_attr, edge_weight)
+        typed = {"edge_type": edge_type, "node_type": node_type, "n_id": n_id}
+        if self.typed_arguments and node_type is None:
+            typed = untyped_as_target(self.model.meta, x, edge_index)
+        edges = {**self.edges(edge_attr, edge_weight), **{name: typed[name] for name in self.typed_arguments}}
         if num_sampled_nodes is None or num_sampled_edges is None:
             return self.model(x, edge_index, **edges)
         if self.not_target_trimmed is None:
