@@ -325,7 +325,7 @@ class OgbNode(OnDisk):
 class HeteroSynthetic(DatasetKind):
     """The synthetic heterogeneous default (train/graph/hetero_synthetic.py): papers, authors, venues."""
 
-    name, kind, loader, in_data_root = "hetero-synthetic", "generated", "synthetic", False
+    name, kind, loader, in_data_root = "hetero-synthetic", "generated", "hetero", False
 
     def check(self, data: DataConfig) -> None:
         from train.graph.hetero_graph import check_target
@@ -369,7 +369,7 @@ class Igbh(Files):
     """A folder in IGBH's layout at data.path (train/graph/heterofiles.py), MLPerf's GNN benchmark graph. `full`:
     IGBH-full's published size, for the plan without the 2.2 TB of files (data.name=igbh-full)."""
 
-    kind, loader = "IGBH (MLPerf GNN)", "files"
+    kind, loader = "IGBH (MLPerf GNN)", "hetero"
     fix = "set data.path to an IGBH folder (IllinoisGraphBenchmark/IGB-Datasets' download scripts)"
 
     def __init__(self, name: str, full: bool = False):

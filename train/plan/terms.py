@@ -68,7 +68,10 @@ LOADING_FIXED_BYTES = 8 * MIB  # what a small graph's loading holds beyond its a
 LOADER_PEAK = {"synthetic": lambda x, e, n: max(17 * e, 2 * e + 3 * x),
                "ogb": lambda x, e, n: x + 2 * e + 3 * n * INDEX,
                "pyg": lambda x, e, n: x + 8 * e + n * INDEX,
-               "files": lambda x, e, n: 1.25 * x + 2 * e + n * INDEX}
+               "files": lambda x, e, n: 1.25 * x + 2 * e + n * INDEX,
+               # a heterogeneous graph turned typed (train/graph/hetero_graph.py), from the code: its types' arrays
+               # read (x, edge_index), the padded x, the concatenated edge_index, edge_type, node_type and y
+               "hetero": lambda x, e, n: 2 * x + 5 * e + 2 * n * INDEX}
 
 
 def graph_size_of(data) -> GraphSize:
