@@ -369,3 +369,30 @@ def test_ogbn_mag_is_read_from_ogbs_raw_files_as_ogbs_rgcn_example_reads_it(tmp_
     assert all((s, d) in pairs and (d, s) in pairs for s, d in written["edges"][("paper", "cites", "paper")])
     size = DATASETS["ogbn-mag"].plan_size(config)
     assert size.meta.widths[size.meta.node_types.index("paper")] == 128 and size.classes == 349
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (sampler.device=cuda)")
+@pytest.mark.parametrize("features_fit", [True, False], ids=["on-the-gpu", "host-features"])
+def test_cuda_sampling_of_a_typed_graph_draws_per_edge_type_and_carries_its_types(features_fit):
+    from train.graph.sampling_plan import GPU_HEADROOM, gpu_structure_bytes
+
+    shared = shared_copy(typed_graph(small_hetero(3), "paper"))
+    device = torch.device("cuda", torch.cuda.current_device())
+    colptr, row, _perm = shared.csc
+    structure = gpu_structure_bytes(46, row.numel(), with_perm=False, csc_index_bytes=row.element_size())
+    structure += HETEROGENEOUS.segments(shared).nbytes
+    free = None if features_fit else int((structure + 64) / (1 - GPU_HEADROOM)) + 1
+    plan = plan_sampling(shared, SamplerConfig(device="cuda"), device, free_gpu_bytes=free)
+    assert plan.device.type == "cuda" and (plan.host_features is None) == features_fit
+    assert plan.segments.ptr.is_cuda
+    rows = HETEROGENEOUS.edge_rows(shared)
+    edge_type = rows.in_csc_order("edge_type")
+    for batch in plan.loader(torch.arange(30), [2, 2], 10, seed=1):
+        batch = plan.complete(batch, device).to("cpu")
+        positions = torch.cat([(rows.perm.long() == e).nonzero().view(-1) for e in batch.e_id])
+        assert torch.equal(batch.edge_type, edge_type[positions].long())
+        assert torch.equal(batch.node_type, shared.node_type[batch.n_id])
+        dst = batch.n_id[batch.edge_index[1]]
+        per = Counter(zip(dst.tolist(), batch.edge_type.tolist(), batch.edge_index[1].tolist()))
+        assert max(per.values()) <= 2  # at most k per (destination slot, edge type)
