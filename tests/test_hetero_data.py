@@ -396,3 +396,19 @@ def test_cuda_sampling_of_a_typed_graph_draws_per_edge_type_and_carries_its_type
         dst = batch.n_id[batch.edge_index[1]]
         per = Counter(zip(dst.tolist(), batch.edge_type.tolist(), batch.edge_index[1].tolist()))
         assert max(per.values()) <= 2  # at most k per (destination slot, edge type)
+
+
+def test_a_target_type_on_a_graph_of_one_node_type_is_refused(tmp_path):
+    message = refused(tmp_path, "data.target_node_type=paper")
+    assert "data.target_node_type='paper' is set, but data.name=synthetic is a graph of one node type" in message
+
+
+def test_the_planned_hetero_synthetic_is_the_generated_one():
+    config = DataConfig(name="hetero-synthetic", num_nodes=1200)
+    data = load_graph(config)
+    planned, loaded = DATASETS["hetero-synthetic"].plan_size(config), graph_size_of(data)
+    assert planned.meta == loaded.meta and planned.nodes == loaded.nodes and planned.split == loaded.split
+    assert loaded.edges <= planned.edges <= loaded.edges * 1.01  # an upper bound: self-citations are dropped
+    tensors, size = graph_tensors(_clone(data))
+    assert size == shared_graph_bytes(loaded) == sum(
+        (t() if callable(t) else t).nbytes for t in tensors.values())

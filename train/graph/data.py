@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from train.config import DataConfig
+from train.errors import UserError
 from train.files import check_dir
 from train.graph import kinds
 from train.graph.kinds import DATASETS, DatasetKind, from_pyg_masks  # noqa: F401 (where they were before)
@@ -44,6 +45,8 @@ def dataset_kind(data: DataConfig) -> DatasetKind:
     """The kind of `data.name`, with what the config must give for it checked (raises UserError)."""
     kind = kinds.dataset_kind(data.name)
     kind.check(data)
+    if data.target_node_type and kind.typed is False:
+        raise UserError(kinds.untyped_target(data))
     return kind
 
 

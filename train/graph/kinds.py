@@ -25,6 +25,11 @@ if TYPE_CHECKING:  # PyG is imported where a graph is made: the doctor's probe o
     from torch_geometric.data import Data
 
 
+def untyped_target(data: DataConfig) -> str:
+    return (f"data.target_node_type={data.target_node_type!r} is set, but data.name={data.name} is a graph of one "
+            "node type; leave data.target_node_type empty, or give a heterogeneous graph (docs/data.md).")
+
+
 def make_data(name: str, root: Path) -> str:
     """The command that prepares dataset `name` into `root` (mk/data.mk)."""
     return f"make data DATASET={name} DATA_DIR={root}"
@@ -37,6 +42,7 @@ class DatasetKind(ABC):
     kind: str  # what the kind is called in `describe`
     loader: str  # whose loading peak the memory plan counts (train/plan/terms.py LOADER_PEAK)
     in_data_root = True  # its files live under the data root
+    typed: bool | None = False  # a heterogeneous graph (None: told by its files, data.name=files)
 
     def check(self, data: DataConfig) -> None:
         """What the config must give for this kind beyond its name (raises UserError)."""
@@ -108,7 +114,7 @@ class Synthetic(DatasetKind):
 class Files(DatasetKind):
     """The user's own graph at data.path (train/graph/graphfiles.py)."""
 
-    name, kind, loader, in_data_root = "files", "your own", "files", False
+    name, kind, loader, in_data_root, typed = "files", "your own", "files", False, None
     fix = "set data.path to your graph (a folder of arrays or a saved .pt) on storage every node mounts"
 
     def check(self, data: DataConfig) -> None:
@@ -151,6 +157,8 @@ class Files(DatasetKind):
         if is_hetero(data.path):
             hetero = read_hetero(data.path)
             return typed_graph(hetero, files_target(data, hetero), data.featureless, f"data.path={data.path}")
+        if data.target_node_type:
+            raise UserError(untyped_target(data))
         return load_files(data.path)
 
     def is_prepared(self, data: DataConfig, root: Path) -> bool:
@@ -311,6 +319,7 @@ class OgbNode(OnDisk):
         self.name, self.size, self.sub = name, size, info.folder
         self.needed, self.processed = info.needed, info.processed
         self.marks = (info.release,)  # ogb's mark of a complete download: open_ogb refuses a folder without it
+        self.typed = bool(info.target)
 
     def folder(self, data: DataConfig | None, root: Path) -> Path:
         return root / self.sub
@@ -325,7 +334,7 @@ class OgbNode(OnDisk):
 class HeteroSynthetic(DatasetKind):
     """The synthetic heterogeneous default (train/graph/hetero_synthetic.py): papers, authors, venues."""
 
-    name, kind, loader, in_data_root = "hetero-synthetic", "generated", "hetero", False
+    name, kind, loader, in_data_root, typed = "hetero-synthetic", "generated", "hetero", False, True
 
     def check(self, data: DataConfig) -> None:
         from train.graph.hetero_graph import check_target
@@ -369,7 +378,7 @@ class Igbh(Files):
     """A folder in IGBH's layout at data.path (train/graph/heterofiles.py), MLPerf's GNN benchmark graph. `full`:
     IGBH-full's published size, for the plan without the 2.2 TB of files (data.name=igbh-full)."""
 
-    kind, loader = "IGBH (MLPerf GNN)", "hetero"
+    kind, loader, typed = "IGBH (MLPerf GNN)", "hetero", True
     fix = "set data.path to an IGBH folder (IllinoisGraphBenchmark/IGB-Datasets' download scripts)"
 
     def __init__(self, name: str, full: bool = False):
