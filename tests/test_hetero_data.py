@@ -16,6 +16,7 @@ import pytest
 import torch
 from torch_geometric.data import HeteroData
 
+from tests.harness.igbh_files import write_igbh
 from tests.harness.localjob import final_summary, run_local_job
 from train.config import DataConfig, SamplerConfig
 from train.errors import UserError
@@ -23,7 +24,7 @@ from train.graph.data import load_graph
 from train.graph.form import HETEROGENEOUS, form_of, graph_meta
 from train.graph.graphsize import FLOAT, INDEX
 from train.graph.hetero_graph import typed_graph
-from train.graph.heterofiles import IGBH_RELATIONS, IGBH_TYPES, igbh_full, read_hetero
+from train.graph.heterofiles import IGBH_TYPES, igbh_full, read_hetero
 from train.graph.kinds import DATASETS
 from train.graph.sampler import FusedNeighborSampler, TorchNeighborSampler
 from train.graph.sampling_plan import plan_sampling
@@ -217,22 +218,6 @@ def test_files_take_a_saved_heterodata_and_a_typed_folder_alike(tmp_path):
     assert str(folder / "paper" / "x.npy") in Path("/proc/self/maps").read_text() and read["paper"].x.shape == (30, 5)
 
 
-def write_igbh(folder: Path, papers: int = 300, seed: int = 0) -> Path:
-    """A tiny IGBH in its own layout: node_feat.npy per type, paper/node_label_19.npy, E x 2 edge files."""
-    rng = np.random.default_rng(seed)
-    counts = {"paper": papers, "author": papers // 2, "institute": 7, "fos": 11}
-    processed = folder / "processed"
-    for node_type, count in counts.items():
-        (processed / node_type).mkdir(parents=True)
-        np.save(processed / node_type / "node_feat.npy", rng.normal(size=(count, 8)).astype(np.float32))
-    np.save(processed / "paper" / "node_label_19.npy", rng.integers(0, 19, papers).astype(np.float32))
-    for src, rel, dst in IGBH_RELATIONS:
-        (processed / f"{src}__{rel}__{dst}").mkdir()
-        edges = np.stack([rng.integers(0, counts[src], 4 * papers), rng.integers(0, counts[dst], 4 * papers)], 1)
-        np.save(processed / f"{src}__{rel}__{dst}" / "edge_index.npy", edges)
-    return folder
-
-
 def test_igbh_reads_igbs_layout_with_reverse_relations_and_igbs_split(tmp_path):
     folder = write_igbh(tmp_path / "igbh")
     data = load_graph(DataConfig(name="igbh", path=str(folder), num_classes=19))
@@ -412,3 +397,13 @@ def test_the_planned_hetero_synthetic_is_the_generated_one():
     tensors, size = graph_tensors(_clone(data))
     assert size == shared_graph_bytes(loaded) == sum(
         (t() if callable(t) else t).nbytes for t in tensors.values())
+
+
+def test_two_ranks_train_on_a_tiny_igbh_folder_shared_once_per_node(tmp_path):
+    folder = write_igbh(tmp_path / "igbh", papers=400)
+    job = run_local_job(["fit", "--config", "hetero-synthetic", "data.name=igbh", f"data.path={folder}",
+                         "data.num_classes=19", "trainer.epochs=1", "data.share=node",
+                         f"output.dir={tmp_path / 'run'}"], world_size=2, module="tests.harness.workers.hetero_batches")
+    assert job.returncodes == [0, 0], job.outputs[0][-3000:]
+    assert all("hetero batches checked" in output for output in job.outputs)
+    assert final_summary(tmp_path / "run")["dataset"] == "igbh"
