@@ -136,8 +136,8 @@ class Files(DatasetKind):
         from train.graph.heterofiles import files_target, hetero_size, is_hetero, read_hetero
 
         if is_hetero(data.path):
-            return hetero_size(read_hetero(data.path), files_target(data, read_hetero(data.path)),
-                               f"data.path={data.path}")
+            hetero = read_hetero(data.path)
+            return hetero_size(hetero, files_target(data, hetero), f"data.path={data.path}")
 
         arrays, source = read_graph_arrays(data.path)
         y, splits = check_graph(arrays, source, scan_values=False)
