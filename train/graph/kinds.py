@@ -4,7 +4,8 @@ How it loads, what it is and where its files come from (`describe`), its size fo
 loading it (`plan_size`), what the doctor looks at on a node (`probe`), whether its files are ready in a
 data root (`is_prepared`, checked before a job is queued) and how to prepare them. DATASETS maps each
 `data.name` to its kind: a new dataset of a known kind is one row, a new kind one class. Every loader
-returns a homogeneous PyG `Data` (train/graph/form.py): x, y, edge_index and the split as index tensors.
+returns a PyG `Data` (train/graph/form.py): x, y, edge_index and the split as index tensors; a heterogeneous
+graph's is its typed form (train/graph/hetero_graph.py: node_type, edge_type and its HeteroMeta beside it).
 """
 
 from __future__ import annotations
