@@ -46,7 +46,7 @@ def test_the_registry_names_every_dataset_with_its_kind():
     assert kinds_of == {
         "synthetic": Synthetic, "files": Files,
         **dict.fromkeys(("Reddit", "Reddit2", "Flickr", "Cora", "CiteSeer", "PubMed"), PygDataset),
-        **dict.fromkeys(("ogbn-arxiv", "ogbn-products", "ogbn-papers100M", "ogbn-proteins"), OgbNode),
+        **dict.fromkeys(("ogbn-arxiv", "ogbn-products", "ogbn-papers100M", "ogbn-proteins", "ogbn-mag"), OgbNode),
         "ogbl-citation2": OgbLink, "hetero-synthetic": HeteroSynthetic, "igbh": Igbh, "igbh-full": Igbh}
     assert all(kind.name == name for name, kind in DATASETS.items())
     assert {DATASETS[n].sub for n in ("Cora", "CiteSeer", "PubMed")} == {"Planetoid/Cora", "Planetoid/CiteSeer",

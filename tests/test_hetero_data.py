@@ -16,6 +16,7 @@ import pytest
 import torch
 from torch_geometric.data import HeteroData
 
+from tests.harness.igbh_files import write_igbh
 from tests.harness.localjob import final_summary, run_local_job
 from train.config import DataConfig, SamplerConfig
 from train.errors import UserError
@@ -23,7 +24,7 @@ from train.graph.data import load_graph
 from train.graph.form import HETEROGENEOUS, form_of, graph_meta
 from train.graph.graphsize import FLOAT, INDEX
 from train.graph.hetero_graph import typed_graph
-from train.graph.heterofiles import IGBH_RELATIONS, IGBH_TYPES, igbh_full, read_hetero
+from train.graph.heterofiles import IGBH_TYPES, igbh_full, read_hetero
 from train.graph.kinds import DATASETS
 from train.graph.sampler import FusedNeighborSampler, TorchNeighborSampler
 from train.graph.sampling_plan import plan_sampling
@@ -217,22 +218,6 @@ def test_files_take_a_saved_heterodata_and_a_typed_folder_alike(tmp_path):
     assert str(folder / "paper" / "x.npy") in Path("/proc/self/maps").read_text() and read["paper"].x.shape == (30, 5)
 
 
-def write_igbh(folder: Path, papers: int = 300, seed: int = 0) -> Path:
-    """A tiny IGBH in its own layout: node_feat.npy per type, paper/node_label_19.npy, E x 2 edge files."""
-    rng = np.random.default_rng(seed)
-    counts = {"paper": papers, "author": papers // 2, "institute": 7, "fos": 11}
-    processed = folder / "processed"
-    for node_type, count in counts.items():
-        (processed / node_type).mkdir(parents=True)
-        np.save(processed / node_type / "node_feat.npy", rng.normal(size=(count, 8)).astype(np.float32))
-    np.save(processed / "paper" / "node_label_19.npy", rng.integers(0, 19, papers).astype(np.float32))
-    for src, rel, dst in IGBH_RELATIONS:
-        (processed / f"{src}__{rel}__{dst}").mkdir()
-        edges = np.stack([rng.integers(0, counts[src], 4 * papers), rng.integers(0, counts[dst], 4 * papers)], 1)
-        np.save(processed / f"{src}__{rel}__{dst}" / "edge_index.npy", edges)
-    return folder
-
-
 def test_igbh_reads_igbs_layout_with_reverse_relations_and_igbs_split(tmp_path):
     folder = write_igbh(tmp_path / "igbh")
     data = load_graph(DataConfig(name="igbh", path=str(folder), num_classes=19))
@@ -311,15 +296,15 @@ def test_the_plan_of_igbh_full_follows_from_its_sizes():
 
 
 def test_make_plan_says_what_one_node_holds_of_igbh_full():
-    done = subprocess.run([sys.executable, "-m", "train", "plan", "--config", "hetero-synthetic", "data.name=igbh-full",
-                           "data.num_classes=19", "--nodes", "1", "--gpus", "8", "--node-memory", "2048",
-                           "--gpu-memory", "141"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-m", "train", "plan", "--config", "igbh-rgat", "data.name=igbh-full",
+                           "--nodes", "1", "--gpus", "8", "--node-memory", "2048", "--gpu-memory", "141"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     out = done.stdout + done.stderr
-    assert "547,306,935 nodes" in out and "7,627,569,274 edges" in out
+    assert "igbh-full (547,306,935 nodes, 7,627,569,274 edges, 1024 features)" in out
     shared = shared_graph_bytes(igbh_full()) / 2**30
-    assert f"graph, shared once (/dev/shm or node-local disk){shared:>25,.1f} GiB" in out.replace("\n", " ") or (
-        f"{shared:,.1f} GiB" in out)
-    assert "does not fit" in out and done.returncode != 0
+    line = next(line for line in out.splitlines() if "graph, shared once" in line)
+    assert line.endswith(f"{shared:,.1f} GiB") and shared > 2048  # the graph alone: more than the node has
+    assert "this plan does not fit" in out and done.returncode == 2
 
 
 # ---- runs ---------------------------------------------------------------------------------------------
@@ -347,3 +332,78 @@ def test_two_ranks_train_on_hetero_synthetic_with_typed_batches(tmp_path, model,
         checked = [int(line.split()[-1]) for line in output.splitlines() if line.startswith("hetero batches checked")]
         assert checked and checked[0] >= 2, output[-2000:]
     final_summary(tmp_path / "run")
+
+
+def test_ogbn_mag_is_read_from_ogbs_raw_files_as_ogbs_rgcn_example_reads_it(tmp_path):
+    from tests.harness.ogb_files import write_ogbn_mag
+
+    written = write_ogbn_mag(tmp_path)
+    config = DataConfig(name="ogbn-mag", root=str(tmp_path))
+    assert DATASETS["ogbn-mag"].is_prepared(config, tmp_path)
+    data = load_graph(config)
+    meta = graph_meta(data)
+    assert meta.target == "paper" and set(meta.node_types) == {"author", "field_of_study", "institution", "paper"}
+    assert ("paper", "rev_writes", "author") in meta.edge_types and ("paper", "cites", "paper") in meta.edge_types
+    paper = meta.offsets[meta.node_types.index("paper")]
+    assert meta.widths[meta.node_types.index("paper")] == 8 and meta.widths[meta.node_types.index("author")] == 0
+    assert torch.allclose(data.x[paper:paper + 200], torch.from_numpy(written["x"]), atol=1e-5)  # CSV: 6 digits
+    assert torch.equal(data.y[paper:paper + 200], torch.from_numpy(written["y"]))
+    assert torch.equal(data.train_idx, torch.from_numpy(written["train"]) + paper)
+    cites = data.edge_index[:, data.edge_type == meta.edge_types.index(("paper", "cites", "paper"))] - paper
+    pairs = set(map(tuple, cites.t().tolist()))
+    assert all((s, d) in pairs and (d, s) in pairs for s, d in written["edges"][("paper", "cites", "paper")])
+    size = DATASETS["ogbn-mag"].plan_size(config)
+    assert size.meta.widths[size.meta.node_types.index("paper")] == 128 and size.classes == 349
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (sampler.device=cuda)")
+@pytest.mark.parametrize("features_fit", [True, False], ids=["on-the-gpu", "host-features"])
+def test_cuda_sampling_of_a_typed_graph_draws_per_edge_type_and_carries_its_types(features_fit):
+    from train.graph.sampling_plan import GPU_HEADROOM, gpu_structure_bytes
+
+    shared = shared_copy(typed_graph(small_hetero(3), "paper"))
+    device = torch.device("cuda", torch.cuda.current_device())
+    colptr, row, _perm = shared.csc
+    structure = gpu_structure_bytes(46, row.numel(), with_perm=False, csc_index_bytes=row.element_size())
+    structure += HETEROGENEOUS.segments(shared).nbytes
+    free = None if features_fit else int((structure + 64) / (1 - GPU_HEADROOM)) + 1
+    plan = plan_sampling(shared, SamplerConfig(device="cuda"), device, free_gpu_bytes=free)
+    assert plan.device.type == "cuda" and (plan.host_features is None) == features_fit
+    assert plan.segments.ptr.is_cuda
+    rows = HETEROGENEOUS.edge_rows(shared)
+    edge_type = rows.in_csc_order("edge_type")
+    for batch in plan.loader(torch.arange(30), [2, 2], 10, seed=1):
+        batch = plan.complete(batch, device).to("cpu")
+        positions = torch.cat([(rows.perm.long() == e).nonzero().view(-1) for e in batch.e_id])
+        assert torch.equal(batch.edge_type, edge_type[positions].long())
+        assert torch.equal(batch.node_type, shared.node_type[batch.n_id])
+        dst = batch.n_id[batch.edge_index[1]]
+        per = Counter(zip(dst.tolist(), batch.edge_type.tolist(), batch.edge_index[1].tolist()))
+        assert max(per.values()) <= 2  # at most k per (destination slot, edge type)
+
+
+def test_a_target_type_on_a_graph_of_one_node_type_is_refused(tmp_path):
+    message = refused(tmp_path, "data.target_node_type=paper")
+    assert "data.target_node_type='paper' is set, but data.name=synthetic is a graph of one node type" in message
+
+
+def test_the_planned_hetero_synthetic_is_the_generated_one():
+    config = DataConfig(name="hetero-synthetic", num_nodes=1200)
+    data = load_graph(config)
+    planned, loaded = DATASETS["hetero-synthetic"].plan_size(config), graph_size_of(data)
+    assert planned.meta == loaded.meta and planned.nodes == loaded.nodes and planned.split == loaded.split
+    assert loaded.edges <= planned.edges <= loaded.edges * 1.01  # an upper bound: self-citations are dropped
+    tensors, size = graph_tensors(_clone(data))
+    assert size == shared_graph_bytes(loaded) == sum(
+        (t() if callable(t) else t).nbytes for t in tensors.values())
+
+
+def test_two_ranks_train_on_a_tiny_igbh_folder_shared_once_per_node(tmp_path):
+    folder = write_igbh(tmp_path / "igbh", papers=400)
+    job = run_local_job(["fit", "--config", "hetero-synthetic", "data.name=igbh", f"data.path={folder}",
+                         "data.num_classes=19", "trainer.epochs=1", "data.share=node",
+                         f"output.dir={tmp_path / 'run'}"], world_size=2, module="tests.harness.workers.hetero_batches")
+    assert job.returncodes == [0, 0], job.outputs[0][-3000:]
+    assert all("hetero batches checked" in output for output in job.outputs)
+    assert final_summary(tmp_path / "run")["dataset"] == "igbh"

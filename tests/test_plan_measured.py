@@ -22,14 +22,21 @@ PROCESS_CASE = Case("100k nodes, data.share=process, eval.mode=sampled", "synthe
                      "data.train_fraction=0.9", "data.val_fraction=0.05", "eval.mode=sampled", "eval.fanouts=[10,5]",
                      "trainer.epochs=1", "trainer.max_steps_per_epoch=2"), 2, 1)
 
+# A heterogeneous graph turned typed (its loading peak, and a hop drawing the fanout per edge type).
+HETERO_CASE = Case("hetero-synthetic, 100k papers, data.share=process", "hetero-synthetic",
+                   ("data.num_nodes=100000", "data.avg_degree=10", "data.num_features=64", "data.share=process",
+                    "eval.mode=sampled", "eval.fanouts=[10,5]", "trainer.epochs=1", "trainer.max_steps_per_epoch=2"),
+                   2, 1)
+
 
 # glibc's own heap, as on a node without huge pages (train/heap.py): it keeps what a step freed, and the plan
 # must cover that too.
 GLIBC_DEFAULT_HEAP = {THP_VARIABLE: "0"}
 
 
-@pytest.mark.parametrize("case,extra_env", [(ISSUE_CASE, {}), (PROCESS_CASE, {}), (ISSUE_CASE, GLIBC_DEFAULT_HEAP)],
-                         ids=["issue-20-synthetic", "process-100k", "issue-20-glibc-default-heap"])
+@pytest.mark.parametrize("case,extra_env", [(ISSUE_CASE, {}), (PROCESS_CASE, {}), (ISSUE_CASE, GLIBC_DEFAULT_HEAP),
+                                            (HETERO_CASE, {})],
+                         ids=["issue-20-synthetic", "process-100k", "issue-20-glibc-default-heap", "hetero-synthetic"])
 def test_the_plan_covers_the_measured_peak_within_one_and_a_half(case, extra_env):
     reports = run_probed(case.config, list(case.overrides), case.ranks, case.nodes, timeout=600, extra_env=extra_env)
     assert reports[0]["heap"] == heap_settings({**os.environ, **extra_env}, thp_mode()).__dict__

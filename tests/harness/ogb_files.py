@@ -165,3 +165,49 @@ def write_ogbl_citation2(root: Path, num_nodes: int = 300, num_features: int = 8
         written[part], written[f"{part}_neg"] = edge[rows].T, neg
     (folder / "RELEASE_v1.txt").write_text("# Release note for OGB dataset v1\n")
     return written
+
+
+def _csv_gz_text(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(path, "wt") as fh:
+        fh.write(text)
+
+
+def write_ogbn_mag(root: Path, papers: int = 200, seed: int = 0) -> dict[str, np.ndarray]:
+    """`root/ogbn_mag/` as OGB's zip unpacks (its heterogeneous CSV format, read by the real `ogb` loader): papers
+    with 8 features and 5 classes, featureless authors, institutions and fields, the four relations, the paper time
+    split and RELEASE_v2.txt. Returns the arrays written."""
+    from train.graph.ogbn import MAG_RELATIONS
+
+    info = OGB_NODE_DATASETS["ogbn-mag"]
+    rng = np.random.default_rng(seed)
+    folder, counts = root / info.folder, {"author": papers, "field_of_study": 9, "institution": 5, "paper": papers}
+    raw, split = folder / "raw", folder / "split" / info.split
+    _csv_gz_text(raw / "num-node-dict.csv.gz", ",".join(counts) + "\n" + ",".join(map(str, counts.values())) + "\n")
+    _csv_gz_text(raw / "triplet-type-list.csv.gz", "".join(",".join(r) + "\n" for r in MAG_RELATIONS))
+    has = ",".join(counts) + "\n" + ",".join("True" if t == "paper" else "False" for t in counts) + "\n"
+    _csv_gz_text(raw / "nodetype-has-label.csv.gz", has)
+    _csv_gz_text(split / "nodetype-has-split.csv.gz", has)
+    x = rng.normal(size=(papers, 8)).astype(np.float32)
+    y = rng.integers(0, 5, papers)
+    for path, rows in ((raw / "node-feat" / "paper" / "node-feat.csv.gz", x),
+                       (raw / "node-label" / "paper" / "node-label.csv.gz", y)):
+        path.parent.mkdir(parents=True)
+        _csv_gz(path, rows)
+    edges = {}
+    for relation in MAG_RELATIONS:
+        sub = raw / "relations" / "___".join(relation)
+        sub.mkdir(parents=True)
+        edge = np.stack([rng.integers(0, counts[relation[0]], 3 * papers),
+                         rng.integers(0, counts[relation[2]], 3 * papers)], axis=1).astype(np.int64)
+        _csv_gz(sub / "edge.csv.gz", edge)
+        _csv_gz(sub / "num-edge-list.csv.gz", np.array([len(edge)]))
+        edges[relation] = edge
+    perm = rng.permutation(papers)
+    parts = {"train": np.sort(perm[: papers // 2]), "valid": np.sort(perm[papers // 2: 3 * papers // 4]),
+             "test": np.sort(perm[3 * papers // 4:])}
+    (split / "paper").mkdir(parents=True)
+    for part, idx in parts.items():
+        _csv_gz(split / "paper" / f"{part}.csv.gz", idx)
+    (folder / info.release).write_text("# Release note for OGB dataset v2\n")
+    return {"x": x, "y": y, "edges": edges, **parts}

@@ -49,6 +49,8 @@ def dataset_kind(data: DataConfig, task: str | None = None) -> DatasetKind:
     if task is not None and task not in kind.tasks:
         raise UserError(f"task.name={task!r} does not fit data.name={data.name!r}: it can be trained for "
                         f"{', '.join(kind.tasks)} only (task.name={kind.tasks[0]}).")
+    if data.target_node_type and kind.typed is False:
+        raise UserError(kinds.untyped_target(data))
     return kind
 
 

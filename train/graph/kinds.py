@@ -4,7 +4,8 @@ How it loads, what it is and where its files come from (`describe`), its size fo
 loading it (`plan_size`), what the doctor looks at on a node (`probe`), whether its files are ready in a
 data root (`is_prepared`, checked before a job is queued) and how to prepare them. DATASETS maps each
 `data.name` to its kind: a new dataset of a known kind is one row, a new kind one class. Every loader
-returns a homogeneous PyG `Data` (train/graph/form.py): x, y, edge_index and the split as index tensors.
+returns a PyG `Data` (train/graph/form.py): x, y, edge_index and the split as index tensors; a heterogeneous
+graph's is its typed form (train/graph/hetero_graph.py: node_type, edge_type and its HeteroMeta beside it).
 """
 
 from __future__ import annotations
@@ -19,11 +20,16 @@ from train.files import check_dir
 from train.graph.graphsize import GraphSize
 from train.graph.labels import num_outputs
 from train.graph.ogbl import OGB_LINK_DATASETS, open_ogbl
-from train.graph.ogbn import OGB_NODE_DATASETS, RELEASE, ogb_source, open_ogb
+from train.graph.ogbn import OGB_NODE_DATASETS, mag_size, ogb_source, open_ogb
 from train.graph.rawfiles import prepare_again, problems
 
 if TYPE_CHECKING:  # PyG is imported where a graph is made: the doctor's probe of a synthetic graph needs none
     from torch_geometric.data import Data
+
+
+def untyped_target(data: DataConfig) -> str:
+    return (f"data.target_node_type={data.target_node_type!r} is set, but data.name={data.name} is a graph of one "
+            "node type; leave data.target_node_type empty, or give a heterogeneous graph (docs/data.md).")
 
 
 def make_data(name: str, root: Path) -> str:
@@ -41,6 +47,7 @@ class DatasetKind(ABC):
     # What it can be trained for (task.name): node classification needs labels; link prediction edges, and takes
     # the dataset's own link split where it has one (train/graph/link_split.py), else makes one.
     tasks: tuple[str, ...] = ("node", "link")
+    typed: bool | None = False  # a heterogeneous graph (None: told by its files, data.name=files)
 
     def check(self, data: DataConfig) -> None:
         """What the config must give for this kind beyond its name (raises UserError)."""
@@ -112,7 +119,7 @@ class Synthetic(DatasetKind):
 class Files(DatasetKind):
     """The user's own graph at data.path (train/graph/graphfiles.py)."""
 
-    name, kind, loader, in_data_root = "files", "your own", "files", False
+    name, kind, loader, in_data_root, typed = "files", "your own", "files", False, None
     fix = "set data.path to your graph (a folder of arrays or a saved .pt) on storage every node mounts"
 
     def check(self, data: DataConfig) -> None:
@@ -134,8 +141,8 @@ class Files(DatasetKind):
         from train.graph.heterofiles import files_target, hetero_size, is_hetero, read_hetero
 
         if is_hetero(data.path):
-            return hetero_size(read_hetero(data.path), files_target(data, read_hetero(data.path)),
-                               f"data.path={data.path}")
+            hetero = read_hetero(data.path)
+            return hetero_size(hetero, files_target(data, hetero), f"data.path={data.path}")
 
         arrays, source = read_graph_arrays(data.path)
         y, splits = check_graph(arrays, source, scan_values=False)
@@ -155,6 +162,8 @@ class Files(DatasetKind):
         if is_hetero(data.path):
             hetero = read_hetero(data.path)
             return typed_graph(hetero, files_target(data, hetero), data.featureless, f"data.path={data.path}")
+        if data.target_node_type:
+            raise UserError(untyped_target(data))
         return load_files(data.path)
 
     def is_prepared(self, data: DataConfig, root: Path) -> bool:
@@ -310,12 +319,12 @@ class OgbNode(OnDisk):
     """OGB's node-property datasets (train/graph/ogbn.py), with the official split."""
 
     kind, loader, source = "OGB's node-property dataset", "ogb", "snap.stanford.edu/ogb"
-    marks = (RELEASE,)  # ogb's mark of a complete download: open_ogb refuses a folder without it
-
     def __init__(self, name: str, size: GraphSize):
         info = OGB_NODE_DATASETS[name]
         self.name, self.size, self.sub = name, size, info.folder
         self.needed, self.processed = info.needed, info.processed
+        self.marks = (info.release,)  # ogb's mark of a complete download: open_ogb refuses a folder without it
+        self.typed = bool(info.target)
 
     def folder(self, data: DataConfig | None, root: Path) -> Path:
         return root / self.sub
@@ -338,7 +347,7 @@ class OgbLink(OgbNode):
         info = OGB_LINK_DATASETS[name]
         self.name, self.size, self.sub = name, size, info.folder
         self.needed, self.processed = info.needed, info.processed
-        self.marks = (RELEASE, *info.split_files)  # read at every load, processed or not
+        self.marks = ("RELEASE_v1.txt", *info.split_files)  # read at every load, processed or not
 
     def open(self, root: Path) -> Data:
         return open_ogbl(self.name, root)
@@ -350,7 +359,7 @@ class OgbLink(OgbNode):
 class HeteroSynthetic(DatasetKind):
     """The synthetic heterogeneous default (train/graph/hetero_synthetic.py): papers, authors, venues."""
 
-    name, kind, loader, in_data_root = "hetero-synthetic", "generated", "synthetic", False
+    name, kind, loader, in_data_root, typed = "hetero-synthetic", "generated", "hetero", False, True
     tasks = ("node",)  # link prediction is for homogeneous graphs (train/graph/edge_split.py)
 
     def check(self, data: DataConfig) -> None:
@@ -395,7 +404,7 @@ class Igbh(Files):
     """A folder in IGBH's layout at data.path (train/graph/heterofiles.py), MLPerf's GNN benchmark graph. `full`:
     IGBH-full's published size, for the plan without the 2.2 TB of files (data.name=igbh-full)."""
 
-    kind, loader = "IGBH (MLPerf GNN)", "files"
+    kind, loader, typed = "IGBH (MLPerf GNN)", "hetero", True
     tasks = ("node",)  # link prediction is for homogeneous graphs (train/graph/edge_split.py)
     fix = "set data.path to an IGBH folder (IllinoisGraphBenchmark/IGB-Datasets' download scripts)"
 
@@ -464,6 +473,7 @@ DATASETS: dict[str, DatasetKind] = {kind.name: kind for kind in (
     OgbNode("ogbn-papers100M", GraphSize(111_059_956, 1_615_685_872, 128, 172, (1_207_179, 125_265, 214_338))),
     OgbNode("ogbn-proteins", GraphSize(132_534, 79_122_504, 8, 112, (86_619, 21_236, 24_679),  # 112 tasks
                                        edge_features=8)),
+    OgbNode("ogbn-mag", mag_size()),
     # No node classes. Edges: the training citations in both directions, as the graph loads (an upper bound: a
     # pair citing each other is one edge twice). Split: the positive edges (train, val, test), not nodes.
     OgbLink("ogbl-citation2", GraphSize(2_927_963, 2 * 30_387_995, 128, 0, (30_387_995, 86_596, 86_596))),

@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 
 from train.errors import UserError
+from train.graph.graphsize import GraphSize
 from train.graph.labels import is_multilabel, multilabel_expected, multilabel_problem, multilabel_targets
 from train.graph.rawfiles import prepare_again
 
@@ -29,7 +30,6 @@ if TYPE_CHECKING:
     from torch_geometric.data import Data
 
 OGB_VERSION = "1.3.6"  # the version pinned in requirements.lock; the one whose on-disk format is tested
-RELEASE = "RELEASE_v1.txt"  # what ogb writes into a complete download's folder
 UNLABELED = -1  # papers100M labels only ~1.5 M of its 111 M nodes (NaN in OGB's file)
 
 
@@ -39,10 +39,17 @@ class OgbInfo:
     split: str  # the official split's folder under <folder>/split/
     raw: tuple[str, ...]  # the raw files its processing reads
     features: str = "nodes"  # "nodes": OGB's node features; "edge-mean": the mean of each node's in-edges' features
+    target: str = ""  # a heterogeneous dataset's labelled node type (its split lies in split/<split>/<target>/)
+    version: int = 1  # OGB's release of it: the mark of a complete download is RELEASE_v<version>.txt
+
+    @property
+    def release(self) -> str:
+        return f"RELEASE_v{self.version}.txt"
 
     @property
     def needed(self) -> tuple[str, ...]:
-        return tuple(f"raw/{f}" for f in self.raw) + tuple(f"split/{self.split}/{s}.csv.gz" for s in SPLIT_FILES)
+        split = f"split/{self.split}/{self.target}/" if self.target else f"split/{self.split}/"
+        return tuple(f"raw/{f}" for f in self.raw) + tuple(f"{split}{s}.csv.gz" for s in SPLIT_FILES)
 
     @property
     def processed(self) -> tuple[str, ...]:
@@ -50,6 +57,9 @@ class OgbInfo:
 
 
 SPLIT_FILES = ("train", "valid", "test")
+# ogbn-mag's relations; each gets its reverse (rev_<relation>), and cites is made undirected, as OGB's R-GCN example
+MAG_RELATIONS = (("author", "affiliated_with", "institution"), ("author", "writes", "paper"),
+                 ("paper", "cites", "paper"), ("paper", "has_topic", "field_of_study"))
 _CSV = ("edge.csv.gz", "node-feat.csv.gz", "node-label.csv.gz", "num-node-list.csv.gz", "num-edge-list.csv.gz")
 OGB_NODE_DATASETS: dict[str, OgbInfo] = {
     "ogbn-arxiv": OgbInfo("ogbn_arxiv", "time", _CSV + ("node_year.csv.gz",)),
@@ -58,6 +68,11 @@ OGB_NODE_DATASETS: dict[str, OgbInfo] = {
     "ogbn-proteins": OgbInfo("ogbn_proteins", "species",
                              ("edge.csv.gz", "edge-feat.csv.gz", "node-label.csv.gz", "node_species.csv.gz",
                               "num-node-list.csv.gz", "num-edge-list.csv.gz"), features="edge-mean"),
+    "ogbn-mag": OgbInfo("ogbn_mag", "time", ("num-node-dict.csv.gz", "triplet-type-list.csv.gz",
+                                            "nodetype-has-label.csv.gz", "node-feat/paper/node-feat.csv.gz",
+                                            "node-label/paper/node-label.csv.gz",
+                                            *(f"relations/{'___'.join(r)}/edge.csv.gz" for r in MAG_RELATIONS)),
+                        target="paper", version=2),
 }
 
 
@@ -136,10 +151,10 @@ def ogb_labels(name: str, y: Tensor) -> Tensor:
     return y
 
 
-def check_release(name: str, folder: Path) -> None:
-    """Refuse a folder without ogb's mark of a complete download, where ogb would ask on stdin whether to delete
-    it ("the dataset has been updated")."""
-    release = folder / RELEASE
+def check_release(name: str, folder: Path, mark: str = "RELEASE_v1.txt") -> None:
+    """Refuse a folder without ogb's mark of a complete download (`mark`: RELEASE_v<version>.txt), where ogb would
+    ask on stdin whether to delete it ("the dataset has been updated")."""
+    release = folder / mark
     if folder.is_dir() and not release.is_file():
         raise UserError(f"dataset {name!r}: {str(folder)!r} holds no {release.name}, so it is not a complete OGB "
                         f"download. Delete the folder and {prepare_again(name)}.")
@@ -151,11 +166,54 @@ def open_ogb(name: str, root: Path) -> Data:
 
     info = OGB_NODE_DATASETS[name]
     dataset_class = ogb_dataset_class()
-    check_release(name, root / info.folder)
+    check_release(name, root / info.folder, info.release)
     dataset = dataset_class(name, root=str(root))
     split = dataset.get_idx_split()
     graph = dataset[0]
+    if info.target:
+        from train.graph.hetero_graph import typed_graph
+
+        return typed_graph(mag_hetero(graph, split, info.target), info.target, source=f"dataset {name!r}")
     x = graph.x if info.features == "nodes" else edge_mean_features(graph.edge_index, graph.edge_attr, graph.num_nodes)
     edges = {} if getattr(graph, "edge_attr", None) is None else {"edge_attr": graph.edge_attr.float()}  # proteins' 8
     return Data(x=x, y=ogb_labels(name, graph.y), edge_index=graph.edge_index, **edges,
                 train_idx=split["train"].long(), val_idx=split["valid"].long(), test_idx=split["test"].long())
+
+
+def mag_hetero(graph, split: dict, target: str):
+    """ogb's heterogeneous graph (its dicts by type) as a PyG `HeteroData`, as OGB's R-GCN example reads it: cites
+    made undirected, every other relation with its reverse; the target type's labels and official split."""
+    from torch_geometric.data import HeteroData
+    from torch_geometric.utils import to_undirected
+
+    hetero = HeteroData()
+    for node_type, count in graph.num_nodes_dict.items():
+        hetero[node_type].num_nodes = int(count)
+    for node_type, x in graph.x_dict.items():
+        hetero[node_type].x = x.float()
+    hetero[target].y = ogb_labels("ogbn-mag", graph.y_dict[target])
+    for name, part in (("train", "train"), ("val", "valid"), ("test", "test")):
+        hetero[target][f"{name}_idx"] = split[part][target].long()
+    for (src, rel, dst), edge_index in graph.edge_index_dict.items():
+        if src == dst:
+            hetero[src, rel, dst].edge_index = to_undirected(edge_index, num_nodes=int(graph.num_nodes_dict[src]))
+        else:
+            hetero[src, rel, dst].edge_index = edge_index
+            hetero[dst, f"rev_{rel}", src].edge_index = edge_index.flip(0)
+    return hetero
+
+
+def mag_size() -> GraphSize:
+    """ogbn-mag (OGB's paper; its files' counts): 736,389 papers (128 features, 349 venues as classes), 1,134,649
+    authors, 8,740 institutions and 59,965 fields of study, without features; edges as `mag_hetero` makes them:
+    cites (5,416,271) both ways, the others (1,043,998 affiliated_with, 7,145,660 writes, 7,505,078 has_topic) with
+    their reverses; the time split of the papers."""
+    from train.graph.hetero_meta import HeteroMeta
+
+    edges = {"affiliated_with": 1_043_998, "writes": 7_145_660, "cites": 5_416_271, "has_topic": 7_505_078}
+    types = tuple(t for src, rel, dst in MAG_RELATIONS
+                  for t in ((src, rel, dst),) + (((dst, f"rev_{rel}", src),) if src != dst else ()))
+    counts = {"author": 1_134_649, "field_of_study": 59_965, "institution": 8_740, "paper": 736_389}
+    meta = HeteroMeta(tuple(counts), types, tuple(counts.values()), (0, 0, 0, 128), "paper")
+    return GraphSize(sum(counts.values()), 2 * sum(edges.values()), 128, 349, (629_571, 64_879, 41_939),
+                     form="heterogeneous", meta=meta)

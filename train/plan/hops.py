@@ -44,11 +44,15 @@ def evaluation_sampled(config: Config) -> bool:
 def sampled_hops(seeds: int, fanouts: list[int], size: GraphSize) -> Hops:
     """Expected nodes and edges of one batch. The seeds are uniform over the split, so the first hop takes
     min(fanout, mean degree) each; later frontiers are reached along edges (higher degrees), so they take the
-    whole fanout. A fanout of -1 takes every neighbour. New nodes per hop are at most the nodes not yet seen."""
+    whole fanout. A fanout of -1 takes every neighbour. New nodes per hop are at most the nodes not yet seen. A
+    typed graph draws the fanout per edge type (train/graph/typed_csc.py): its seeds up to that many per relation
+    into the target type, later frontiers per relation into the type with the most."""
     frontier = min(seeds, size.nodes)
     nodes, edges, seen = [frontier], [], frontier
+    into = size.meta.relations_into if size.meta is not None else (1,)
+    first, most = (into[size.meta.target_index] if size.meta is not None else 1), max(into)
     for hop, fanout in enumerate(fanouts):
-        per_node = size.degree if fanout < 0 else min(fanout, size.degree) if hop == 0 else fanout
+        per_node = size.degree if fanout < 0 else min(fanout * first, size.degree) if hop == 0 else fanout * most
         sampled = math.ceil(frontier * per_node)
         frontier = min(sampled, size.nodes - seen)
         edges.append(sampled)
