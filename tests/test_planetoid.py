@@ -25,6 +25,8 @@ from train.graph.data import load_graph
 from train.loop.report import summarize
 
 SHARED_CORA = ROOT.parent / "shared" / "data" / "planetoid" / "Cora" / "raw"
+PROJECT_PLANETOID = ROOT / "tests" / "data" / "planetoid"  # CiteSeer's raw files, kept in the project
+PLANETOID_RAW = {"Cora": SHARED_CORA, "CiteSeer": PROJECT_PLANETOID / "CiteSeer" / "raw"}
 needs_cora = pytest.mark.skipif(not SHARED_CORA.is_dir(),
                                 reason=f"the Planetoid Cora raw files are not at {SHARED_CORA} (../shared absent)")
 
@@ -92,9 +94,9 @@ def test_gae_reaches_the_published_auc_and_ap_mean_over_three_seeds(label, datas
     `--models GAE`) against Kipf & Welling (2016): Cora AUC 91.0, AP 92.0; CiteSeer AUC 89.5, AP 89.9."""
     from bench.accuracy import LINKS, measure, rows_of
 
-    shared = SHARED_CORA.parents[1] / dataset / "raw"
+    shared = PLANETOID_RAW[dataset]
     if not shared.is_dir():
-        pytest.skip(f"the Planetoid {dataset} raw files are not at {shared} (prepared nowhere on this machine)")
+        pytest.skip(f"the Planetoid {dataset} raw files are not at {shared} (../shared absent)")
     raw = tmp_path / "data" / "Planetoid" / dataset / "raw"
     shutil.copytree(shared, raw)
     (row,) = rows_of(measure([label], 3, tmp_path / "data", ranks=2, timeout=900))
@@ -172,3 +174,13 @@ def test_summary_reports_test_accuracy_at_the_best_validation_epoch():
             {"epoch": 2, "val_acc": 0.78, "test_acc": 0.81}]
     s = summarize(rows)
     assert (s["best_val_epoch"], s["test_acc_at_best_val"], s["final_test_acc"]) == (1, 0.77, 0.81)
+
+
+def test_the_project_s_citeseer_files_are_the_published_bytes():
+    """tests/data/planetoid holds CiteSeer's raw files as the Planetoid release has them (SHA256SUMS beside them)."""
+    import hashlib
+
+    sums = dict(reversed(line.split()) for line in (PROJECT_PLANETOID / "SHA256SUMS").read_text().splitlines())
+    assert len(sums) == 8 and all(name.startswith("CiteSeer/raw/ind.citeseer.") for name in sums)
+    for name, digest in sums.items():
+        assert hashlib.sha256((PROJECT_PLANETOID / name).read_bytes()).hexdigest() == digest, name
