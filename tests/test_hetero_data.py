@@ -407,3 +407,16 @@ def test_two_ranks_train_on_a_tiny_igbh_folder_shared_once_per_node(tmp_path):
     assert job.returncodes == [0, 0], job.outputs[0][-3000:]
     assert all("hetero batches checked" in output for output in job.outputs)
     assert final_summary(tmp_path / "run")["dataset"] == "igbh"
+
+
+def test_mlperfs_r_gat_config_trains_on_a_tiny_igbh_on_two_ranks(tmp_path):
+    """Issue 27 §3: configs/igbh-rgat.yaml as shipped (R-GAT: 3 layers of 512, 4 heads, fanouts [15, 10, 5], batch
+    1024) over a tiny IGBH in IGBH's layout, on 2 ranks: it trains and evaluates, the same weights on both."""
+    folder = write_igbh(tmp_path / "igbh", papers=400)
+    job = run_local_job(["fit", "--config", "igbh-rgat", f"data.path={folder}", "trainer.epochs=1",
+                         f"output.dir={tmp_path / 'run'}"], world_size=2)
+    assert job.returncodes == [0, 0], job.outputs[0][-3000:]
+    summary = final_summary(tmp_path / "run")
+    assert summary["dataset"] == "igbh" and summary["model"] == "hetero-gat" and summary["epochs"] == 1
+    assert 0.0 <= summary["final_val_acc"] <= 1.0, summary
+    assert "model train.loop.models.heteroconv." in job.outputs[0], job.outputs[0][-3000:]
