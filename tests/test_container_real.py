@@ -398,6 +398,31 @@ def test_a_graph_with_edge_features_trains_in_the_image_on_two_nodes(pyxis_clust
     assert json.loads((run / "summary.json").read_text())["model_class"] == "train.loop.models.gine.GINE"
 
 
+@pytest.mark.parametrize("task, config, args, model_class", [
+    ("link", "synthetic", "task.name=link data.num_nodes=1500 sampler.batch_size=64",
+     "torch_geometric.nn.models.basic_gnn.GraphSAGE"),
+    ("hetero", "hetero-synthetic", "model.name=rgcn", "train.loop.models.relational.RGCN"),
+])
+def test_each_task_and_kind_of_graph_trains_in_the_image_on_two_nodes(pyxis_cluster, built_image, login_env, tmp_path,
+                                                                      task, config, args, model_class):
+    """Issue 27 on the test cluster in containers: link prediction (task.name=link on the synthetic graph) and a
+    heterogeneous graph (hetero-synthetic, R-GCN over its typed batches), each on 2 nodes in the image, from each
+    node's one shared copy of the graph; the same weights on every rank, the task's figures in summary.json."""
+    run = tmp_path / "run"
+    job, log, _ = submit(login_env, tmp_path, task, f"IMAGE={built_image['path']}", f"CONFIG={config}",
+                         f"ARGS={args} trainer.epochs=2 output.dir={run}")
+    state, _ = wait(pyxis_cluster, job, log)
+    text = read(log)
+    assert state == "COMPLETED", text
+    assert_ran_in_image(text, pyxis_cluster.job_nodes(job))
+    assert re.search(rf"^0: model {re.escape(model_class)} \([\d,]+ parameters\)", text, re.M), text
+    assert SAME_WEIGHTS.search(text), text
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["model_class"] == model_class and summary["task"] == ("link" if task == "link" else "node")
+    figure = "test_auc_at_best_val" if task == "link" else "test_acc_at_best_val"
+    assert 0.6 < summary[figure] <= 1.0, summary  # above chance (0.5 AUC; 1/6 for hetero-synthetic's classes)
+
+
 def test_container_start_cost_against_bare_mode(pyxis_cluster, built_image, baseline, login_env, tmp_path, capsys):
     """The training step with and without the container: from its start to the first training step, side by
     side (in the image: the baseline's, which starts once its doctor step has passed; bare: a job of its own,
