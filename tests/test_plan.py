@@ -303,3 +303,37 @@ def test_the_evaluation_s_chunks_are_planned_as_the_evaluation_cuts_them():
     bounded = full_eval_bytes(config, size, 1)
     assert bounded == full_eval_bytes(load_config("ogbn-products", ["sampler.eval_batch_size=20000"]), size, 1)
     assert full_eval_bytes(small, size, 1)[2] < bounded[2]
+
+
+@pytest.mark.parametrize("labels", ["classes", "tasks"])
+def test_the_plan_counts_a_graph_s_labels_as_they_are_held(labels):
+    """y is [N] int64 classes, or [N, T] float32 tasks (ogbn-proteins' 112): the plan's bytes of x and y are the
+    loaded graph's, and ogbn-proteins' planned size holds 112 floats a node."""
+    from torch_geometric.data import Data
+
+    from train.graph.kinds import DATASETS
+    from train.plan.terms import graph_size_of
+
+    n = 50
+    y = torch.randint(0, 3, (n,)) if labels == "classes" else torch.randint(0, 2, (n, 5)).float()
+    data = Data(x=torch.randn(n, 6), y=y, edge_index=torch.randint(0, n, (2, 200)), train_idx=torch.arange(20),
+                val_idx=torch.arange(20, 30), test_idx=torch.arange(30, 50))
+    size = graph_size_of(data)
+    assert size.multilabel is (labels == "tasks")
+    assert size.feature_bytes == data.x.nbytes + data.y.nbytes
+    proteins = DATASETS["ogbn-proteins"].size
+    assert proteins.multilabel and proteins.label_bytes == 112 * 4
+
+
+def test_a_typed_graph_s_plan_trims_only_what_its_model_trims():
+    """On a heterogeneous graph the relational built-ins trim, a built-in through to_hetero does not (every row of
+    every layer): the plan's step is larger for the latter, on the same graph and hops."""
+    from train.graph.kinds import DATASETS
+    from train.plan.terms import forward_bytes, model_trims, sampled_hops
+
+    relational, through = load_config("hetero-synthetic", ["model.name=rgcn"]), load_config("hetero-synthetic")
+    size = DATASETS["hetero-synthetic"].plan_size(relational.data)
+    assert model_trims(relational, size) and not model_trims(through, size)
+    hops = sampled_hops(256, [10, 5], size)
+    untrimmed = forward_bytes(through, size, hops, backward=True)
+    assert untrimmed > forward_bytes(load_config("hetero-synthetic", ["model.name=hetero-sage"]), size, hops, True)

@@ -22,6 +22,7 @@ class GraphSize:
     edge_features: int = 0  # edge_attr's width (0: none)
     edge_weight: bool = False  # whether the graph has edge_weight
     meta: HeteroMeta | None = None  # a heterogeneous graph's types (form "heterogeneous"); None: untyped
+    multilabel: bool = False  # y of [N, classes] float32 binary tasks (train/graph/labels.py), not [N] int64 classes
 
     @property
     def type_bytes(self) -> int:
@@ -48,5 +49,10 @@ class GraphSize:
         return self.edges / max(self.nodes, 1)
 
     @property
+    def label_bytes(self) -> int:
+        """Bytes of a node's label: one int64 class, or a float32 per task of a multi-label graph."""
+        return self.classes * FLOAT if self.multilabel else INDEX
+
+    @property
     def feature_bytes(self) -> int:
-        return self.nodes * (self.features * FLOAT + INDEX + self.type_bytes)  # x, y (and node_type)
+        return self.nodes * (self.features * FLOAT + self.label_bytes + self.type_bytes)  # x, y (and node_type)

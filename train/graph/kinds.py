@@ -18,7 +18,7 @@ from train.config import DataConfig
 from train.errors import UserError
 from train.files import check_dir
 from train.graph.graphsize import GraphSize
-from train.graph.labels import num_outputs
+from train.graph.labels import is_multilabel, num_outputs
 from train.graph.ogbl import OGB_LINK_DATASETS, open_ogbl
 from train.graph.ogbn import OGB_NODE_DATASETS, mag_size, ogb_source, open_ogb
 from train.graph.rawfiles import prepare_again, problems
@@ -152,7 +152,7 @@ class Files(DatasetKind):
         return GraphSize(x.size(0), edges.size(-1), x.size(-1), classes,
                          tuple(splits[s].numel() for s in ("train", "val", "test")),
                          edge_features=values["edge_attr"].size(1) if "edge_attr" in values else 0,
-                         edge_weight="edge_weight" in values)
+                         edge_weight="edge_weight" in values, multilabel=is_multilabel(y))
 
     def load(self, data: DataConfig, root: Path) -> Data:
         from train.graph.graphfiles import load_files
@@ -472,7 +472,7 @@ DATASETS: dict[str, DatasetKind] = {kind.name: kind for kind in (
     OgbNode("ogbn-products", GraphSize(2_449_029, 123_718_280, 100, 47, (196_615, 39_323, 2_213_091))),
     OgbNode("ogbn-papers100M", GraphSize(111_059_956, 1_615_685_872, 128, 172, (1_207_179, 125_265, 214_338))),
     OgbNode("ogbn-proteins", GraphSize(132_534, 79_122_504, 8, 112, (86_619, 21_236, 24_679),  # 112 tasks
-                                       edge_features=8)),
+                                       edge_features=8, multilabel=True)),
     OgbNode("ogbn-mag", mag_size()),
     # No node classes. Edges: the training citations in both directions, as the graph loads (an upper bound: a
     # pair citing each other is one edge twice). Split: the positive edges (train, val, test), not nodes.

@@ -43,10 +43,12 @@ def gpu_structure_bytes(num_nodes: int, num_edges: int, with_perm: bool, csc_ind
     return ((num_nodes + 1) + num_edges * (2 if with_perm else 1)) * csc_index_bytes + num_nodes * INDEX_BYTES
 
 
-def gpu_feature_bytes(num_nodes: int, num_features: int, feature_dtype: str, edge_bytes: int = 0) -> int:
-    """The features in data.feature_dtype and the int64 labels, as the GPU holds them, and the edges' values and
-    ids (`edge_bytes`: EdgeRows.nbytes), which go with them."""
-    return num_nodes * (num_features * FEATURE_DTYPES[feature_dtype].itemsize + INDEX_BYTES) + edge_bytes
+def gpu_feature_bytes(num_nodes: int, num_features: int, feature_dtype: str, edge_bytes: int = 0,
+                      label_bytes: int = INDEX_BYTES) -> int:
+    """The features in data.feature_dtype and the labels (`label_bytes` a node: an int64 class, or a float32 per
+    task of a multi-label graph), as the GPU holds them, and the edges' values and ids (`edge_bytes`:
+    EdgeRows.nbytes), which go with them."""
+    return num_nodes * (num_features * FEATURE_DTYPES[feature_dtype].itemsize + label_bytes) + edge_bytes
 
 
 @dataclass(frozen=True)
@@ -192,7 +194,9 @@ def plan_sampling(data: Data, config: SamplerConfig, device: torch.device, free_
     colptr, row, perm = csc
     structure = gpu_structure_bytes(colptr.numel() - 1, row.numel(), perm is not None, row.element_size())
     structure += segments.nbytes if segments is not None else 0
-    features = gpu_feature_bytes(data.num_nodes, data.num_features, feature_dtype, edges.nbytes if edges else 0)
+    labels = data.y.nbytes // max(data.num_nodes, 1) if data.y is not None else 0
+    features = gpu_feature_bytes(data.num_nodes, data.num_features, feature_dtype, edges.nbytes if edges else 0,
+                                 labels)
     features += sum(t.nbytes for t in nodes.values())
     placement = gpu_placement(structure, features, free_gpu_bytes, working_bytes)
     auto = config.device == "auto"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from train.builtin_models import BUILTINS
 from train.config import Config
 from train.graph.graphsize import FLOAT, INDEX, GraphSize
 from train.graph.in_edges import CHUNK_BYTES, ChunkCost
@@ -88,7 +89,7 @@ def graph_size_of(data) -> GraphSize:
     values = edges.values if (edges := form.edge_rows(data)) is not None else {}
     return GraphSize(form.num_nodes(data), num_edges(data), form.feature_width(data), form.num_classes(data), split,
                      form=form.name, edge_features=values["edge_attr"].size(1) if "edge_attr" in values else 0,
-                     edge_weight="edge_weight" in values, meta=graph_meta(data))
+                     edge_weight="edge_weight" in values, meta=graph_meta(data), multilabel=form.multilabel(data))
 
 
 def layer_widths(config: Config, size: GraphSize) -> list[tuple[int, int]]:
@@ -128,19 +129,29 @@ def model_bytes(config: Config, size: GraphSize) -> int:
     return 4 * parameter_count(config, size) * FLOAT
 
 
+def model_trims(config: Config, size: GraphSize) -> bool:
+    """Whether each layer computes only the rows later layers read (model.trim, train/loop/models/trim.py). On a
+    typed graph only the heterogeneous built-ins trim (R-GCN, R-GAT, HeteroConv's); a built-in through PyG's
+    to_hetero computes every row, and a user's dict model is taken to (train/loop/models/hetero.py)."""
+    if size.meta is None:
+        return config.model.trim
+    builtin = BUILTINS.get(config.model.name)
+    return config.model.trim and builtin is not None and builtin.hetero_only
+
+
 def forward_bytes(config: Config, size: GraphSize, hops: Hops, backward: bool) -> int:
     """The model's working set for one batch: the features it reads, the edge ids, each layer's rows
     (with model.trim each layer computes only the targets later layers read) and the largest layer's
     messages (SAGEConv gathers one row per edge; their gradient too where the input needs one)."""
     widths = layer_widths(config, size)
     last = len(widths) - 1
+    graph = reads_graph(config)
     total = hops.total_nodes * size.features * FLOAT + hops.total_edges * (EDGE_IDS * INDEX + size.edge_floats * FLOAT)
     messages = 0
     rows_factor = LAYER_ROWS if backward else NO_GRAD_ROWS
-    graph = reads_graph(config)
     for index, (width_in, width_out) in enumerate(widths):
         reach = last - index + 1  # the hops whose nodes are this layer's targets
-        trimmed = config.model.trim and graph
+        trimmed = model_trims(config, size) and graph
         targets = sum(hops.nodes[:reach]) if trimmed else hops.total_nodes
         edges = sum(hops.edges[:reach]) if trimmed else hops.total_edges
         total += targets * (width_in + rows_factor * width_out) * FLOAT
@@ -293,7 +304,7 @@ def gpu_feature_bytes_of(config: Config, size: GraphSize, sharing: bool) -> int:
     edges = size.edges * (size.edge_floats * FLOAT + size.type_bytes + csc_index_bytes(size, sharing)) \
         if size.edge_floats or size.type_bytes else 0
     nodes = size.nodes * size.type_bytes  # a typed graph's node_type
-    return gpu_feature_bytes(size.nodes, size.features, config.data.feature_dtype, edges) + nodes
+    return gpu_feature_bytes(size.nodes, size.features, config.data.feature_dtype, edges, size.label_bytes) + nodes
 
 
 def free_at_placement(gpu_bytes: int, config: Config, size: GraphSize) -> int:
