@@ -15,8 +15,9 @@ from typing import TypeVar
 In = TypeVar("In")
 Out = TypeVar("Out")
 
-# One program per core this process may use: the programs are CPU-bound (Python and bash start-ups).
-WORKERS = max(2, len(os.sched_getaffinity(0)))
+# One program per core this process may use (the programs are CPU-bound: Python and bash start-ups), at most 4:
+# some of them import torch, a few hundred MB each.
+WORKERS = min(4, max(2, len(os.sched_getaffinity(0))))
 
 
 def map_side_by_side(call: Callable[[In], Out], inputs: Iterable[In], workers: int = WORKERS) -> list[Out]:
