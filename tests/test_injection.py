@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.harness.knobs import make_variables
+from tests.harness.side_by_side import map_side_by_side
 
 ROOT = Path(__file__).resolve().parents[1]
 MAKEFILES = [ROOT / "Makefile", *sorted((ROOT / "mk").glob("*.mk"))]
@@ -52,12 +53,9 @@ def test_the_lists_are_complete():
 @pytest.mark.parametrize("target", TARGETS)
 def test_no_recipe_contains_a_value(target):
     """`make -n TARGET VAR=...` for every variable: the value is never part of a recipe's text."""
-    leaks = []
-    for var in VARIABLES:
-        value = f"{TOKEN}'\"; `x` $(touch {TOKEN})"
-        done = make(target, f"{var}={value}", dry=True)
-        if TOKEN in done.stdout:
-            leaks.append(f"{var}: {done.stdout.strip()[:300]}")
+    value = f"{TOKEN}'\"; `x` $(touch {TOKEN})"
+    dry_runs = map_side_by_side(lambda var: make(target, f"{var}={value}", dry=True), VARIABLES)
+    leaks = [f"{var}: {done.stdout.strip()[:300]}" for var, done in zip(VARIABLES, dry_runs) if TOKEN in done.stdout]
     assert not leaks, "\n".join(leaks)
 
 
@@ -91,12 +89,33 @@ EACH_FORM = {("data", "DATASET"), ("data", "DATA_MODE"), ("image", "PYG_TAG"), (
              ("submit", "ARGS"), ("submit", "SBATCH_ARGS"), ("submit", "CONFIG"), ("srun", "SRUN_ARGS")}
 
 
+@pytest.fixture(scope="module")
+def cheap_runs(tmp_path_factory) -> dict[tuple[str, str], list[tuple[str, Path, subprocess.CompletedProcess]]]:
+    """Every run of CHEAP, side by side, once for the module: {(target, var): [(value, its marker, the run)]}.
+    Each value has its own marker and HOME, so that the runs are independent and a marker names its value."""
+    root = tmp_path_factory.mktemp("injected")
+    cases = [(target, var, fixed, form) for target, var, fixed in CHEAP
+             for form in range(len(injections(root)) if (target, var) in EACH_FORM else 1)]
+
+    def run(case) -> tuple[str, Path, subprocess.CompletedProcess]:
+        target, var, fixed, form = case
+        marker, home = root / f"{target}-{var}-{form}" / "INJECTED", root / f"{target}-{var}-{form}" / "home"
+        home.mkdir(parents=True)
+        forms = injections(marker)
+        value = forms[form] if (target, var) in EACH_FORM else " ; ".join(forms)
+        return value, marker, make(target, *fixed, f"{var}={value}", env=clean_env(HOME=str(home)))
+
+    runs: dict[tuple[str, str], list] = {}
+    for (target, var, _fixed, _form), done in zip(cases, map_side_by_side(run, cases)):
+        runs.setdefault((target, var), []).append(done)
+    return runs
+
+
 @pytest.mark.parametrize("target,var,fixed", CHEAP, ids=[f"{t}-{v}" for t, v, _ in CHEAP])
-def test_injection_strings_have_no_effect(target, var, fixed, tmp_path):
-    marker = tmp_path / "INJECTED"
-    forms = injections(marker)
-    for value in forms if (target, var) in EACH_FORM else [" ; ".join(forms)]:
-        done = make(target, *fixed, f"{var}={value}", env=clean_env(HOME=str(tmp_path)))
+def test_injection_strings_have_no_effect(target, var, fixed, cheap_runs):
+    runs = cheap_runs[(target, var)]
+    assert len(runs) == (len(injections(Path("m"))) if (target, var) in EACH_FORM else 1)
+    for value, marker, done in runs:
         assert not marker.exists(), f"{target} {var}={value!r} ran the injected command:\n{done.stdout}{done.stderr}"
         assert "Traceback" not in done.stderr, done.stderr
 

@@ -21,6 +21,7 @@ import pytest
 from tests.harness import standin_bin
 from tests.harness.jobscript import KNOBS, run_job_script
 from tests.harness.knobs import TABLE, knobs, make_variables
+from tests.harness.side_by_side import map_side_by_side
 from train.errors import EXIT_STORAGE
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -272,8 +273,8 @@ def test_bad_knobs_are_refused_alike_in_a_dry_run_and_a_real_one(standin, tmp_pa
     regular = tmp_path / "a-file"
     regular.write_text("not a folder\n")
     args = [a.replace("FILE", str(regular)) for a in args]
-    for dry in ([], ["DRY_RUN=1"]):
-        p = make(env, "submit", "NODES=2", "GPUS=4", "IMAGE=none", "CONFIG=tiny", "BARE_PYTHON=python3", *args, *dry)
+    for p in map_side_by_side(lambda dry: make(env, "submit", "NODES=2", "GPUS=4", "IMAGE=none", "CONFIG=tiny",
+                                               "BARE_PYTHON=python3", *args, *dry), ([], ["DRY_RUN=1"])):
         assert p.returncode == 2, p.stdout + p.stderr
         assert "nothing was submitted" in p.stderr and "Traceback" not in p.stderr
         for text in named:
@@ -288,14 +289,15 @@ def test_bad_knobs_are_refused_alike_in_a_dry_run_and_a_real_one(standin, tmp_pa
 
 def test_memory_above_what_the_partitions_nodes_have_is_refused(cluster_standin):
     env, record = cluster_standin  # partition gpu: 128000 MB per node; cpu: 16000 MB
-    for mem, partition in (("200G", "gpu"), ("16001", "cpu"), ("1T", "gpu")):
-        p = make(env, "submit", "IMAGE=none", "CONFIG=tiny", "GPUS_PER_TASK=0", f"PARTITION={partition}", f"MEM={mem}",
-                 "BARE_PYTHON=python3", "DRY_RUN=1")
+    refused = [("200G", "gpu"), ("16001", "cpu"), ("1T", "gpu")]
+    fitting = [("0", "cpu"), ("16000", "cpu"), ("15G", "cpu")]
+    runs = map_side_by_side(lambda case: make(env, "submit", "IMAGE=none", "CONFIG=tiny", "GPUS_PER_TASK=0",
+                                              f"PARTITION={case[1]}", f"MEM={case[0]}", "BARE_PYTHON=python3",
+                                              "DRY_RUN=1"), refused + fitting)
+    for (mem, partition), p in zip(refused, runs):
         assert p.returncode == 2, p.stdout + p.stderr
         assert f"MEM='{mem}' is more than the nodes of partition '{partition}' have" in p.stderr, p.stderr
-    for mem in ("0", "16000", "15G"):  # 0: all of a node's memory
-        p = make(env, "submit", "IMAGE=none", "CONFIG=tiny", "GPUS_PER_TASK=0", "PARTITION=cpu", f"MEM={mem}",
-                 "BARE_PYTHON=python3", "DRY_RUN=1")
+    for (mem, _), p in zip(fitting, runs[len(refused):]):  # 0: all of a node's memory
         assert p.returncode == 0, p.stderr
         assert f"--mem={mem}" in sbatch_words(p.stdout)
     assert not record.exists()
@@ -314,12 +316,12 @@ def test_an_image_that_is_no_squashfs_is_refused_before_the_queue(standin, tmp_p
     cases = [(not_sqsh, "does not start with the squashfs magic 'hsqs'"), (empty, "squashfs magic"),
              (folder, "is a directory, not a squashfs image"), (tmp_path / "link.sqsh", "is not a regular file")]
     (tmp_path / "link.sqsh").symlink_to(tmp_path / "gone.sqsh")
-    for image, named in cases:
-        for args in (["submit"], ["submit", "DRY_RUN=1"], ["srun"]):
-            p = make(env, *args, "NODES=2", "GPUS=4", "CONFIG=tiny", f"IMAGE={image}")
-            assert p.returncode == 2, p.stdout + p.stderr
-            assert f"IMAGE='{image}' " in p.stderr and named in p.stderr, p.stderr
-            assert "does not exist" not in p.stderr, p.stderr  # a folder is there: it is the wrong thing, not absent
+    calls = [(image, named, args) for image, named in cases for args in (["submit"], ["submit", "DRY_RUN=1"], ["srun"])]
+    runs = map_side_by_side(lambda c: make(env, *c[2], "NODES=2", "GPUS=4", "CONFIG=tiny", f"IMAGE={c[0]}"), calls)
+    for (image, named, _args), p in zip(calls, runs):
+        assert p.returncode == 2, p.stdout + p.stderr
+        assert f"IMAGE='{image}' " in p.stderr and named in p.stderr, p.stderr
+        assert "does not exist" not in p.stderr, p.stderr  # a folder is there: it is the wrong thing, not absent
     p = make(env, "submit", "NODES=2", "GPUS=4", "CONFIG=tiny", f"IMAGE={tmp_path}/a\nb.sqsh", "DRY_RUN=1")
     assert p.returncode == 2 and "is not a usable path" in p.stderr, p.stderr
     assert not record.exists()
@@ -502,9 +504,8 @@ def prepared_stand_in(data_dir: Path, name: str) -> Path:
 def test_a_plan_that_cannot_fit_is_refused_naming_the_numbers(cluster_standin, tmp_path):
     env, record = cluster_standin
     data_dir = prepared_stand_in(tmp_path / "data", "ogbn-papers100M")
-    for dry in ([], ["DRY_RUN=1"]):
-        p = make(env, "submit", "IMAGE=none", "CONFIG=ogbn-papers100M", "NODES=2", "GPUS=8", f"DATA_DIR={data_dir}",
-                 *dry)
+    for p in map_side_by_side(lambda dry: make(env, "submit", "IMAGE=none", "CONFIG=ogbn-papers100M", "NODES=2",
+                                               "GPUS=8", f"DATA_DIR={data_dir}", *dry), ([], ["DRY_RUN=1"])):
         assert p.returncode == 2, p.stdout + p.stderr
         assert "memory plan: ogbn-papers100M" in p.stdout and "per node" in p.stdout  # the table, then the verdict
         verdict = re.search(r"memory plan for CONFIG='ogbn-papers100M' ARGS='' NODES=2 GPUS=8: this plan does not "
@@ -531,9 +532,10 @@ def test_a_dataset_not_prepared_in_data_dir_is_refused_naming_the_make_data_that
     cases = [(str(empty), "DATA_DIR", ["DRY_RUN=1"])]  # a dry run checks as a real submit does
     if not (ROOT / "data" / missing).exists():  # the default data/, unless this checkout has it prepared
         cases.append(("", "the default data root", []))
-    for data_dir, source, dry in cases:
+    runs = map_side_by_side(lambda c: make(env, "submit", "IMAGE=none", f"CONFIG={config}", f"DATA_DIR={c[0]}", *c[2]),
+                            cases)
+    for (data_dir, source, _dry), p in zip(cases, runs):
         shown = data_dir or "data"
-        p = make(env, "submit", "IMAGE=none", f"CONFIG={config}", f"DATA_DIR={data_dir}", *dry)
         assert p.returncode == 2, p.stdout + p.stderr
         lines = [line for line in p.stderr.splitlines() if dataset in line]
         assert lines == [f"make submit: error: CONFIG='{config}' ARGS='': dataset '{dataset}' is not prepared in "
@@ -634,15 +636,19 @@ def test_what_make_passes_submit_checks_and_forwards_are_the_tables_rows(standin
     assert set(job_env(p.stdout)) == {k for k, r in rows.items() if r.job} | {"PROJECT_DIR", "PYG_SUBMISSION_ID",
                                                                                          "PYG_MEMORY_PLAN"}
     # SBATCH_ARGS may set none of those options, long or short: each names its setting
-    for name, row in rows.items():
-        for option in row.sbatch:
-            p = make(env, "submit", "IMAGE=none", "CONFIG=tiny", f"SBATCH_ARGS={option}=1", "DRY_RUN=1")
-            assert p.returncode == 2 and f"use {name}=" in p.stderr, (option, p.stderr)
+    options = [(name, option) for name, row in rows.items() for option in row.sbatch]
+    runs = map_side_by_side(lambda o: make(env, "submit", "IMAGE=none", "CONFIG=tiny", f"SBATCH_ARGS={o[1]}=1",
+                                           "DRY_RUN=1"), options)
+    for (name, option), p in zip(options, runs):
+        assert p.returncode == 2 and f"use {name}=" in p.stderr, (option, p.stderr)
     # the job checks exactly the settings that travel to it: a bad value of one of them is refused there
-    for name, row in rows.items():
-        if row.job and row.shape.split()[-1] in ("1", "only"):  # a choice: "x" is not one of them
-            job, calls = run_job_script(tmp_path, {"IMAGE": "none", "CONFIG": "tiny", name: "x"})
-            assert job.returncode == 2 and f"{name}='x'" in job.stderr and not calls, (name, job.stderr)
+    choices = [name for name, row in rows.items() if row.job and row.shape.split()[-1] in ("1", "only")]  # "x": none
+
+    def job_script(name: str):  # each in its own folder (stand-ins, spool, record), so they go side by side
+        (tmp_path / name).mkdir()
+        return run_job_script(tmp_path / name, {"IMAGE": "none", "CONFIG": "tiny", name: "x"})
+    for name, (job, calls) in zip(choices, map_side_by_side(job_script, choices)):
+        assert job.returncode == 2 and f"{name}='x'" in job.stderr and not calls, (name, job.stderr)
     assert not record.exists()
 
 

@@ -16,9 +16,19 @@ def summary_of(out_dir):
     return json.loads((out_dir / "summary.json").read_text())
 
 
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory):
+    """(job, its output folder): TINY on 2 ranks of one node, run once for the tests that only read it."""
+    out = tmp_path_factory.mktemp("tiny-two-ranks")
+    return run_local_job([*TINY, f"output.dir={out}"], 2), out
+
+
 @pytest.mark.parametrize("world_size,nodes", [(2, 1), (4, 2)])
-def test_ranks_rendezvous_train_and_agree(tmp_path, world_size, nodes):
-    result = run_local_job([*TINY, f"output.dir={tmp_path}"], world_size, nodes)
+def test_ranks_rendezvous_train_and_agree(tmp_path, world_size, nodes, request):
+    if (world_size, nodes) == (2, 1):
+        result, tmp_path = request.getfixturevalue("two_ranks")
+    else:
+        result = run_local_job([*TINY, f"output.dir={tmp_path}"], world_size, nodes)
     assert result.returncodes == [0] * world_size, "\n".join(result.outputs)
     summary = summary_of(tmp_path)
     assert summary["world_size"] == world_size and summary["device"] == "cpu"
@@ -40,12 +50,13 @@ def test_ranks_rendezvous_train_and_agree(tmp_path, world_size, nodes):
     assert (tmp_path / "config.yaml").is_file()
 
 
-def test_same_config_same_result(tmp_path):
-    first = run_local_job([*TINY, f"output.dir={tmp_path / 'a'}"], 2)
-    second = run_local_job([*TINY, f"output.dir={tmp_path / 'b'}"], 2)
+def test_same_config_same_result(tmp_path, two_ranks):
+    """A second run of the same config (another process group, another output folder) ends with the same weights."""
+    (first, first_dir), second_dir = two_ranks, tmp_path / "b"
+    second = run_local_job([*TINY, f"output.dir={second_dir}"], 2)
     assert first.returncodes == second.returncodes == [0, 0]
-    assert final_summary(tmp_path / "a")["weights_sha256"] == final_summary(tmp_path / "b")["weights_sha256"]
-    assert summary_of(tmp_path / "a")["final_test_acc"] == summary_of(tmp_path / "b")["final_test_acc"]
+    assert final_summary(first_dir)["weights_sha256"] == final_summary(second_dir)["weights_sha256"]
+    assert summary_of(first_dir)["final_test_acc"] == summary_of(second_dir)["final_test_acc"]
 
 
 def test_sharded_evaluation_equals_single_process(tmp_path):
