@@ -257,3 +257,16 @@ def test_ruff_is_told_to_lint_folders_its_defaults_skip(tmp_path):
         (tmp_path / folder).mkdir()
         (tmp_path / folder / "m.py").write_text("x = 1\n")
     assert ruff_files(tmp_path) == {"dist/m.py", "build/m.py", "pkg/m.py"}
+
+
+def test_the_login_node_s_config_check_imports_no_torch(tmp_path):
+    """make submit checks the config and the dataset on the login node (login/config_check.py), once per call:
+    the config, the dataset kinds and their checks stay free of torch there (about 1 s an import), which only
+    loading a graph imports. (The heterogeneous kinds' checks still import it, with their graphs' modules.)"""
+    code = ("import sys\n"
+            "from login.config_check import main\n"
+            f"for config in ('synthetic', 'tiny', 'cora', 'ogbn-proteins', 'ogbl-citation2', 'reddit'):\n"
+            f"    main(['--data-dir', {str(tmp_path)!r}, config])\n"
+            "assert 'torch' not in sys.modules, 'imported torch'")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr

@@ -19,7 +19,7 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from train.errors import UserError
-from train.graph.hetero_meta import EdgeType, HeteroMeta, attach_meta
+from train.graph.hetero_meta import EdgeType, HeteroMeta, attach_meta, check_target
 
 SPLITS = ("train", "val", "test")
 UNLABELED = -1
@@ -28,12 +28,6 @@ UNLABELED = -1
 def relation_name(edge_type: EdgeType) -> str:
     """`src__rel__dst`: IGB's folder name of a relation, and how messages name one."""
     return "__".join(edge_type)
-
-
-def check_target(node_types: tuple[str, ...], target: str, source: str) -> None:
-    if target not in node_types:
-        raise UserError(f"{source}: data.target_node_type={target!r} is not a node type of this graph; its node "
-                        f"types are: {', '.join(node_types)}.")
 
 
 def check_relation(edge_type: EdgeType, edge_index: Tensor, counts: Mapping[str, int], source: str) -> None:

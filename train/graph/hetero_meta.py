@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from train.errors import UserError
+
 EdgeType = tuple[str, str, str]  # (source type, relation, destination type), as PyG names an edge type
 
 
@@ -74,3 +76,10 @@ def attach_meta(data, meta: HeteroMeta):
 def graph_meta(data) -> HeteroMeta | None:
     """The `HeteroMeta` of a typed graph (None: a homogeneous graph): what the models build x_dict from."""
     return getattr(data, "__dict__", {}).get("hetero_meta")
+
+
+def check_target(node_types: tuple[str, ...], target: str, source: str) -> None:
+    """data.target_node_type against the graph's node types (torch-free: the login node's config check asks it)."""
+    if target not in node_types:
+        raise UserError(f"{source}: data.target_node_type={target!r} is not a node type of this graph; its node "
+                        f"types are: {', '.join(node_types)}.")

@@ -184,8 +184,8 @@ def read_hetero(path: str):
 
 def hetero_meta_of(hetero, target: str, source: str):
     """The types and sizes of a `HeteroData` without building its typed graph: what the plan reads."""
-    from train.graph.hetero_graph import check_target, node_count
-    from train.graph.hetero_meta import HeteroMeta
+    from train.graph.hetero_graph import node_count
+    from train.graph.hetero_meta import HeteroMeta, check_target
 
     node_types = tuple(hetero.node_types)
     check_target(node_types, target, source)

@@ -363,7 +363,7 @@ class HeteroSynthetic(DatasetKind):
     tasks = ("node",)  # link prediction is for homogeneous graphs (train/graph/edge_split.py)
 
     def check(self, data: DataConfig) -> None:
-        from train.graph.hetero_graph import check_target
+        from train.graph.hetero_meta import check_target
         from train.graph.hetero_synthetic import hetero_synthetic_meta
 
         if data.target_node_type:
@@ -412,7 +412,7 @@ class Igbh(Files):
         self.name, self.full = name, full
 
     def check(self, data: DataConfig) -> None:
-        from train.graph.hetero_graph import check_target
+        from train.graph.hetero_meta import check_target
         from train.graph.heterofiles import IGBH_TYPES, igbh_label_name
 
         igbh_label_name(data.num_classes)

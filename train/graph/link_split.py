@@ -15,8 +15,11 @@ Such a graph has no node labels (`y`) and no node split (`train_idx`, ...): its 
 
 from __future__ import annotations
 
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
 
 LINK_SPLITS = ("train", "val", "test")
 RANKED_SPLITS = ("val", "test")  # the splits whose positives may come with their own negatives
@@ -62,6 +65,8 @@ def neg_dst_problem(negatives: Tensor, positives: int, num_nodes: int) -> str | 
 
 def ids_problem(ids: Tensor, num_nodes: int) -> str | None:
     """What keeps `ids` from being ids of nodes 0..num_nodes-1, naming the first node outside; None if nothing."""
+    import torch  # on use: the config's checks import this module without torch
+
     if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
         return f"holds {ids.dtype}, not node ids (integers)"
     outside = ids[(ids < 0) | (ids >= num_nodes)]

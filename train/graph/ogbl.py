@@ -24,8 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import torch
-
 from train.errors import UserError
 from train.graph.link_split import (
     LINK_SPLITS,
@@ -39,6 +37,7 @@ from train.graph.ogbn import check_release, ogb_dataset_class
 from train.graph.rawfiles import file_problem, prepare_again
 
 if TYPE_CHECKING:
+    import torch
     from torch_geometric.data import Data
 
 SPLIT_FILES = {"train": "train", "val": "valid", "test": "test"}  # our split: OGB's file
@@ -96,6 +95,8 @@ def _unpickling_detail(exc: Exception) -> str:
 
 def read_split_file(name: str, path: Path) -> dict:
     """One of OGB's split files as a dict of arrays; a missing, damaged or foreign file named (UserError)."""
+    import torch  # on use: the config's checks import this module without torch
+
     try:
         with torch.serialization.safe_globals(_split_globals()):
             loaded = torch.load(path, weights_only=True)
@@ -113,6 +114,8 @@ def read_split_file(name: str, path: Path) -> dict:
 
 def _array(name: str, path: Path, arrays: dict, key: str) -> torch.Tensor:
     """arrays[key] as a tensor; anything that is not an array of numbers named (UserError)."""
+    import torch  # on use: the config's checks import this module without torch
+
     try:
         return torch.as_tensor(arrays[key])
     except (TypeError, ValueError, RuntimeError):
@@ -122,6 +125,8 @@ def _array(name: str, path: Path, arrays: dict, key: str) -> torch.Tensor:
 
 def split_fields(name: str, split: str, path: Path, arrays: dict, num_nodes: int) -> dict[str, torch.Tensor]:
     """One split's fields (train/graph/link_split.py) from OGB's arrays, each checked; a bad one named."""
+    import torch  # on use: the config's checks import this module without torch
+
     wanted = (SOURCE, TARGET, NEGATIVES) if split in RANKED_SPLITS else (SOURCE, TARGET)
     missing = [key for key in wanted if key not in arrays]
     if missing:

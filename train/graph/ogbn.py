@@ -18,15 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import torch
-from torch import Tensor
-
 from train.errors import UserError
 from train.graph.graphsize import GraphSize
 from train.graph.labels import is_multilabel, multilabel_expected, multilabel_problem, multilabel_targets
 from train.graph.rawfiles import prepare_again
 
 if TYPE_CHECKING:
+    from torch import Tensor
     from torch_geometric.data import Data
 
 OGB_VERSION = "1.3.6"  # the version pinned in requirements.lock; the one whose on-disk format is tested
@@ -91,6 +89,8 @@ OGB_LOADERS = {"nodeproppred": "PygNodePropPredDataset", "linkproppred": "PygLin
 
 def ogb_dataset_class(task: str = "nodeproppred"):
     """ogb's PyG dataset class for `task` (OGB_LOADERS) without its prompts (imported here: `ogb` is optional)."""
+    import torch  # on use: the config's checks import this module without torch
+
     try:
         base = getattr(importlib.import_module(f"ogb.{task}"), OGB_LOADERS[task])
         from ogb.utils.url import download_url, extract_zip
@@ -139,6 +139,8 @@ def edge_mean_features(edge_index: Tensor, edge_attr: Tensor, num_nodes: int) ->
 def ogb_labels(name: str, y: Tensor) -> Tensor:
     """OGB's labels as the project keeps them: one class per node as a flat long tensor (UNLABELED where OGB has
     NaN), or several tasks per node as checked floats."""
+    import torch  # on use: the config's checks import this module without torch
+
     if is_multilabel(y):
         problem = multilabel_problem(y)
         if problem:
