@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from login.launch import exit_status, threads_per_rank
+from train.config import available_configs
 from train.loop.models.user import search_path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,7 +76,8 @@ def one_error(p: subprocess.CompletedProcess, target: str = "run") -> str:
 @pytest.mark.parametrize(("words", "said"), [
     (["ARGS=optim.lr=abc"], "error: optim.lr='abc' must be of type float."),
     (["ARGS=model.name=nonexistent"], "error: model.name='nonexistent' is not valid; expected one of: sage,"),
-    (["CONFIG=nope"], "error: --config 'nope' is neither a shipped config nor a YAML file; shipped configs: cora,"),
+    (["CONFIG=nope"], "error: --config 'nope' is neither a shipped config nor a YAML file; shipped configs: "
+                      f"{', '.join(available_configs())}."),
     (["ARGS=trainer.epoch=3"], "error: unknown config key 'trainer.epoch'; valid trainer keys: epochs,"),
     (["ARGS=data.name=Coraa"], "error: data.name='Coraa' is not known; expected one of: synthetic,"),
     (["ARGS=data.name=files"], "error: data.name=files needs data.path:"),  # the kind's own need, not just the name

@@ -48,9 +48,21 @@ def saved_hetero(path: Path) -> bool:
         return False
 
 
+HOMOGENEOUS_ARRAYS = ("x", "edge_index")  # a folder with these at its top is a homogeneous graph
+
+
 def hetero_folder(path: Path) -> bool:
-    """Whether a folder holds a heterogeneous graph: folders (node types and relations), not arrays."""
-    return path.is_dir() and any(child.is_dir() for child in path.iterdir())
+    """Whether a folder holds a heterogeneous graph: folders (node types and relations), and none of a homogeneous
+    graph's arrays (x, edge_index) at its top, whatever they are (an odd one, a folder named x.npy say, is the
+    homogeneous reader's to name)."""
+    if not path.is_dir():
+        return False
+    try:
+        children = list(path.iterdir())
+    except OSError:  # a folder this user cannot list: the homogeneous reader names what it cannot read
+        return False
+    homogeneous = any(child.name.split(".")[0] in HOMOGENEOUS_ARRAYS for child in children)
+    return not homogeneous and any(child.is_dir() for child in children)
 
 
 def is_hetero(path: str) -> bool:
