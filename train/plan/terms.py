@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from train.builtin_models import BUILTINS
 from train.config import Config
 from train.graph.graphsize import FLOAT, INDEX, GraphSize
-from train.graph.in_edges import CHUNK_BYTES, ChunkCost
 from train.graph.segments import shares_graph
 from train.plan.hops import Hops, batch_seeds, evaluation_sampled, full_neighbourhood, sampled_hops
 
@@ -197,6 +196,8 @@ def eval_chunk_targets(config: Config, size: GraphSize, in_width: int, out_width
     """Targets of one chunk of the exact evaluation in a layer of these widths: sampler.eval_batch_size, or
     fewer where the chunk's byte bound stops it first (train/graph/in_edges.py: CHUNK_BYTES by ChunkCost, at the
     graph's mean in-degree), as the evaluation cuts its chunks."""
+    from train.graph.in_edges import CHUNK_BYTES, ChunkCost  # torch: only once a plan is made
+
     cost = ChunkCost.for_layer(in_width, out_width)
     per_target = cost.per_target + size.degree * cost.per_edge
     return max(1, min(config.sampler.eval_batch_size, int(CHUNK_BYTES // per_target)))
