@@ -27,7 +27,7 @@ from torch import Tensor
 
 from train.config import DataConfig
 from train.errors import UserError
-from train.graph.graphfiles import SUFFIXES, _read_array
+from train.graph.graphfiles import ARRAYS, SUFFIXES, _read_array
 from train.graph.graphsize import GraphSize
 from train.graph.labels import num_outputs
 
@@ -48,12 +48,9 @@ def saved_hetero(path: Path) -> bool:
         return False
 
 
-HOMOGENEOUS_ARRAYS = ("x", "edge_index")  # a folder with these at its top is a homogeneous graph
-
-
 def hetero_folder(path: Path) -> bool:
     """Whether a folder holds a heterogeneous graph: folders (node types and relations), and none of a homogeneous
-    graph's arrays (x, edge_index) at its top, whatever they are (an odd one, a folder named x.npy say, is the
+    graph's arrays (graphfiles.ARRAYS) at its top, whatever they are (an odd one, a folder named x.npy say, is the
     homogeneous reader's to name)."""
     if not path.is_dir():
         return False
@@ -61,13 +58,13 @@ def hetero_folder(path: Path) -> bool:
         children = list(path.iterdir())
     except OSError:  # a folder this user cannot list: the homogeneous reader names what it cannot read
         return False
-    homogeneous = any(child.name.split(".")[0] in HOMOGENEOUS_ARRAYS for child in children)
+    homogeneous = any(child.name.split(".")[0] in ARRAYS for child in children)
     return not homogeneous and any(child.is_dir() for child in children)
 
 
 def is_hetero(path: str) -> bool:
     where = Path(path)
-    return hetero_folder(where) if where.is_dir() else where.suffix == ".pt" and saved_hetero(where)
+    return hetero_folder(where) or where.suffix == ".pt" and saved_hetero(where)
 
 
 def read_saved_hetero(path: Path):
