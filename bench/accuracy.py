@@ -97,7 +97,7 @@ def worker(args) -> None:
         graphs = {}  # one graph per data section (normalised features or not), loaded once
         results: dict[str, list[dict]] = {}
         for label in models:
-            base = load_config(TABLE[label].config)
+            base = load_config(TABLE[label].config, args.set)  # a data override (--set data.*) loads its own graph
             key = repr(base.data)
             if key not in graphs:
                 graphs[key] = obtain_graph(base, env)
