@@ -122,6 +122,7 @@ def test_link_prediction_on_two_ranks_learns_and_reports_auc_and_ap(tmp_path):
     assert job.returncodes == [0, 0], job.outputs[0][-3000:] + job.outputs[1][-3000:]
     summary = final_summary(out)  # both ranks ended with the same weights
     assert summary["task"] == "link" and summary["metric"] == "auc" and summary["world_size"] == 2
+    assert summary["eval_mode"] == "full" and "eval_note" not in summary  # evaluated exactly (tests/test_link_eval.py)
     for name in ("auc", "ap"):
         assert summary[f"test_{name}_at_best_val"] is not None and summary[f"final_test_{name}"] is not None
     assert summary["best_val_auc"] > 0.75, summary  # the synthetic graph's communities: edges are predictable

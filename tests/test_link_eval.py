@@ -5,17 +5,13 @@ head, on 1 and 2 gloo ranks and whatever sampler.eval_batch_size; a sampled eval
 
 from __future__ import annotations
 
-import json
 import math
-from pathlib import Path
 
 import pytest
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch_geometric.data import Data
 
-from train.cluster.distenv import free_port
+from tests.harness.gloo_ranks import GlooRanks
 from train.config import DataConfig, load_config
 from train.graph.data import synthetic_graph
 from train.graph.form import form_of
@@ -68,34 +64,22 @@ def _task(name: str, env: _Env, batch_size: int = 64) -> tuple[LinkTask, torch.n
     return task, task.build_model(resolve(config.model), data.num_features)
 
 
-def _worker(rank: int, world: int, port: int, out_dir: str) -> None:
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
-    try:
-        from train.graph.sampling_plan import plan_sampling
+def _work(rank: int, world: int) -> dict:
+    """Every case evaluated by this rank, at each chunk size, and its eval_note."""
+    from train.graph.sampling_plan import plan_sampling
 
-        result = {}
-        for name in CASES:
-            for batch_size in BATCH_SIZES:
-                task, model = _task(name, _Env(rank, world), batch_size)
-                step = ModelStep(task.encoder(model))
-                sampling = plan_sampling(task.graph, task.config.sampler, torch.device("cpu"))
-                result[f"{name} {batch_size}"] = task.evaluate(step, model, sampling)
-            result[f"{name} note"] = task.eval_note(step)
-        (Path(out_dir) / f"{rank}.json").write_text(json.dumps(result))
-    finally:
-        dist.destroy_process_group()
+    result = {}
+    for name in CASES:
+        for batch_size in BATCH_SIZES:
+            task, model = _task(name, _Env(rank, world), batch_size)
+            step = ModelStep(task.encoder(model))
+            sampling = plan_sampling(task.graph, task.config.sampler, torch.device("cpu"))
+            result[f"{name} {batch_size}"] = task.evaluate(step, model, sampling)
+        result[f"{name} note"] = task.eval_note(step)
+    return result
 
 
-_RESULTS: dict[int, list[dict]] = {}
-
-
-def ranks(tmp_path_factory, world: int) -> list[dict]:
-    """Every case evaluated by `world` real processes over gloo (once per world size per session)."""
-    if world not in _RESULTS:
-        out = tmp_path_factory.mktemp(f"link-eval-{world}")
-        mp.start_processes(_worker, args=(world, free_port(), str(out)), nprocs=world, start_method="spawn")
-        _RESULTS[world] = [json.loads((out / f"{r}.json").read_text()) for r in range(world)]
-    return _RESULTS[world]
+ranks = GlooRanks(_work, "link-eval")  # every case evaluated by real processes over gloo, once per world size
 
 
 def _auc_ap(scores: torch.Tensor, labels: torch.Tensor) -> tuple[float, float]:

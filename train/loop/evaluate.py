@@ -301,6 +301,7 @@ class LayerWisePass:
         self.inputs = inputs  # the last hidden layer's rows (or the features), wherever they are
 
     def degree_for(self, index: int) -> Tensor | None:
+        """Every node's in-degree in the whole graph where layer `index` reads its sources' (GCN), once per kind."""
         kind = self.api.source_degree_kind(index)
         if kind is not None and kind not in self.degrees:
             weight = self.graph.csc_weight(self.api)

@@ -156,13 +156,12 @@ class LinkTask(Task):
         return list(rank_shard(torch.arange(count), rank, world).split(per_chunk))
 
     @staticmethod
-    def _chunk(split: EdgeSplit, part: Tensor) -> tuple[Tensor, Tensor, int]:
+    def _chunk(split: EdgeSplit, positives: Tensor, part: Tensor) -> tuple[Tensor, Tensor, int]:
         """(pairs, labels, ranked positives) of the ids `part` of `split` (`_parts`): its pairs and labels, or its
-        positives, then each one's own negatives."""
+        `positives` (split.positives, taken once), then each one's own negatives."""
         ranked = split.ranked_negatives
         if ranked is None:
             return split.pairs[:, part], split.labels[part], 0
-        positives = split.positives
         sources = positives[0, part].repeat_interleave(ranked.size(1))
         pairs = torch.cat([positives[:, part], torch.stack([sources, ranked[part].reshape(-1)])], dim=1)
         labels = torch.cat([torch.ones(part.numel()), torch.zeros(sources.numel())])
@@ -188,12 +187,12 @@ class LinkTask(Task):
                       exact: LayerWisePass | None) -> Iterator[tuple[Tensor, Tensor, int]]:
         """(scores on the host, labels, ranked positives) of each chunk of this rank's share of split `number`."""
         split = getattr(self.split, SPLITS[number])
-        parts = self._parts(split)
+        parts, positives = self._parts(split), split.positives
         for start in range(self._rounds(parts, exact)):
             if start >= len(parts):
                 exact.last_rows(torch.empty(0, dtype=torch.long))
                 continue
-            pairs, labels, ranked = self._chunk(split, parts[start])
+            pairs, labels, ranked = self._chunk(split, positives, parts[start])
             nodes, local = torch.unique(pairs.reshape(-1), return_inverse=True)
             if exact is not None:
                 z = exact.last_rows(nodes).to(self.device)
