@@ -3,14 +3,11 @@ sampled mode with full fanouts equals it too; the rows a rank fetches are exactl
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
+from tests.harness.gloo_ranks import GlooRanks
 from train.cluster.distenv import free_port
 from train.config import DataConfig, load_config
 from train.errors import UserError
@@ -44,51 +41,39 @@ CASES = {  # name -> config overrides, all evaluated in the same processes
 }
 
 
-def _worker(rank, world, port, out_dir):
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
-    try:
-        from train.graph.sampling_plan import plan_sampling
-        from train.loop.evaluate import RowOwners, evaluate, fetch_rows
+def _work(rank: int, world: int) -> dict:
+    """Every case evaluated by this rank, and a fetch of rows from their owners."""
+    from train.graph.sampling_plan import plan_sampling
+    from train.loop.evaluate import RowOwners, evaluate, fetch_rows
 
-        data = _graph()
-        result = {}
-        for name, overrides in CASES.items():
-            config = load_config("tiny", ["sampler.eval_batch_size=64", *overrides])
-            model = ModelStep(build_model(config.model, data.num_features, 5, seed=3))
-            sampling = plan_sampling(data, config.sampler, torch.device("cpu"))
-            result[name] = evaluate(model, data, config, _Env(rank, world), torch.device("cpu"), sampling)
-            if name == "sampled":
-                result["sampled-again"] = evaluate(model, data, config, _Env(rank, world), torch.device("cpu"),
-                                                   sampling)
-        # data.feature_dtype=bfloat16: the features kept in 16 bits where the graph is; the layer-wise pass widens
-        # them as the training step does (on an H200 its first layer met bf16 rows and float32 weights)
-        half = data.clone()
-        half.x = data.x.bfloat16()
-        config = load_config("tiny", ["sampler.eval_batch_size=64", *SAGE])
+    data = _graph()
+    result = {}
+    for name, overrides in CASES.items():
+        config = load_config("tiny", ["sampler.eval_batch_size=64", *overrides])
         model = ModelStep(build_model(config.model, data.num_features, 5, seed=3))
-        result["sage bf16 features"] = evaluate(model, half, config, _Env(rank, world), torch.device("cpu"),
-                                                plan_sampling(half, config.sampler, torch.device("cpu")))
-        full = torch.arange(data.num_nodes * 3, dtype=torch.float32).view(-1, 3)
-        owners = RowOwners(data.num_nodes, world)
-        mine = full[owners.rows(rank)]
-        ids = torch.randperm(data.num_nodes, generator=torch.Generator().manual_seed(rank))[: 50 + 40 * rank]
-        got = fetch_rows(ids, mine, int(owners.starts[rank]), owners, torch.device("cpu"))
-        result["fetch"] = {"ok": bool(torch.equal(got, full[ids])), "shard_rows": mine.size(0)}
-        (Path(out_dir) / f"{rank}.json").write_text(json.dumps(result))
-    finally:
-        dist.destroy_process_group()
+        sampling = plan_sampling(data, config.sampler, torch.device("cpu"))
+        result[name] = evaluate(model, data, config, _Env(rank, world), torch.device("cpu"), sampling)
+        if name == "sampled":
+            result["sampled-again"] = evaluate(model, data, config, _Env(rank, world), torch.device("cpu"),
+                                               sampling)
+    # data.feature_dtype=bfloat16: the features kept in 16 bits where the graph is; the layer-wise pass widens
+    # them as the training step does (on an H200 its first layer met bf16 rows and float32 weights)
+    half = data.clone()
+    half.x = data.x.bfloat16()
+    config = load_config("tiny", ["sampler.eval_batch_size=64", *SAGE])
+    model = ModelStep(build_model(config.model, data.num_features, 5, seed=3))
+    result["sage bf16 features"] = evaluate(model, half, config, _Env(rank, world), torch.device("cpu"),
+                                            plan_sampling(half, config.sampler, torch.device("cpu")))
+    full = torch.arange(data.num_nodes * 3, dtype=torch.float32).view(-1, 3)
+    owners = RowOwners(data.num_nodes, world)
+    mine = full[owners.rows(rank)]
+    ids = torch.randperm(data.num_nodes, generator=torch.Generator().manual_seed(rank))[: 50 + 40 * rank]
+    got = fetch_rows(ids, mine, int(owners.starts[rank]), owners, torch.device("cpu"))
+    result["fetch"] = {"ok": bool(torch.equal(got, full[ids])), "shard_rows": mine.size(0)}
+    return result
 
 
-_RESULTS: dict[int, list[dict]] = {}
-
-
-def ranks(tmp_path_factory, world: int) -> list[dict]:
-    """Every case evaluated by `world` real processes over gloo (once per world size per session)."""
-    if world not in _RESULTS:
-        out = tmp_path_factory.mktemp(f"eval-{world}")
-        mp.start_processes(_worker, args=(world, free_port(), str(out)), nprocs=world, start_method="spawn")
-        _RESULTS[world] = [json.loads((out / f"{r}.json").read_text()) for r in range(world)]
-    return _RESULTS[world]
+ranks = GlooRanks(_work, "eval")  # every case evaluated by real processes over gloo, once per world size
 
 
 def single_process_accuracy(overrides, feature_dtype=torch.float32):

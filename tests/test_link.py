@@ -122,6 +122,7 @@ def test_link_prediction_on_two_ranks_learns_and_reports_auc_and_ap(tmp_path):
     assert job.returncodes == [0, 0], job.outputs[0][-3000:] + job.outputs[1][-3000:]
     summary = final_summary(out)  # both ranks ended with the same weights
     assert summary["task"] == "link" and summary["metric"] == "auc" and summary["world_size"] == 2
+    assert summary["eval_mode"] == "full" and "eval_note" not in summary  # evaluated exactly (tests/test_link_eval.py)
     for name in ("auc", "ap"):
         assert summary[f"test_{name}_at_best_val"] is not None and summary[f"final_test_{name}"] is not None
     assert summary["best_val_auc"] > 0.75, summary  # the synthetic graph's communities: edges are predictable
@@ -183,16 +184,17 @@ def test_a_node_config_on_a_graph_for_link_prediction_only_is_refused(tmp_path):
     assert "Traceback" not in done.stdout + done.stderr and not (tmp_path / "run").exists()
 
 
-def test_the_memory_plan_counts_a_link_batchs_endpoints_and_its_sampled_evaluation():
+def test_the_memory_plan_counts_a_link_batchs_endpoints_and_its_evaluation_exact_or_sampled():
     from train.graph.kinds import dataset_kind
     from train.plan.terms import batch_seeds, evaluation_sampled, gpu_working_bytes
 
     size = dataset_kind("Cora").plan_size(load_config("cora-gcn").data)
     node = load_config("cora-gcn")
     link = load_config("cora-gcn", ["task.name=link", "task.neg_sampling=triplet", "task.neg_ratio=3"])
+    sampled = load_config("cora-gcn", ["task.name=link", "eval.mode=sampled"])
     assert batch_seeds(node) == 140 and batch_seeds(link) == 140 * (2 + 3)  # 2 endpoints and 3 negative targets
-    assert batch_seeds(link, evaluation=True) == 2 * link.sampler.eval_batch_size  # 2 endpoints per scored pair
-    assert evaluation_sampled(link) and not evaluation_sampled(node)
+    assert batch_seeds(sampled, evaluation=True) == 2 * sampled.sampler.eval_batch_size  # 2 endpoints per pair
+    assert evaluation_sampled(sampled) and not evaluation_sampled(link) and not evaluation_sampled(node)
     assert gpu_working_bytes(link, size) > gpu_working_bytes(node, size)
 
 

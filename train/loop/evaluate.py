@@ -15,6 +15,10 @@ Each layer reads its targets' in-edges straight from the CSC, in chunks of bound
 (train/graph/in_edges.py), on the device that holds the graph: with sampler.device=cuda and the
 features on the GPU, the whole pass and the layers' rows stay there; no sampler, no host round trip.
 
+The pass is `LayerWisePass`: the hidden layers' shards computed once, then the last layer's rows of any nodes a
+rank asks for, chunk by chunk; the node task asks for its splits' nodes, the link task (train/loop/tasks/link.py)
+for each chunk's endpoints, whose embeddings it scores with its head.
+
 The full mode needs the model's per-layer API (train/loop/models/layerwise.py: PyG's BasicGNN
 models have one); a model without it is evaluated as in sampled mode, and the run says so.
 
@@ -267,39 +271,58 @@ def _layer_rows(api: LayerWise, index: int, graph: GraphAt, nodes: Tensor, batch
     return out
 
 
+class LayerWisePass:
+    """The exact pass, reusable by any task: the hidden layers computed once over full in-neighbourhoods, each
+    rank its shard (RowOwners), then the last layer's rows (logits, or a link task's embeddings) for any nodes a
+    rank asks for, as often as it asks. The rows a chunk reads of other ranks' shards come from their owners, so
+    `last_rows` is collective: every rank calls it as often as the others, with its own (maybe empty) nodes."""
+
+    def __init__(self, api: LayerWise, data: Data, config: Config, env: DistEnv, device: torch.device,
+                 sampling: SamplingPlan):
+        self.api, self.data, self.device = api, data, device
+        self.graph = GraphAt.of(data, sampling)
+        self.batch_size = config.sampler.eval_batch_size
+        self.degrees: dict[str, Tensor] = {}  # by which in-edges count, computed once per pass
+        owners = RowOwners(form_of(data).num_nodes(data), env.world_size)
+        my_start = int(owners.starts[env.rank])
+
+        def from_features(n_id: Tensor) -> Tensor:
+            return _gather(self.graph.x, n_id, device)  # every rank holds the whole feature matrix (shared per node)
+
+        inputs = from_features
+        for index in range(api.num_layers - 1):
+            mine = self._rows(index, owners.rows(env.rank), inputs)
+
+            def inputs(n_id: Tensor, shard=mine) -> Tensor:
+                if env.world_size == 1:  # every row is this rank's
+                    return _gather(shard, n_id, device)
+                return fetch_rows(n_id, shard, my_start, owners, device)
+
+        self.inputs = inputs  # the last hidden layer's rows (or the features), wherever they are
+
+    def degree_for(self, index: int) -> Tensor | None:
+        """Every node's in-degree in the whole graph where layer `index` reads its sources' (GCN), once per kind."""
+        kind = self.api.source_degree_kind(index)
+        if kind is not None and kind not in self.degrees:
+            weight = self.graph.csc_weight(self.api)
+            self.degrees[kind] = in_degree(self.data, self_loops=kind == "with self-loops", csc=self.graph.csc,
+                                           edge_weight=weight)
+        return self.degrees.get(kind)
+
+    def _rows(self, index: int, nodes: Tensor, inputs) -> Tensor:
+        return _layer_rows(self.api, index, self.graph, nodes, self.batch_size, self.device, inputs,
+                           self.degree_for(index))
+
+    def last_rows(self, nodes: Tensor) -> Tensor:
+        """The last layer's rows of `nodes` (any of the graph's, in their order), where the layers' rows are kept."""
+        return self._rows(self.api.num_layers - 1, nodes, self.inputs)
+
+
 def _full_tallies(api: LayerWise, data, config, env, device, sampling, targets: Targets) -> dict[str, Tally]:
-    world, rank = env.world_size, env.rank
-    batch_size = config.sampler.eval_batch_size
+    layers = LayerWisePass(api, data, config, env, device, sampling)
     form = form_of(data)
-    graph = GraphAt.of(data, sampling)
-    owners = RowOwners(form.num_nodes(data), world)
-    my_start = int(owners.starts[rank])
-    num_layers = api.num_layers
-    degrees: dict[str, Tensor] = {}  # by which in-edges count, computed once per evaluation
-
-    def degree_for(index: int) -> Tensor | None:
-        kind = api.source_degree_kind(index)
-        if kind is not None and kind not in degrees:
-            weight = graph.csc_weight(api)
-            degrees[kind] = in_degree(data, self_loops=kind == "with self-loops", csc=graph.csc, edge_weight=weight)
-        return degrees.get(kind)
-
-    def from_features(n_id: Tensor) -> Tensor:
-        return _gather(graph.x, n_id, device)  # every rank holds the whole feature matrix (shared per node)
-
-    inputs, mine = from_features, None
-    for index in range(num_layers - 1):
-        mine = _layer_rows(api, index, graph, owners.rows(rank), batch_size, device, inputs, degree_for(index))
-
-        def inputs(n_id: Tensor, shard=mine) -> Tensor:
-            if world == 1:  # every row is this rank's
-                return _gather(shard, n_id, device)
-            return fetch_rows(n_id, shard, my_start, owners, device)
-
     tallies = {split: Tally() for split in SPLITS}
     for split in SPLITS:
-        nodes = rank_shard(form.split_nodes(data, split), rank, world)
-        logits = _layer_rows(api, num_layers - 1, graph, nodes, batch_size, device, inputs,
-                             degree_for(num_layers - 1))
-        targets.add(tallies[split], logits, form.labels(data, nodes))
+        nodes = rank_shard(form.split_nodes(data, split), env.rank, env.world_size)
+        targets.add(tallies[split], layers.last_rows(nodes), form.labels(data, nodes))
     return tallies

@@ -37,8 +37,9 @@ def batch_seeds(config: Config, evaluation: bool = False) -> int:
 
 
 def evaluation_sampled(config: Config) -> bool:
-    """Whether an evaluation samples its batches: eval.mode=sampled, or link prediction (train/loop/tasks/link.py)."""
-    return config.eval.mode == "sampled" or config.task.name == "link"
+    """Whether an evaluation samples its batches (eval.mode=sampled), else it is the exact layer-wise pass, of nodes or
+    of a link task's endpoints (train/loop/evaluate.py's LayerWisePass)."""
+    return config.eval.mode == "sampled"
 
 
 def sampled_hops(seeds: int, fanouts: list[int], size: GraphSize) -> Hops:

@@ -20,7 +20,7 @@ from train.config import Config
 from train.graph.epoch_split import epoch_order, rank_shard
 from train.graph.form import GraphForm
 from train.graph.sampling_plan import SamplingPlan
-from train.loop.models import ModelSpec, ModelStep
+from train.loop.models import ModelSpec, ModelStep, layerwise
 from train.loop.timing import PhaseTimer
 
 
@@ -100,9 +100,10 @@ class Task(ABC):
         """(correct, scored) of a batch: what the epoch's train_acc sums."""
 
     # ---- evaluation ---------------------------------------------------------------------------
-    @abstractmethod
     def eval_note(self, step: ModelStep) -> str:
-        """Why the evaluation samples although eval.mode=full ('' where it runs as asked)."""
+        """Why the evaluation samples although eval.mode=full ('' where it runs as asked): a model without the
+        per-layer API of the exact pass (train/loop/evaluate.py's LayerWisePass, which both tasks use)."""
+        return layerwise(step)[1] if self.config.eval.mode == "full" else ""
 
     @abstractmethod
     def evaluate(self, step: ModelStep, model: nn.Module, sampling: SamplingPlan) -> dict[str, float]:

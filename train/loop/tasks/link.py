@@ -8,10 +8,14 @@ plug-in as the encoder (its out_channels: task.embedding), and a head that score
 (task.head: dot, or an MLP of their elementwise product), both in the model's state_dict, so checkpoints and
 resume hold them. The loss: binary cross-entropy with logits over the positives and the negatives.
 
-The evaluation scores each split's pairs (each rank its share, in chunks of sampler.eval_batch_size pairs)
-on embeddings of the endpoints sampled with eval.fanouts (default: sampler.num_neighbors; -1 for every
-neighbour, which is exact), and gives AUC and AP over all ranks' pairs, and MRR and Hits@K where the split gives
-each positive its own negatives (train/loop/link_metrics.py); the accuracy reads a logit above 0 as an edge.
+The evaluation scores each split's pairs (each rank its share, in chunks of sampler.eval_batch_size pairs). With
+eval.mode=full the endpoints' embeddings are exact: train/loop/evaluate.py's LayerWisePass computes the encoder's
+hidden layers once per evaluation over the message-passing graph's full neighbourhoods (each rank its shard), then
+the last layer for each chunk's endpoints, so the scores are the encoder's on the whole graph, whatever the world
+size or the chunks. With eval.mode=sampled, or an encoder without the per-layer API (`eval_note` says why), they
+come from a sample around the chunk's endpoints with eval.fanouts (default: sampler.num_neighbors). The figures:
+AUC and AP over all ranks' pairs, and MRR and Hits@K where the split gives each positive its own negatives
+(train/loop/link_metrics.py); the accuracy reads a logit above 0 as an edge.
 """
 
 from __future__ import annotations
@@ -27,8 +31,9 @@ from torch_geometric.data import Data
 from train.graph.edge_split import EdgeSplit, link_split
 from train.graph.epoch_split import derive_seed, rank_shard
 from train.graph.sampling_plan import SamplingPlan
+from train.loop.evaluate import LayerWisePass
 from train.loop.link_metrics import LinkTally, figures
-from train.loop.models import ModelSpec, ModelStep, edge_inputs, hop_counts
+from train.loop.models import ModelSpec, ModelStep, edge_inputs, hop_counts, layerwise
 from train.loop.targets import SPLITS
 from train.loop.tasks.base import BatchResult, Task, TaskParts
 from train.loop.tasks.link_batches import LinkBatches, Negatives, pairs_and_labels, sample_around
@@ -140,36 +145,70 @@ class LinkTask(Task):
         return int(((result.logits.detach() > 0) == (result.target > 0.5)).sum()), result.target.numel()
 
     # ---- evaluation ---------------------------------------------------------------------------
-    def eval_note(self, step: ModelStep) -> str:
-        return ("link prediction is evaluated on sampled neighbourhoods of each pair's endpoints (eval.fanouts, "
-                "default sampler.num_neighbors; -1 for every neighbour: exact)")
-
-    def _chunks(self, split: EdgeSplit) -> Iterator[tuple[Tensor, Tensor, int]]:
-        """(pairs, labels, ranked positives) of this rank's share of `split`, a chunk at a time: the positives
-        and negatives of a split without ranked negatives, else positives, each followed by its own negatives."""
+    def _parts(self, split: EdgeSplit) -> list[Tensor]:
+        """This rank's share of `split`, a chunk's ids at a time: of its pairs (positives and negatives) where the
+        split has no ranked negatives, else of its positives, each scored with its own negatives."""
         size, rank, world = self.config.sampler.eval_batch_size, self.env.rank, self.env.world_size
         if split.ranked_negatives is None:
-            pairs, labels = split.pairs, split.labels
-            for part in rank_shard(torch.arange(labels.numel()), rank, world).split(size):
-                yield pairs[:, part], labels[part], 0
-            return
-        ranked = split.ranked_negatives
-        positives = split.positives
-        per_chunk = max(1, size // (ranked.size(1) + 1))
-        for part in rank_shard(torch.arange(positives.size(1)), rank, world).split(per_chunk):
-            sources = positives[0, part].repeat_interleave(ranked.size(1))
-            pairs = torch.cat([positives[:, part], torch.stack([sources, ranked[part].reshape(-1)])], dim=1)
-            labels = torch.cat([torch.ones(part.numel()), torch.zeros(sources.numel())])
-            yield pairs, labels, part.numel()
+            count, per_chunk = split.labels.numel(), size
+        else:
+            count, per_chunk = split.positives.size(1), max(1, size // (split.ranked_negatives.size(1) + 1))
+        return list(rank_shard(torch.arange(count), rank, world).split(per_chunk))
 
-    def _scores(self, step: ModelStep, head: nn.Module, sampling: SamplingPlan, pairs: Tensor, seed: int) -> Tensor:
-        nodes, local = torch.unique(pairs.reshape(-1), return_inverse=True)
+    @staticmethod
+    def _chunk(split: EdgeSplit, positives: Tensor, part: Tensor) -> tuple[Tensor, Tensor, int]:
+        """(pairs, labels, ranked positives) of the ids `part` of `split` (`_parts`): its pairs and labels, or its
+        `positives` (split.positives, taken once), then each one's own negatives."""
+        ranked = split.ranked_negatives
+        if ranked is None:
+            return split.pairs[:, part], split.labels[part], 0
+        sources = positives[0, part].repeat_interleave(ranked.size(1))
+        pairs = torch.cat([positives[:, part], torch.stack([sources, ranked[part].reshape(-1)])], dim=1)
+        labels = torch.cat([torch.ones(part.numel()), torch.zeros(sources.numel())])
+        return pairs, labels, part.numel()
+
+    def _sampled_embeddings(self, step: ModelStep, sampling: SamplingPlan, nodes: Tensor, seed: int) -> Tensor:
+        """The encoder's rows of `nodes` on a sample around them with eval.fanouts (none for a feature-only model)."""
         fanouts = self._fanouts(step, self.config.eval.fanouts or self.config.sampler.num_neighbors)
         batch = sample_around(sampling, nodes, fanouts, seed)
         batch = sampling.complete(batch, self.device).to(self.device, non_blocking=True)
-        z = step(batch.x, batch.edge_index, *hop_counts(batch, self.config.model), **edge_inputs(batch))
-        local = local.view(2, -1).to(self.device)
-        return head(z[local[0]], z[local[1]])
+        return step(batch.x, batch.edge_index, *hop_counts(batch, self.config.model), **edge_inputs(batch))
+
+    def _rounds(self, parts: list[Tensor], exact: LayerWisePass | None) -> int:
+        """How many chunks this rank runs: its own, or in the exact pass the most of any rank's (`last_rows` is
+        collective: a rank out of pairs still serves the others' requests)."""
+        if exact is None:
+            return len(parts)
+        rounds = torch.tensor([len(parts)], device=self.device)
+        dist.all_reduce(rounds, op=dist.ReduceOp.MAX)
+        return int(rounds)
+
+    def _split_scores(self, step: ModelStep, head: nn.Module, sampling: SamplingPlan, number: int,
+                      exact: LayerWisePass | None) -> Iterator[tuple[Tensor, Tensor, int]]:
+        """(scores on the host, labels, ranked positives) of each chunk of this rank's share of split `number`."""
+        split = getattr(self.split, SPLITS[number])
+        parts, positives = self._parts(split), split.positives
+        for start in range(self._rounds(parts, exact)):
+            if start >= len(parts):
+                exact.last_rows(torch.empty(0, dtype=torch.long))
+                continue
+            pairs, labels, ranked = self._chunk(split, positives, parts[start])
+            nodes, local = torch.unique(pairs.reshape(-1), return_inverse=True)
+            if exact is not None:
+                z = exact.last_rows(nodes).to(self.device)
+            else:
+                seed = derive_seed(self.config.trainer.seed, 2, number, self.env.rank, start)
+                z = self._sampled_embeddings(step, sampling, nodes, seed)
+            local = local.view(2, -1).to(self.device)
+            yield head(z[local[0]], z[local[1]]).float().cpu(), labels, ranked
+
+    def _exact_pass(self, step: ModelStep, sampling: SamplingPlan) -> LayerWisePass | None:
+        """The hidden layers of the exact pass, once per evaluation, where eval.mode=full and the encoder has the
+        per-layer API (else None: evaluated on sampled neighbourhoods, as `eval_note` says)."""
+        api, _why_not = layerwise(step)
+        if self.config.eval.mode != "full" or api is None:
+            return None
+        return LayerWisePass(api, self.graph, self.config, self.env, self.device, sampling)
 
     @torch.no_grad()
     def evaluate(self, step: ModelStep, model: nn.Module, sampling: SamplingPlan) -> dict[str, float]:
@@ -179,10 +218,9 @@ class LinkTask(Task):
         tallies = {split: LinkTally() for split in SPLITS}
         counts = torch.zeros(2 * len(SPLITS), dtype=torch.float64)  # correct, scored of each split
         try:
+            exact = self._exact_pass(step, sampling)
             for number, name in enumerate(SPLITS):
-                for start, (pairs, labels, ranked) in enumerate(self._chunks(getattr(self.split, name))):
-                    seed = derive_seed(self.config.trainer.seed, 2, number, self.env.rank, start)
-                    scores = self._scores(step, model.head, sampling, pairs, seed).float().cpu()
+                for scores, labels, ranked in self._split_scores(step, model.head, sampling, number, exact):
                     tallies[name].add_pairs(scores, labels)
                     if ranked:
                         tallies[name].add_ranked(scores[:ranked], scores[ranked:].view(ranked, -1))

@@ -13,7 +13,7 @@ from train.graph.epoch_split import derive_seed
 from train.graph.hetero_meta import graph_meta
 from train.graph.sampling_plan import SamplingPlan
 from train.loop.evaluate import evaluate
-from train.loop.models import ModelSpec, ModelStep, edge_inputs, hop_counts, layerwise
+from train.loop.models import ModelSpec, ModelStep, edge_inputs, hop_counts
 from train.loop.targets import targets_for
 from train.loop.tasks.base import BatchResult, Task, TaskParts
 from train.loop.timing import PhaseTimer
@@ -61,9 +61,6 @@ class NodeTask(Task):
 
     def counts(self, result: BatchResult) -> tuple[int, int]:
         return self.targets.counts(result.logits.detach(), result.target)
-
-    def eval_note(self, step: ModelStep) -> str:
-        return layerwise(step)[1] if self.config.eval.mode == "full" else ""
 
     def evaluate(self, step: ModelStep, model: nn.Module, sampling: SamplingPlan) -> dict[str, float]:
         return evaluate(step, self.data, self.config, self.env, self.device, sampling)
