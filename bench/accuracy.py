@@ -94,18 +94,17 @@ def worker(args) -> None:
     env = resolve(os.environ)
     first = load_config(TABLE[models[0]].config)
     with process_group(env, first.dist) as (_backend, device), shared_graphs(), tempfile.TemporaryDirectory() as out:
-        graphs = {}  # one graph per data section (normalised features or not), loaded once
+        graphs = {}  # one graph per data section (normalised features or not) and link split, loaded once
         results: dict[str, list[dict]] = {}
         for label in models:
-            base = load_config(TABLE[label].config, args.set)  # a data override (--set data.*) loads its own graph
-            key = repr(base.data)
-            if key not in graphs:
-                graphs[key] = obtain_graph(base, env)
-            data = graphs[key]
-            base = base.trainer.seed
+            base = load_config(TABLE[label].config).trainer.seed
             for i in range(args.seeds):
                 config = load_config(TABLE[label].config, [f"trainer.seed={base + i}", "output.progress=lines",
                                                             *args.set])
+                key = repr(graph_key(config))
+                if key not in graphs:
+                    graphs[key] = obtain_graph(config, env)
+                data = graphs[key]
                 run_dir = Path(out) / label / str(i)
                 run_dir.mkdir(parents=True)
                 started = time.perf_counter()
@@ -117,6 +116,14 @@ def worker(args) -> None:
                 results.setdefault(label, []).append(summary)
         if env.rank == 0:
             emit({"results": results})
+
+
+def graph_key(config) -> tuple:
+    """What the loaded graph depends on: the data section, and for a link task its split (made where the graph
+    loads, from the fractions and trainer.seed: each seed's run gets its own, as in GAE's protocol)."""
+    task = config.task
+    split = (task.val_fraction, task.test_fraction, config.trainer.seed) if task.name == "link" else None
+    return config.data, task.name, split
 
 
 def measure(models: list[str], seeds: int, data_root: Path, ranks: int = 2, timeout: float = 1800,

@@ -17,7 +17,7 @@ from tests.test_refused_fit import fit, snapshot
 from tests.test_resume import Job, assert_same_weights, run
 from train.config import SamplerConfig, load_config
 from train.errors import UserError
-from train.graph.edge_split import link_split
+from train.graph.edge_split import link_split, split_on_loading
 from train.graph.sampling_plan import plan_sampling
 from train.graph.synthetic import synthetic_graph
 from train.loop.tasks.link_batches import LinkBatches, Negatives, pairs_and_labels
@@ -31,11 +31,12 @@ def graph() -> Data:
 
 def batches(mode: str = "binary", ratio: int = 1, undirected: bool | None = None) -> tuple[LinkBatches, Data]:
     config = load_config("tiny", ["data.num_nodes=300", "task.name=link"])
-    split = link_split(graph(), config)
-    sampling = plan_sampling(split.graph, SamplerConfig(device="cpu"), torch.device("cpu"))
+    data = split_on_loading(graph(), config)
+    split = link_split(data)
+    sampling = plan_sampling(data, SamplerConfig(device="cpu"), torch.device("cpu"))
     made = LinkBatches(sampling, split.train, Negatives(mode, ratio, 300),
                        split.undirected if undirected is None else undirected, seed=7)
-    return made, split.graph
+    return made, data
 
 
 def global_pairs(batch: Data) -> set[tuple[int, int]]:
@@ -87,9 +88,10 @@ def test_triplet_batches_give_each_positive_its_negative_targets():
 
 def test_the_split_is_the_same_on_every_call_and_keeps_val_and_test_out_of_the_graph():
     config = load_config("tiny", ["data.num_nodes=300", "task.name=link"])
-    first, second = link_split(graph(), config), link_split(graph(), config)
+    loaded = split_on_loading(graph(), config)
+    first, second = link_split(loaded), link_split(split_on_loading(graph(), config))
     assert torch.equal(first.train, second.train) and torch.equal(first.test.pairs, second.test.pairs)
-    message_passing = set(zip(*first.graph.edge_index.tolist()))
+    message_passing = set(zip(*loaded.edge_index.tolist()))
     for split in (first.val, first.test):
         positives = set(zip(*split.positives.tolist()))
         assert positives and not positives & message_passing

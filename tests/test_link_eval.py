@@ -17,7 +17,7 @@ from train.graph.data import synthetic_graph
 from train.graph.form import form_of
 from train.graph.link_split import neg_dst_key, pos_edges_key
 from train.loop.models import ModelStep, resolve
-from train.loop.tasks.base import TaskParts
+from train.loop.tasks import TaskParts, prepared_graph
 from train.loop.tasks.link import LinkTask
 
 NUM_NODES, RANKED = 400, 20  # the own split's graph: nodes, and each held-out positive's own negatives
@@ -58,7 +58,7 @@ def _graph(ranked: bool) -> Data:
 def _task(name: str, env: _Env, batch_size: int = 64) -> tuple[LinkTask, torch.nn.Module]:
     overrides, ranked = CASES[name]
     config = load_config("tiny", ["task.name=link", f"sampler.eval_batch_size={batch_size}", *overrides])
-    data = _graph(ranked)
+    data = prepared_graph(config, _graph(ranked))  # the split made where the graph loads
     task = LinkTask(TaskParts(config, env, torch.device("cpu"), data, form_of(data)))
     torch.manual_seed(11)  # the MLP head's initial weights
     return task, task.build_model(resolve(config.model), data.num_features)

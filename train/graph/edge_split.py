@@ -1,13 +1,15 @@
-"""The edges link prediction trains and is scored on, computed alike on every rank from the loaded graph.
+"""The edges link prediction trains and is scored on: split once where the graph is loaded, read by every rank.
 
 A graph that brings its own edge split (OGB's ogbl-citation2) gives it as tensors beside its edges, named by
 train/graph/link_split.py: the positive training, validation and test edges, and per positive its own negative
 targets (OGB's protocol: each positive ranked against its K negatives); its edges are the message-passing
-graph. Any other graph is split by PyG's `RandomLinkSplit`
-(task.val_fraction, task.test_fraction; undirected where the graph is, as for Planetoid), seeded by
-trainer.seed, so every rank computes the same split: its training edges become the message-passing graph,
-the validation and test edges never appear in it, and each of those splits gets as many negative pairs as
-positives (RandomLinkSplit's). A graph without edges to predict is refused.
+graph. Any other graph is split by PyG's `RandomLinkSplit` (task.val_fraction, task.test_fraction; undirected
+where the graph is, as for Planetoid), seeded by trainer.seed, where the graph is loaded (`split_on_loading`: a
+node's local rank 0 under data.share=node, each process under data.share=process): its training edges become the
+message-passing graph, the validation and test edges never appear in it, and each of those splits gets as many
+negative pairs as positives (RandomLinkSplit's), all carried in link_split.py's fields. So the node shares that
+graph's CSC and the split once, as it does a dataset's own, and every rank reads the split from the fields
+(`link_split`). A graph without edges to predict, or of several node types, is refused where it is loaded.
 """
 
 from __future__ import annotations
@@ -24,10 +26,19 @@ from torch_geometric.data import Data
 from train.config import Config
 from train.errors import UserError
 from train.graph.epoch_split import derive_seed
-from train.graph.form import graph_csc
+from train.graph.form import SPLITS
 from train.graph.hetero_meta import graph_meta
-from train.graph.link_split import RANKED_SPLITS, has_link_split, neg_dst, pos_edges
-from train.graph.shared_graph import csc_targets
+from train.graph.link_split import (
+    HELD_OUT_SPLITS,
+    UNDIRECTED,
+    has_link_split,
+    messages_both_ways,
+    neg_dst,
+    neg_edges,
+    neg_edges_key,
+    pos_edges,
+    pos_edges_key,
+)
 
 
 @dataclass(frozen=True)
@@ -46,22 +57,14 @@ class EdgeSplit:
 
 @dataclass(frozen=True)
 class LinkSplit:
-    """The message-passing graph, the positive training edges, and the val and test splits."""
+    """The positive training edges and the val and test splits of a graph whose edges are the message-passing graph
+    (the training edges only)."""
 
-    graph: Data  # what batches are sampled from: the training edges only
     train: Tensor  # [2, E_train] positive training edges (one direction of an undirected graph)
     val: EdgeSplit
     test: EdgeSplit
     undirected: bool  # a seed edge is left out of its batch in both directions
     source: str  # "RandomLinkSplit" or "the dataset's own"
-
-
-def graph_edges(data: Data) -> Tensor:
-    """The graph's edges [2, E]: its edge_index, or rebuilt from the CSC where the node shares only that."""
-    if data.edge_index is not None:
-        return data.edge_index
-    colptr, row, _perm = graph_csc(data)
-    return torch.stack([row.long(), csc_targets(colptr)])
 
 
 def _refuse_edgeless(config: Config, count: int, what: str) -> None:
@@ -70,17 +73,14 @@ def _refuse_edgeless(config: Config, count: int, what: str) -> None:
                         "give a graph with edges, or task.name=node to classify its nodes.")
 
 
-def own_split(data: Data, config: Config) -> LinkSplit:
-    """The dataset's own split (train/graph/link_split.py's fields): the graph itself is the message-passing graph.
-    A seed edge leaves its batch in both directions: such a graph passes messages both ways (ogbl-citation2's
-    training citations, made undirected as OGB's examples do), and the reverse of an edge tells the edge."""
-    train = pos_edges(data, "train")
-    _refuse_edgeless(config, train.size(1), "no training edges in its own split")
-    splits = {}
-    for name in RANKED_SPLITS:
-        positives = pos_edges(data, name)  # each scored against its own negatives (the evaluation pairs them)
-        splits[name] = EdgeSplit(positives, torch.ones(positives.size(1)), neg_dst(data, name))
-    return LinkSplit(data, train, splits["val"], splits["test"], undirected=True, source="the dataset's own")
+def _refuse_typed(data: Data, config: Config) -> None:
+    """A heterogeneous graph (a `files` graph of types): its edges are of several relations, and which one to
+    predict is not built (issue 27)."""
+    meta = graph_meta(data)
+    if meta is not None:
+        raise UserError(f"task.name=link predicts the edges of a homogeneous graph, but data.name={config.data.name!r} "
+                        f"is heterogeneous (node types {', '.join(meta.node_types)}); use task.name=node with "
+                        "data.target_node_type, or a homogeneous graph for link prediction.")
 
 
 @contextlib.contextmanager
@@ -97,12 +97,13 @@ def _seeded_globals(seed: int) -> Iterator[None]:
         random.setstate(state)
 
 
-def random_split(data: Data, config: Config) -> LinkSplit:
-    """PyG's RandomLinkSplit of the graph's edges, the same on every rank (seeded by trainer.seed)."""
+def random_split(data: Data, config: Config) -> Data:
+    """PyG's RandomLinkSplit of the graph's edges (seeded by trainer.seed): the graph's nodes (features, labels,
+    node split) with the training edges as its edges, and the split in link_split.py's fields."""
     from torch_geometric.transforms import RandomLinkSplit
     from torch_geometric.utils import is_undirected
 
-    edges = graph_edges(data)
+    edges = data.edge_index
     _refuse_edgeless(config, edges.size(1), "no edges")
     undirected = is_undirected(edges, num_nodes=data.num_nodes)
     task = config.task
@@ -111,19 +112,43 @@ def random_split(data: Data, config: Config) -> LinkSplit:
     with _seeded_globals(derive_seed(config.trainer.seed, 3)):
         train, val, test = split(Data(edge_index=edges, num_nodes=data.num_nodes))
     _refuse_edgeless(config, train.edge_label_index.size(1), "too few edges to keep any for training")
-    graph = Data(x=data.x, y=data.y, edge_index=train.edge_index, num_nodes=data.num_nodes)
-    return LinkSplit(graph, train.edge_label_index, EdgeSplit(val.edge_label_index, val.edge_label.float()),
-                     EdgeSplit(test.edge_label_index, test.edge_label.float()), undirected, "RandomLinkSplit")
+    fields = {pos_edges_key("train"): train.edge_label_index, UNDIRECTED: torch.tensor(undirected)}
+    for name, held_out in zip(HELD_OUT_SPLITS, (val, test)):
+        positive = held_out.edge_label > 0.5  # RandomLinkSplit's pairs: its positives, then as many negatives
+        fields[pos_edges_key(name)] = held_out.edge_label_index[:, positive]
+        fields[neg_edges_key(name)] = held_out.edge_label_index[:, ~positive]
+    nodes = {name: data[name] for name in ("x", "y", *SPLITS) if data.get(name) is not None}
+    return Data(**nodes, edge_index=train.edge_index, num_nodes=data.num_nodes, **fields)
 
 
-def link_split(data: Data, config: Config) -> LinkSplit:
-    """The dataset's own split where it has one, else RandomLinkSplit's. A heterogeneous graph (a `files` graph of
-    types) is refused: its edges are of several relations, and which one to predict is not built (issue 27)."""
-    meta = graph_meta(data)
-    if meta is not None:
-        raise UserError(f"task.name=link predicts the edges of a homogeneous graph, but data.name={config.data.name!r} "
-                        f"is heterogeneous (node types {', '.join(meta.node_types)}); use task.name=node with "
-                        "data.target_node_type, or a homogeneous graph for link prediction.")
+def split_on_loading(data: Data, config: Config) -> Data:
+    """The graph a link task trains on, made where the graph is loaded (once per node): the dataset's own split
+    where it has one, else RandomLinkSplit's."""
+    _refuse_typed(data, config)
     if has_link_split(data):
-        return own_split(data, config)
+        _refuse_edgeless(config, pos_edges(data, "train").size(1), "no training edges in its own split")
+        return data
     return random_split(data, config)
+
+
+def _held_out(data: Data, name: str) -> EdgeSplit:
+    """A scored split from its fields: each positive with its own negatives, or the positives and negative pairs
+    (positives first, as RandomLinkSplit gives them)."""
+    positives = pos_edges(data, name)
+    negatives = neg_edges(data, name)
+    if negatives is None:
+        return EdgeSplit(positives, torch.ones(positives.size(1)), neg_dst(data, name))
+    return EdgeSplit(torch.cat([positives, negatives], dim=1),
+                     torch.cat([torch.ones(positives.size(1)), torch.zeros(negatives.size(1))]))
+
+
+def link_split(data: Data) -> LinkSplit:
+    """The split a loaded graph carries (its own, or `split_on_loading`'s), as every rank reads it: from the
+    fields, with no copy of the graph."""
+    if not has_link_split(data):
+        raise ValueError("the graph carries no link split: a link task's graph is split where it is loaded "
+                         "(split_on_loading)")
+    random_pairs = neg_edges(data, HELD_OUT_SPLITS[0]) is not None
+    return LinkSplit(pos_edges(data, "train"), _held_out(data, "val"), _held_out(data, "test"),
+                     undirected=messages_both_ways(data),
+                     source="RandomLinkSplit" if random_pairs else "the dataset's own")

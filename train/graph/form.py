@@ -28,7 +28,7 @@ from train.graph.edge_rows import EDGE_TYPE, EDGE_VALUES, EdgeRows, edge_values
 from train.graph.graphsize import GraphSize
 from train.graph.hetero_meta import HeteroMeta, attach_meta, graph_meta  # noqa: F401 (reached through the form)
 from train.graph.labels import is_multilabel, num_outputs
-from train.graph.link_split import LINK_FIELDS
+from train.graph.link_split import LINK_FIELDS, pos_edges_key
 from train.graph.sampler import build_csc
 from train.graph.typed_csc import TypedSegments, build_typed_csc
 
@@ -226,7 +226,7 @@ class Homogeneous(GraphForm):
         def beside_tensor(name: str) -> Callable[[], Tensor]:
             return lambda: built.pop(name)
 
-        # the labels and node splits where the graph has them, and a graph's own link split (graph/link_split.py)
+        # the labels and node splits where the graph has them, and a link task's split (graph/link_split.py)
         kept = ("x", "y", *SPLITS, *LINK_FIELDS)
         tensors: Shared = {name: graph[name] for name in kept if graph.get(name) is not None}
         tensors.update(self._node_shared(graph))  # a typed graph's node_type (and what else its nodes share)
@@ -290,6 +290,8 @@ class Homogeneous(GraphForm):
             data.edge_attr = torch.empty(size.edges, size.edge_features, device="meta")
         if size.edge_weight:
             data.edge_weight = torch.empty(size.edges, device="meta")
+        if size.link_ids:  # the split's fields, counted as one tensor
+            data[pos_edges_key("train")] = torch.empty(size.link_ids, dtype=torch.long, device="meta")
         return data
 
 

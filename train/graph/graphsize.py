@@ -23,6 +23,7 @@ class GraphSize:
     edge_weight: bool = False  # whether the graph has edge_weight
     meta: HeteroMeta | None = None  # a heterogeneous graph's types (form "heterogeneous"); None: untyped
     multilabel: bool = False  # y of [N, classes] float32 binary tasks (train/graph/labels.py), not [N] int64 classes
+    link_ids: int = 0  # int64 ids of a link split's fields beside the graph (train/graph/link_split.py)
 
     @property
     def type_bytes(self) -> int:

@@ -47,6 +47,7 @@ class DatasetKind(ABC):
     # What it can be trained for (task.name): node classification needs labels; link prediction edges, and takes
     # the dataset's own link split where it has one (train/graph/link_split.py), else makes one.
     tasks: tuple[str, ...] = ("node", "link")
+    own_link_split = False  # its graph carries its own link split (a link task keeps it), else the task makes one
     typed: bool | None = False  # a heterogeneous graph (None: told by its files, data.name=files)
 
     def check(self, data: DataConfig) -> None:
@@ -342,6 +343,7 @@ class OgbLink(OgbNode):
 
     kind = "OGB's link-property dataset"
     tasks = ("link",)
+    own_link_split = True
 
     def __init__(self, name: str, size: GraphSize):
         info = OGB_LINK_DATASETS[name]

@@ -1,16 +1,23 @@
 """The edges a link task predicts, as a loaded graph carries them: the one home of their names and their checks.
 
-A graph with its own link split (ogbl-citation2: train/graph/ogbl.py) is the homogeneous `Data` with `x` and
-`edge_index` (the graph messages pass over, without the held-out edges), and beside them, all long tensors of
-node ids:
+A graph with its own link split (ogbl-citation2: train/graph/ogbl.py), and any other graph once a link task has
+split it where it is loaded (train/graph/edge_split.py: PyG's RandomLinkSplit, once per node), is the homogeneous
+`Data` with `x` and `edge_index` (the graph messages pass over, without the held-out edges), and beside them, all
+long tensors of node ids:
 
 - `train_pos_edge_index` [2, E]: the positive edges to train on, row 0 the source, row 1 the target;
 - `val_pos_edge_index`, `test_pos_edge_index` [2, M]: each split's held-out positive edges;
 - `val_neg_dst`, `test_neg_dst` [M, K], where the dataset gives every positive its own negatives (ogbl-citation2:
   K = 1,000 per positive): the j-th negative of positive i is the edge (`{split}_pos_edge_index[0, i]`,
-  `{split}_neg_dst[i, j]`); the positive is ranked against its K (train/loop/link_metrics.py: MRR, Hits@K).
+  `{split}_neg_dst[i, j]`); the positive is ranked against its K (train/loop/link_metrics.py: MRR, Hits@K);
+- or `val_neg_edge_index`, `test_neg_edge_index` [2, M'], where the split draws negative pairs of its own
+  (RandomLinkSplit: as many as positives), each scored as a pair;
+- `link_undirected`, a bool of no dimensions, where the split says whether its graph is undirected
+  (RandomLinkSplit's: as the loaded graph was; then the positives hold one direction of each pair, the
+  message-passing graph both). Without it the graph passes messages both ways (a dataset's own split).
 
-Such a graph has no node labels (`y`) and no node split (`train_idx`, ...): its seeds are edges.
+The node-shared graph (train/graph/form.py) shares these beside the features, once per node. A dataset's own
+split has no node labels (`y`) and no node split (`train_idx`, ...): its seeds are edges.
 """
 
 from __future__ import annotations
@@ -22,7 +29,8 @@ if TYPE_CHECKING:
 
 
 LINK_SPLITS = ("train", "val", "test")
-RANKED_SPLITS = ("val", "test")  # the splits whose positives may come with their own negatives
+HELD_OUT_SPLITS = ("val", "test")  # the splits scored: each positive with its own negatives, or negative pairs
+UNDIRECTED = "link_undirected"
 
 
 def pos_edges_key(split: str) -> str:
@@ -31,6 +39,10 @@ def pos_edges_key(split: str) -> str:
 
 def neg_dst_key(split: str) -> str:
     return f"{split}_neg_dst"
+
+
+def neg_edges_key(split: str) -> str:
+    return f"{split}_neg_edge_index"
 
 
 def has_link_split(data) -> bool:
@@ -47,6 +59,17 @@ def neg_dst(data, split: str) -> Tensor | None:
     """[M, K]: each positive's own negative targets in `split`, or None where the dataset gives none."""
     key = neg_dst_key(split)
     return data[key] if key in data else None
+
+
+def neg_edges(data, split: str) -> Tensor | None:
+    """[2, M']: the negative pairs of `split`, or None where its positives come with their own negatives."""
+    key = neg_edges_key(split)
+    return data[key] if key in data else None
+
+
+def messages_both_ways(data) -> bool:
+    """Whether the split's graph is undirected: a seed edge then leaves its batch in both directions."""
+    return bool(data[UNDIRECTED]) if UNDIRECTED in data else True
 
 
 def pos_edges_problem(edges: Tensor, num_nodes: int) -> str | None:
@@ -73,5 +96,6 @@ def ids_problem(ids: Tensor, num_nodes: int) -> str | None:
     return f"names node {int(outside[0])}, outside 0..{num_nodes - 1}" if outside.numel() else None
 
 
-# every field a graph's own link split may carry: what the node-shared graph keeps beside the features
-LINK_FIELDS = tuple(map(pos_edges_key, LINK_SPLITS)) + tuple(map(neg_dst_key, RANKED_SPLITS))
+# every field a link split may carry: what the node-shared graph keeps beside the features
+LINK_FIELDS = (*map(pos_edges_key, LINK_SPLITS), *map(neg_dst_key, HELD_OUT_SPLITS),
+               *map(neg_edges_key, HELD_OUT_SPLITS), UNDIRECTED)

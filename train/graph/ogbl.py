@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING
 
 from train.errors import UserError
 from train.graph.link_split import (
+    HELD_OUT_SPLITS,
     LINK_SPLITS,
-    RANKED_SPLITS,
     neg_dst_key,
     neg_dst_problem,
     pos_edges_key,
@@ -127,7 +127,7 @@ def split_fields(name: str, split: str, path: Path, arrays: dict, num_nodes: int
     """One split's fields (train/graph/link_split.py) from OGB's arrays, each checked; a bad one named."""
     import torch  # on use: the config's checks import this module without torch
 
-    wanted = (SOURCE, TARGET, NEGATIVES) if split in RANKED_SPLITS else (SOURCE, TARGET)
+    wanted = (SOURCE, TARGET, NEGATIVES) if split in HELD_OUT_SPLITS else (SOURCE, TARGET)
     missing = [key for key in wanted if key not in arrays]
     if missing:
         raise UserError(f"dataset {name!r}: {path} holds no {', '.join(missing)} (it holds: "

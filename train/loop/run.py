@@ -47,6 +47,7 @@ from train.loop.rundir import decide, job_identity, write_identity
 from train.loop.scores import final_line
 from train.loop.step_vote import StepAgreement
 from train.loop.stop_signals import STOP_SIGNALS, STOPPED, StopSignals, leave_in_order, signal_name, stop_outcome
+from train.loop.tasks import prepared_graph
 from train.storage.faults import StorageError, StorageFault, storage_message
 from train.storage.writes import atomic_write, atomic_write_text, guarded
 
@@ -71,8 +72,9 @@ def run_dir(config: Config, env: DistEnv) -> Path:
 def obtain_graph(config: Config, env: DistEnv) -> Data:
     """Exactly one process prepares (downloads/processes) a dataset; the others wait, then load.
 
-    data.share=node: each node's local rank 0 loads it and the node's ranks map that one copy
-    (train/graph/shared_graph.py); process: every rank loads its own. `data.csc` holds the sampler's CSC.
+    data.share=node: each node's local rank 0 loads it (and a link task splits its edges: graph_loader) and the
+    node's ranks map that one copy (train/graph/shared_graph.py); process: every rank loads its own. `data.csc`
+    holds the sampler's CSC.
     All ranks meet after preparing and again after loading, under data.load_timeout_seconds: a node that
     loads minutes after the others keeps them waiting there, not in the default group's next collective
     (DDP's first broadcast), whose dist.collective_timeout_seconds would end the job.
@@ -85,7 +87,7 @@ def obtain_graph(config: Config, env: DistEnv) -> Data:
         all_meet()
         data, fault = None, None
         try:
-            data = obtain_shared_or_private(config.data, env, late_loader(config.data, env))
+            data = obtain_shared_or_private(config.data, env, graph_loader(config, env))
         except StorageError as exc:
             fault = exc.fault
         all_meet(fault)
@@ -122,11 +124,18 @@ def raise_first(*faults: StorageFault | None) -> None:
         raise StorageError(found)
 
 
-def late_loader(config: DataConfig, env: DistEnv) -> Callable[[DataConfig], Data] | None:
-    """Testing aid: `load_graph` data.load_delay_seconds later on node data.load_delay_node (None: no delay)."""
+def graph_loader(config: Config, env: DistEnv) -> Callable[[DataConfig], Data]:
+    """How the process that loads the graph (a node's local rank 0, or each process) loads it: `load_graph` under
+    this job's data root, then what the task makes of it (tasks.prepared_graph: a link task's edge split), so the
+    node shares the graph its ranks train on."""
+    load = late_loader(config.data, env, partial(load_graph, data_dir=env.data_dir))
+    return lambda data_config: prepared_graph(config, load(data_config))
+
+
+def late_loader(config: DataConfig, env: DistEnv, load: Callable[[DataConfig], Data]) -> Callable[[DataConfig], Data]:
+    """Testing aid: `load`, data.load_delay_seconds later on node data.load_delay_node (as it is elsewhere)."""
     if config.load_delay_seconds <= 0 or env.node_rank != config.load_delay_node:
-        return None
-    load = partial(load_graph, data_dir=env.data_dir)
+        return load
 
     def late(data_config: DataConfig) -> Data:
         time.sleep(config.load_delay_seconds)

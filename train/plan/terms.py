@@ -10,7 +10,7 @@ cannot be measured without a GPU is taken from published figures, named where th
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from train.builtin_models import BUILTINS
 from train.config import Config
@@ -66,6 +66,10 @@ CUDA_CACHE_SLACK = 1.25
 # permutation, the permuted copy); own files read (memory-mapped) with the finiteness check's mask (a byte
 # per feature). Measured: synthetic and own files (bench/plan.py); OGB and PyG from the code.
 CSC_BUILD_ARRAYS = 5
+# A link task's RandomLinkSplit where the graph is loaded (train/graph/edge_split.py) holds the loaded graph and
+# LINK_SPLIT_ARRAYS more of its E: the undirected half and its permutation, each of the three splits' message-passing
+# edges and pairs (measured: 12.8 at 200k nodes, 8M edges).
+LINK_SPLIT_ARRAYS = 13
 LOADING_FIXED_BYTES = 8 * MIB  # what a small graph's loading holds beyond its arrays (measured: 20k nodes)
 LOADER_PEAK = {"synthetic": lambda x, e, n: max(17 * e, 2 * e + 3 * x),
                "ogb": lambda x, e, n: x + 2 * e + 3 * n * INDEX,
@@ -203,16 +207,19 @@ def eval_chunk_targets(config: Config, size: GraphSize, in_width: int, out_width
     return max(1, min(config.sampler.eval_batch_size, int(CHUNK_BYTES // per_target)))
 
 
-def loading_bytes(size: GraphSize, source: str) -> int:
-    """The peak of the process that loads the graph, beyond its runtime: the loader's own peak, or the CSC
-    build on the loaded graph (see CSC_BUILD_ARRAYS), whichever is larger."""
+def loading_bytes(size: GraphSize, source: str, loaded: GraphSize | None = None) -> int:
+    """The peak of the process that loads the graph, beyond its runtime: the loader's own peak, a link task's split
+    of the graph as loaded (`loaded`, where the task holds another graph: held_size), or the CSC build on the graph
+    held (`size`, see CSC_BUILD_ARRAYS), whichever is larger."""
     x_bytes, edge_array = size.nodes * size.features * FLOAT, size.edges * INDEX
+    loaded_edges = (loaded or size).edges * INDEX
+    split = x_bytes + (2 + LINK_SPLIT_ARRAYS) * loaded_edges if loaded is not None else 0
     loaded = shared_graph_bytes(size) + edge_array  # the shared CSC keeps one id per edge, edge_index two
     # edge values: the node-shared graph's writer keeps the int64 perm and one value permuted at a time
     widest = max(size.edge_features * FLOAT, int(size.edge_weight) * FLOAT, size.type_bytes)  # edge_type: typed
     values = (edge_array + size.edges * widest) if widest else 0
     csc_build = loaded + CSC_BUILD_ARRAYS * edge_array + values
-    return int(max(LOADER_PEAK[source](x_bytes, edge_array, size.nodes), csc_build)) + LOADING_FIXED_BYTES
+    return int(max(LOADER_PEAK[source](x_bytes, loaded_edges, size.nodes), csc_build, split)) + LOADING_FIXED_BYTES
 
 
 def loader_kind(name: str) -> str:
@@ -337,6 +344,7 @@ class Setting:
     gpus: bool
     sharing: bool  # data.share=node with more than one rank on the node
     placement: object  # sampler.device auto or cuda on a GPU of known memory: the run's Placement, else None
+    loaded: GraphSize | None = None  # the graph as loaded, where the task holds another (held_size)
 
     @property
     def gpu_sampling(self) -> bool:
@@ -399,7 +407,7 @@ def rank_rows(setting: Setting, size: GraphSize, train_hops: Hops, evaluation: t
     kept = training if gpus else int(TRAINING_KEPT * training)
     steady = sum(rows.values()) - training - eval_host + max(training, kept + eval_host)
     loading = f"while loading ({'local rank 0' if setting.sharing else 'each rank'}): graph, CSC build, loader"
-    rows[loading] = loading_bytes(size, loader_kind(config.data.name))
+    rows[loading] = loading_bytes(size, loader_kind(config.data.name), setting.loaded)
     rows["while training and evaluating"] = steady
     rows["peak"] = max(steady, runtime + rows[loading])
     return rows
@@ -419,14 +427,32 @@ def node_rows(setting: Setting, size: GraphSize, rank: dict) -> dict:
     return rows
 
 
+def held_size(config: Config, size: GraphSize) -> GraphSize:
+    """The graph a run holds (and a node shares), where `size` is the graph loaded: a link task splits a graph
+    without its own split where it is loaded (train/graph/edge_split.py: RandomLinkSplit), so its edges are the
+    training edges, without edge values, and the split's ids lie beside them: each training pair once, each
+    held-out pair and its negative. Counted as undirected, as the sizes count edges (both directions of each)."""
+    from train.graph.kinds import dataset_kind  # here: it imports torch (see shared_graph_bytes)
+
+    if config.task.name != "link" or dataset_kind(config.data.name).own_link_split:
+        return size
+    pairs = size.edges // 2
+    held_out = int(pairs * config.task.val_fraction) + int(pairs * config.task.test_fraction)
+    train = pairs - held_out
+    return replace(size, edges=2 * train, edge_features=0, edge_weight=False, link_ids=2 * train + 4 * held_out)
+
+
 def make_plan(config: Config, size: GraphSize, nodes: int, ranks: int, gpus: bool,
               gpu_bytes: int | None = None) -> Plan:
-    """Bytes per node, per rank and per GPU for `ranks` processes over `nodes` nodes (GPUs of `gpu_bytes`)."""
+    """Bytes per node, per rank and per GPU for `ranks` processes over `nodes` nodes (GPUs of `gpu_bytes`), the
+    graph of `size` loaded and held as the task holds it (`held_size`)."""
+    loaded, size = size, held_size(config, size)
     per_node = ranks // nodes
     sharing = shares_graph(config.data.share, per_node)  # alone on its node, a rank keeps its own copy
     asked = gpus and config.sampler.device != "cpu"
     setting = Setting(config, ranks, per_node, gpus, sharing,
-                      placement_for(config, size, sharing, gpu_bytes) if asked else None)
+                      placement_for(config, size, sharing, gpu_bytes) if asked else None,
+                      loaded if size is not loaded else None)
     train_hops = sampled_hops(batch_seeds(config), config.sampler.num_neighbors, size)
     evaluation = evaluation_bytes(setting, size)
     rank = rank_rows(setting, size, train_hops, evaluation)

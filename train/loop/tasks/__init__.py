@@ -5,6 +5,9 @@ node: node classification (one class or several tasks per node), the default.
 link: link prediction: edges as seeds with negatives, an encoder from the model plug-in and a head.
 """
 
+from torch_geometric.data import Data
+
+from train.config import Config
 from train.loop.tasks.base import BatchResult, Task, TaskParts
 from train.loop.tasks.node import NodeTask
 
@@ -18,4 +21,15 @@ def task_for(parts: TaskParts) -> Task:
     return NodeTask(parts)
 
 
-__all__ = ["BatchResult", "NodeTask", "Task", "TaskParts", "task_for"]
+def prepared_graph(config: Config, data: Data) -> Data:
+    """What the task makes of the graph where it is loaded (a node's local rank 0, or each process), before the
+    node shares it: a link task's edge split (train/graph/edge_split.py), so its ranks map the message-passing
+    graph and the split once per node; node classification trains on the graph as loaded."""
+    if config.task.name == "link":
+        from train.graph.edge_split import split_on_loading
+
+        return split_on_loading(data, config)
+    return data
+
+
+__all__ = ["BatchResult", "NodeTask", "Task", "TaskParts", "prepared_graph", "task_for"]

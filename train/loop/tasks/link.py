@@ -1,12 +1,13 @@
 """Link prediction (`task.name=link`): does an edge join two nodes?
 
-The split (train/graph/edge_split.py): PyG's RandomLinkSplit of the graph's edges, or the dataset's own. The
-seeds are the training edges, reshuffled and sharded over the ranks each epoch as nodes are for node
-classification; each batch samples around both endpoints of its edges and of their negatives, with the seed
-edges taken out of its message-passing edges (train/loop/tasks/link_batches.py). The model: any model of the
-plug-in as the encoder (its out_channels: task.embedding), and a head that scores a pair of embeddings
-(task.head: dot, or an MLP of their elementwise product), both in the model's state_dict, so checkpoints and
-resume hold them. The loss: binary cross-entropy with logits over the positives and the negatives.
+The split (train/graph/edge_split.py): PyG's RandomLinkSplit of the graph's edges, or the dataset's own, made where
+the graph is loaded (tasks.prepared_graph) and carried by it, so a node shares it with its graph. The seeds are
+the training edges, reshuffled and sharded over the ranks each epoch as nodes are for node classification; each
+batch samples around both endpoints of its edges and of their negatives, with the seed edges taken out of its
+message-passing edges (train/loop/tasks/link_batches.py). The model: any model of the plug-in as the encoder (its
+out_channels: task.embedding), and a head that scores a pair of embeddings (task.head: dot, or an MLP of their
+elementwise product), both in the model's state_dict, so checkpoints and resume hold them. The loss: binary
+cross-entropy with logits over the positives and the negatives.
 
 The evaluation scores each split's pairs (each rank its share, in chunks of sampler.eval_batch_size pairs). With
 eval.mode=full the endpoints' embeddings are exact: train/loop/evaluate.py's LayerWisePass computes the encoder's
@@ -94,13 +95,9 @@ class LinkTask(Task):
 
     def __init__(self, parts: TaskParts):
         super().__init__(parts)
-        self.split = link_split(self.data, self.config)  # the same on every rank
+        self.split = link_split(self.data)  # made where the graph was loaded (the graph: the training edges)
         task = self.config.task
         self.negatives = Negatives(task.neg_sampling, task.neg_ratio, int(self.data.num_nodes))
-
-    @property
-    def graph(self) -> Data:
-        return self.split.graph
 
     def build_model(self, spec: ModelSpec, width: int) -> nn.Module:
         encoder = spec.build(width, self.config.task.embedding, self.config.trainer.seed)

@@ -1,0 +1,166 @@
+"""A link task's split is made where the graph is loaded (train/graph/edge_split.py split_on_loading), once per node
+under data.share=node: exactly the split RandomLinkSplit gives called directly (as every rank once called it, so
+the GAE figures stay), carried in link_split.py's fields through the node-shared files, and on 2 real ranks the
+sampler's CSC of the message-passing graph and the split are mappings of the node's one shared segment."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+
+import pytest
+import torch
+from torch_geometric.data import Data
+
+from tests.harness.localjob import run_local_job
+from tests.harness.workers.link_maps import RESULT
+from train.config import Config, load_config
+from train.errors import UserError
+from train.graph.edge_split import link_split, split_on_loading
+from train.graph.epoch_split import derive_seed
+from train.graph.form import HETEROGENEOUS
+from train.graph.link_split import LINK_FIELDS, UNDIRECTED
+from train.graph.sampler import build_csc
+from train.graph.shared_graph import (
+    csc_index_dtype,
+    graph_csc,
+    graph_from_tensors,
+    graph_tensors,
+    map_tensors,
+    write_tensors,
+)
+from train.graph.synthetic import synthetic_graph
+
+LINK = ["data.num_nodes=300", "task.name=link"]
+
+
+def direct_split(data: Data, config: Config) -> tuple[Data, Data, Data]:
+    """PyG's RandomLinkSplit called directly on the loaded graph's edges, as edge_split.py called it on every rank
+    before the split moved to the loading: the same arguments, the globals seeded with derive_seed(seed, 3)."""
+    from torch_geometric.transforms import RandomLinkSplit
+    from torch_geometric.utils import is_undirected
+
+    edges, task, state = data.edge_index, config.task, random.getstate()
+    undirected = is_undirected(edges, num_nodes=data.num_nodes)
+    split = RandomLinkSplit(num_val=task.val_fraction, num_test=task.test_fraction, is_undirected=undirected,
+                            add_negative_train_samples=False)
+    seed = derive_seed(config.trainer.seed, 3)
+    try:
+        with torch.random.fork_rng(devices=[]):
+            random.seed(seed)
+            torch.manual_seed(seed)
+            return split(Data(edge_index=edges, num_nodes=data.num_nodes))
+    finally:
+        random.setstate(state)
+
+
+def loaded(config: Config, directed: bool) -> Data:
+    """The tiny synthetic graph (undirected), or its edges of a smaller source than target only (directed)."""
+    data = synthetic_graph(config.data)
+    if directed:
+        data.edge_index = data.edge_index[:, data.edge_index[0] < data.edge_index[1]]
+    return data
+
+
+def shared_copy(data: Data, tmp_path) -> Data:
+    """`data` as a node's ranks get it: written as the node-shared graph's files and mapped back."""
+    tensors, _size = graph_tensors(data)
+    write_tensors(tmp_path, tensors, {})
+    return graph_from_tensors(map_tensors(tmp_path))
+
+
+@pytest.mark.parametrize("directed", [False, True])
+def test_the_split_made_on_loading_is_exactly_random_link_splits_and_survives_the_node_shared_files(directed, tmp_path):
+    config = load_config("tiny", LINK)
+    train, val, test = direct_split(loaded(config, directed), config)
+    data = split_on_loading(loaded(config, directed), config)
+    assert torch.equal(data.edge_index, train.edge_index)  # the message-passing graph: the training edges only
+    assert torch.equal(data.x, loaded(config, directed).x) and torch.equal(data.y, loaded(config, directed).y)
+    colptr, row, _perm = build_csc(train.edge_index, config.data.num_nodes)
+    ids = csc_index_dtype(config.data.num_nodes, row.numel())
+    mapped = shared_copy(split_on_loading(loaded(config, directed), config), tmp_path)
+    assert {name for name in LINK_FIELDS if name in mapped} == {name for name in LINK_FIELDS if name in data}
+    shared_colptr, shared_row, _ = graph_csc(mapped)
+    assert torch.equal(shared_colptr, colptr.to(ids)) and torch.equal(shared_row, row.to(ids))
+    for split in (link_split(data), link_split(mapped)):
+        assert torch.equal(split.train, train.edge_label_index)
+        for ours, theirs in ((split.val, val), (split.test, test)):
+            assert torch.equal(ours.pairs, theirs.edge_label_index) and ours.ranked_negatives is None
+            assert torch.equal(ours.labels, theirs.edge_label.float())
+        assert split.undirected is (not directed) and split.source == "RandomLinkSplit"
+
+
+def test_a_graph_with_its_own_split_is_kept_as_it_is_and_passes_messages_both_ways():
+    config = load_config("tiny", LINK)
+    data = loaded(config, directed=False)
+    own = {"train_pos_edge_index": data.edge_index[:, :50], "val_pos_edge_index": data.edge_index[:, 50:60],
+           "test_pos_edge_index": data.edge_index[:, 60:70], "val_neg_dst": torch.zeros(10, 3, dtype=torch.long),
+           "test_neg_dst": torch.ones(10, 3, dtype=torch.long)}
+    for name, tensor in own.items():
+        data[name] = tensor
+    assert split_on_loading(data, config) is data and UNDIRECTED not in data
+    split = link_split(data)
+    assert split.undirected and split.source == "the dataset's own"
+    assert torch.equal(split.train, own["train_pos_edge_index"])
+    assert torch.equal(split.test.ranked_negatives, own["test_neg_dst"]) and split.test.labels.tolist() == [1.0] * 10
+
+
+def test_a_link_task_on_a_heterogeneous_graph_is_refused_where_the_graph_is_loaded():
+    typed = HETEROGENEOUS.tiny(40, 3, torch.Generator().manual_seed(0))
+    with pytest.raises(UserError, match=r"task.name=link predicts the edges of a homogeneous graph, but "
+                                        r"data.name='synthetic' is heterogeneous \(node types a, b\)"):
+        split_on_loading(typed, load_config("tiny", LINK))
+
+
+def _digest(tensor: torch.Tensor) -> str:
+    return hashlib.sha256(tensor.contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()[:16]
+
+
+def test_a_link_run_on_two_ranks_maps_the_message_passing_csc_and_the_split_from_the_nodes_one_segment():
+    """Each rank's sampler CSC (of the training edges) and split are the node's shared files, as RandomLinkSplit
+    called directly gives them; no rank splits or builds a CSC of its own."""
+    config = load_config("tiny", ["task.name=link"])
+    job = run_local_job(["data.share=node"], world_size=2, job_id=f"8{os.getpid()}1",
+                        module="tests.harness.workers.link_maps")
+    assert job.returncodes == [0, 0], "\n".join(job.outputs)
+    rows = json.loads(next(line for line in job.outputs[0].splitlines() if line.startswith(RESULT))[len(RESULT):])
+    train, val, test = direct_split(synthetic_graph(config.data), config)
+    colptr, row, _perm = build_csc(train.edge_index, config.data.num_nodes)
+    ids = csc_index_dtype(config.data.num_nodes, row.numel())
+    want = {"colptr": _digest(colptr.to(ids)), "row": _digest(row.to(ids)), "train": _digest(train.edge_label_index),
+            "train_pos_edge_index": _digest(train.edge_label_index)}
+    for name, part in (("val", val), ("test", test)):
+        positive = part.edge_label > 0.5
+        want[f"{name}_pos_edge_index"] = _digest(part.edge_label_index[:, positive])
+        want[f"{name}_neg_edge_index"] = _digest(part.edge_label_index[:, ~positive])
+    want[UNDIRECTED] = _digest(torch.tensor(True))
+    held_out = {name: [_digest(part.edge_label_index), _digest(part.edge_label.float())]
+                for name, part in (("val", val), ("test", test))}
+    for seen in rows:
+        assert {name: t["digest"] for name, t in seen["tensors"].items()} == want, seen["rank"]
+        assert [name for name, t in seen["tensors"].items() if not t["mapped"]] == [], seen["rank"]
+        assert seen["held_out"] == held_out and seen["undirected"], seen["rank"]
+
+
+def test_the_memory_plan_counts_a_link_tasks_graph_as_the_node_shares_it_and_the_split_while_loading():
+    """The node shares the training edges' CSC and the split's ids (not the loaded graph's edges); the process that
+    loads holds the split's arrays at its peak (plan.terms LINK_SPLIT_ARRAYS)."""
+    from train.cli.plan import graph_size
+    from train.graph.data import load_graph
+    from train.graph.kinds import dataset_kind
+    from train.plan.terms import make_plan
+
+    shared = "graph, shared once (/dev/shm or node-local disk)"
+    for extra in ([], ["data.num_nodes=20000", "data.avg_degree=20"]):
+        node, link = load_config("tiny", extra), load_config("tiny", ["task.name=link", *extra])
+        real = graph_tensors(split_on_loading(load_graph(link.data), link))[1]
+        planned = make_plan(link, graph_size(link), 1, 2, gpus=False).rows["node"][shared]
+        assert real <= planned <= 1.01 * real, (planned, real)  # synthetic sizes count the edges before repeats go
+        assert planned > 1.5 * make_plan(node, graph_size(node), 1, 2, gpus=False).rows["node"][shared]
+    loading = "while loading (local rank 0): graph, CSC build, loader"
+    size = dataset_kind("Cora").plan_size(load_config("cora-gcn").data)
+    plans = {task: make_plan(load_config("cora-gcn", [f"task.name={task}"]), size, 1, 2, gpus=False)
+             for task in ("node", "link")}
+    assert plans["link"].rows["rank"][loading] > plans["node"].rows["rank"][loading]
