@@ -62,10 +62,10 @@ def check_input(command: str, rest: list[str]):
     """What every rank would refuse first, checked once: `UserError` (or argparse's exit) when it is wrong.
     Returns the config."""
     from train.__main__ import build_parser
-    from train.config import load_config
+    from train.cli.fit import config_of
 
     args = build_parser().parse_args([command, *rest])
-    config = load_config(args.config, args.overrides)  # before torch loads: a config error takes a moment
+    config = config_of(args)  # before torch loads: a config error takes a moment
     if command == "fit":  # what every rank's preflight checks first that needs no rank (train/cli/preflight.py)
         from train.cli.preflight import check_model_input, check_outputs
         from train.graph.data import dataset_kind
