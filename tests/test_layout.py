@@ -277,3 +277,15 @@ def test_the_login_node_s_config_check_imports_no_torch(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split()[0] == str(len(available_configs())) and "cannot import" not in done.stdout
+
+
+def test_each_stand_in_fixture_has_a_name_of_its_own():
+    """The tests' stand-ins (tests/test_jobs.py's sbatch, tests/test_container_real.py's NGC image, ...) hold different
+    things: one name each, so that a test's parameter says which it gets."""
+    where: dict[str, list[str]] = {}
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef) and "standin" in node.name and any(
+                    "fixture" in ast.unparse(d) for d in node.decorator_list):
+                where.setdefault(node.name, []).append(str(path.relative_to(ROOT)))
+    assert len(where) >= 3 and all(len(paths) == 1 for paths in where.values()), where
