@@ -76,6 +76,20 @@ def check_input(command: str, rest: list[str]):
     return config
 
 
+def for_ranks(rest: list[str]) -> list[str]:
+    """`rest` less make's --config-knob (train/cli/fit.py): the config it names is checked here, so the ranks and the
+    command line shown need only --config."""
+    kept, skip = [], False
+    for word in rest:
+        if not skip and word == "--config-knob":
+            skip = True
+        elif skip or word.startswith("--config-knob="):
+            skip = False
+        else:
+            kept.append(word)
+    return kept
+
+
 def exit_status(exitcode: int) -> int:
     """A rank's exit code as a shell reports it: its own status, or 128 + the signal that ended it."""
     return 128 - exitcode if exitcode < 0 else exitcode
@@ -134,14 +148,15 @@ def main(argv: list[str], environ: dict[str, str] | os._Environ = os.environ) ->
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return EXIT_USER_ERROR
+    rest = for_ranks(options.rest)
     environ.setdefault("OMP_NUM_THREADS", str(threads_per_rank(options.nproc, len(os.sched_getaffinity(0)))))
     # The same run as one command line (torchrun beside this Python: the venv's), with what was set here.
     shown = [f"OMP_NUM_THREADS={environ['OMP_NUM_THREADS']}",
              *([f"PYTHONPATH={environ['PYTHONPATH']}"] if code_dir is not None else []),
              os.path.relpath(Path(sys.executable).with_name("torchrun")), "--standalone",
-             f"--nproc-per-node={options.nproc}", "-m", "train", options.command, *options.rest]
+             f"--nproc-per-node={options.nproc}", "-m", "train", options.command, *rest]
     print(shlex.join(shown), flush=True)
-    return launch(options.nproc, options.command, options.rest, config)
+    return launch(options.nproc, options.command, rest, config)
 
 
 if __name__ == "__main__":

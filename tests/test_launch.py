@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from login.launch import exit_status, threads_per_rank
+from login.launch import exit_status, for_ranks, threads_per_rank
 from train.config import available_configs
 from train.loop.models.user import search_path
 
@@ -84,6 +84,12 @@ def one_error(p: subprocess.CompletedProcess, target: str = "run") -> str:
 ])
 def test_a_bad_input_to_make_run_is_one_error_line_before_any_rank_starts(words, said):
     assert one_error(make("run", *words)).startswith(said)
+
+
+def test_the_ranks_get_the_config_without_make_s_knob_name():
+    assert for_ranks(["--config-knob", "CONFIG", "--config", "tiny", "a.b=1"]) == ["--config", "tiny", "a.b=1"]
+    assert for_ranks(["--config=tiny", "--config-knob=CONFIG", "--timeout", "5"]) == ["--config=tiny", "--timeout", "5"]
+    assert for_ranks(["--config", "tiny"]) == ["--config", "tiny"]
 
 
 @pytest.mark.parametrize("target", ["model-check", "doctor"])
