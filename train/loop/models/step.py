@@ -80,7 +80,7 @@ def one_row_norm(model: nn.Module) -> str:
     from torch_geometric.nn.norm import BatchNorm
 
     single_allowed = {id(norm.module) for norm in model.modules() if isinstance(norm, BatchNorm)
-                      and norm.allow_single_element}
+                      and getattr(norm, "allow_single_element", False)}  # absent from older PyG: never
     return next((name for name, module in batch_norms(model) if id(module) not in single_allowed), "")
 
 
