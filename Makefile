@@ -36,6 +36,9 @@ check-%:
 	@bash lib/checks.sh "make $*" $($*_VARS)
 # `read -r -a NAME <<<"$$VAR"`: a whitespace-separated list as argv words (no globbing, no re-parsing).
 split = read -r -a $(1) <<<"$$$(2)"
+# The config as the recipes give it to python -m train: from the CONFIG setting, which a refusal names
+# (train/cli/fit.py --config-knob).
+config_args = --config-knob CONFIG --config "$$CONFIG"
 
 .PHONY: help setup run model-check test lint clean
 
@@ -64,11 +67,11 @@ setup: $(VENV)/.stamp ## Create the pinned local venv (.venv), idempotent
 
 run: check-run setup ## Train the default config on NPROC local processes (torchrun, gloo on CPU); CODE_DIR= your model's code
 	@$(call split,args,ARGS); \
-	"$$VENV/bin/python" -m login.launch --nproc "$$NPROC" --code-dir "$$CODE_DIR" fit --config "$$CONFIG" "$${args[@]}"
+	"$$VENV/bin/python" -m login.launch --nproc "$$NPROC" --code-dir "$$CODE_DIR" fit $(config_args) "$${args[@]}"
 
 model-check: check-model-check setup ## Check model.name (CODE_DIR= your code, ARGS=) as training will build it; nothing is written
 	@$(call split,args,ARGS); \
-	"$$VENV/bin/python" -m login.launch --code-dir "$$CODE_DIR" model --config "$$CONFIG" "$${args[@]}"
+	"$$VENV/bin/python" -m login.launch --code-dir "$$CODE_DIR" model $(config_args) "$${args[@]}"
 
 test: check-test setup lint ## Lint scripts and run the whole test suite (starts its own SLURM cluster)
 	@$(call split,args,PYTEST_ARGS); "$$VENV/bin/python" -m pytest "$${args[@]}"

@@ -9,8 +9,8 @@ nodes, and names the `make data` that prepares it. --value KEY prints the value 
 give KEY (section.name; make submit DRY_RUN=1 shows trainer.max_restarts), nothing where this Python cannot
 load the config. Exit status 0: valid, or not checkable with this Python
 (then one line on stdout says what was not checked and why); 2: not valid, the package's message on stderr.
-The config needs PyYAML; the dataset needs torch and PyG (train.graph.data), which a login node's python3
-may lack.
+The config needs PyYAML; the dataset's check numpy too (train.graph.data: no shipped config's check imports
+torch, which only loading a graph needs; tests/test_layout.py), which a login node's python3 may lack.
 """
 
 from __future__ import annotations

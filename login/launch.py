@@ -62,10 +62,10 @@ def check_input(command: str, rest: list[str]):
     """What every rank would refuse first, checked once: `UserError` (or argparse's exit) when it is wrong.
     Returns the config."""
     from train.__main__ import build_parser
-    from train.config import load_config
+    from train.cli.fit import config_of
 
     args = build_parser().parse_args([command, *rest])
-    config = load_config(args.config, args.overrides)  # before torch loads: a config error takes a moment
+    config = config_of(args)  # before torch loads: a config error takes a moment
     if command == "fit":  # what every rank's preflight checks first that needs no rank (train/cli/preflight.py)
         from train.cli.preflight import check_model_input, check_outputs
         from train.graph.data import dataset_kind
@@ -74,6 +74,20 @@ def check_input(command: str, rest: list[str]):
         check_model_input(config)
         check_outputs(config)
     return config
+
+
+def for_ranks(rest: list[str]) -> list[str]:
+    """`rest` less make's --config-knob (train/cli/fit.py): the config it names is checked here, so the ranks and the
+    command line shown need only --config."""
+    kept, skip = [], False
+    for word in rest:
+        if not skip and word == "--config-knob":
+            skip = True
+        elif skip or word.startswith("--config-knob="):
+            skip = False
+        else:
+            kept.append(word)
+    return kept
 
 
 def exit_status(exitcode: int) -> int:
@@ -134,14 +148,15 @@ def main(argv: list[str], environ: dict[str, str] | os._Environ = os.environ) ->
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return EXIT_USER_ERROR
+    rest = for_ranks(options.rest)
     environ.setdefault("OMP_NUM_THREADS", str(threads_per_rank(options.nproc, len(os.sched_getaffinity(0)))))
     # The same run as one command line (torchrun beside this Python: the venv's), with what was set here.
     shown = [f"OMP_NUM_THREADS={environ['OMP_NUM_THREADS']}",
              *([f"PYTHONPATH={environ['PYTHONPATH']}"] if code_dir is not None else []),
              os.path.relpath(Path(sys.executable).with_name("torchrun")), "--standalone",
-             f"--nproc-per-node={options.nproc}", "-m", "train", options.command, *options.rest]
+             f"--nproc-per-node={options.nproc}", "-m", "train", options.command, *rest]
     print(shlex.join(shown), flush=True)
-    return launch(options.nproc, options.command, options.rest, config)
+    return launch(options.nproc, options.command, rest, config)
 
 
 if __name__ == "__main__":

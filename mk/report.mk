@@ -20,7 +20,7 @@ ifneq ($(DOCTOR_ON_SLURM),)
 	@$(MAKE) --no-print-directory submit DOCTOR=only JOB_NAME=pyg-doctor
 else
 	@$(call split,args,ARGS); \
-	"$$VENV/bin/python" -m login.launch --nproc "$$NPROC" --code-dir "$$CODE_DIR" doctor --config "$$CONFIG" \
+	"$$VENV/bin/python" -m login.launch --nproc "$$NPROC" --code-dir "$$CODE_DIR" doctor $(config_args) \
 		--timeout "$$DOCTOR_TIMEOUT" "$${args[@]}"
 endif
 

@@ -82,13 +82,26 @@ def test_config_by_path_and_missing(tmp_path):
     path = tmp_path / "mine.yaml"
     path.write_text("trainer:\n  epochs: 2\n")
     assert load_config(str(path)).trainer.epochs == 2
-    with pytest.raises(UserError, match="shipped configs"):
+    with pytest.raises(UserError, match=r"^--config 'nope' is neither a shipped config nor a YAML file; expected a "
+                                        r"shipped config's name \(citeseer-link, .*synthetic.*\) or the path of a "
+                                        r"YAML file \(.yaml, .yml\)\.$"):
         load_config("nope")
     with pytest.raises(UserError, match="does not exist"):
         load_config(str(tmp_path / "absent.yaml"))
     path.write_text("trainer: [1, 2\n")
     with pytest.raises(UserError, match="not valid YAML"):
         load_config(str(path))
+
+
+def test_a_bad_config_is_named_by_the_setting_the_user_gave_it_by(tmp_path):
+    """make gives CONFIG as --config with --config-knob CONFIG: a user who typed CONFIG=nope reads CONFIG=nope."""
+    with pytest.raises(UserError, match=r"^CONFIG='nope' is neither a shipped config nor a YAML file; expected a "
+                                        r"shipped config's name \(.*tiny\) or the path of a YAML file"):
+        load_config("nope", knob="CONFIG")
+    with pytest.raises(UserError, match=r"^config file CONFIG='.*absent.yaml' does not exist\.$"):
+        load_config(str(tmp_path / "absent.yaml"), knob="CONFIG")
+    with pytest.raises(UserError, match=r"^config file '.*absent.yaml' does not exist\.$"):
+        load_config(str(tmp_path / "absent.yaml"))
 
 
 def test_dump_round_trips(tmp_path):

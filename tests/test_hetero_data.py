@@ -24,7 +24,8 @@ from train.graph.data import load_graph
 from train.graph.form import HETEROGENEOUS, form_of, graph_meta
 from train.graph.graphsize import FLOAT, INDEX
 from train.graph.hetero_graph import typed_graph
-from train.graph.heterofiles import IGBH_TYPES, igbh_full, read_hetero
+from train.graph.heterofiles import read_hetero
+from train.graph.igbh import IGBH_TYPES, igbh_full
 from train.graph.kinds import DATASETS
 from train.graph.sampler import FusedNeighborSampler, TorchNeighborSampler
 from train.graph.sampling_plan import plan_sampling

@@ -157,7 +157,7 @@ def test_rgat_and_hetero_gat_keep_mlperfs_shapes():
 
 def test_the_igbh_rgat_config_builds_mlperfs_r_gat_on_igbhs_types():
     from train.config import load_config
-    from train.graph.heterofiles import IGBH_RELATIONS, IGBH_TYPES
+    from train.graph.igbh import IGBH_RELATIONS, IGBH_TYPES
 
     config = load_config("igbh-rgat", ["data.path=/nowhere"])
     assert (config.sampler.num_neighbors, config.sampler.batch_size) == ([15, 10, 5], 1024)

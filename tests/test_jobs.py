@@ -31,7 +31,7 @@ SHELLCHECK = ROOT / ".venv" / "bin" / "shellcheck"
 
 
 @pytest.fixture
-def standin(tmp_path):
+def sbatch_standin(tmp_path):
     """(env, record): PATH starts with the stand-in sbatch; `record` lists its calls."""
     bindir = tmp_path / "bin"
     bindir.mkdir()
@@ -76,8 +76,8 @@ def dry_steps(stdout: str) -> dict[str, list[str]]:
     return steps
 
 
-def test_dry_run_prints_the_sbatch_command_and_the_steps_with_their_pyxis_flags(standin):
-    env, record = standin
+def test_dry_run_prints_the_sbatch_command_and_the_steps_with_their_pyxis_flags(sbatch_standin):
+    env, record = sbatch_standin
     p = make(env, "submit", "NODES=2", "GPUS=4", "DRY_RUN=1")
     assert p.returncode == 0, p.stderr
     words = sbatch_words(p.stdout)
@@ -117,10 +117,10 @@ def squashfs(path: Path) -> Path:
      "ARGS=trainer.epochs=1 optim.lr=0.02"],
     ["IMAGE=none", "GPUS_PER_TASK=0", "DOCTOR=only", "DOCTOR_TIMEOUT=30"],
 ], ids=["registry-install-doctor", "bare-doctor-only"])
-def test_dry_run_steps_are_what_the_job_runs(standin, tmp_path, knobs):
+def test_dry_run_steps_are_what_the_job_runs(sbatch_standin, tmp_path, knobs):
     """The lines `make submit DRY_RUN=1` prints are the job's, word for word: the job script, given the
     environment the printed sbatch command gives it, prints and runs the same steps."""
-    env, record = standin
+    env, record = sbatch_standin
     env.pop("PYTHONPATH", None)  # make exports PYTHONPATH=ROOT to the job (Makefile)
     p = make(env, "submit", "NODES=2", "GPUS=8", "CPUS_PER_TASK=6", "CONFIG=tiny", *knobs, "DRY_RUN=1")
     assert p.returncode == 0, p.stderr
@@ -134,8 +134,8 @@ def test_dry_run_steps_are_what_the_job_runs(standin, tmp_path, knobs):
     assert not record.exists()
 
 
-def test_cpu_only_drops_gpu_options_and_passes_knobs(standin):
-    env, record = standin
+def test_cpu_only_drops_gpu_options_and_passes_knobs(sbatch_standin):
+    env, record = sbatch_standin
     p = make(env, "submit", "NODES=3", "GPUS=6", "GPUS_PER_TASK=0", "CPUS_PER_TASK=2", "IMAGE=none",
              "CONFIG=tiny", "TIME=00:10:00", "PARTITION=debug", "ACCOUNT=proj1", "QOS=high", "MEM=0",
              "ARGS=trainer.epochs=1 optim.lr=0.02", "SBATCH_ARGS=--exclusive --comment=x", "DRY_RUN=1")
@@ -152,16 +152,16 @@ def test_cpu_only_drops_gpu_options_and_passes_knobs(standin):
     assert not record.exists()
 
 
-def test_doctor_knobs_are_part_of_the_printed_command(standin):
-    env, record = standin
+def test_doctor_knobs_are_part_of_the_printed_command(sbatch_standin):
+    env, record = sbatch_standin
     p = make(env, "submit", "NODES=2", "GPUS=4", "IMAGE=none", "DOCTOR=1", "DOCTOR_TIMEOUT=30", "DRY_RUN=1")
     assert p.returncode == 0, p.stderr
     assert (job_env(p.stdout)["DOCTOR"], job_env(p.stdout)["DOCTOR_TIMEOUT"]) == ("1", "30")
     assert not record.exists()
 
 
-def test_submit_prints_job_id_log_path_and_follow_command(standin, tmp_path):
-    env, record = standin
+def test_submit_prints_job_id_log_path_and_follow_command(sbatch_standin, tmp_path):
+    env, record = sbatch_standin
     logs = tmp_path / "joblogs"
     p = make(env, "submit", "NODES=2", "GPUS=4", "IMAGE=none", "GPUS_PER_TASK=0", "CONFIG=tiny",
              "ARGS=trainer.epochs=1", f"LOG_DIR={logs}")
@@ -195,8 +195,8 @@ def test_submit_prints_job_id_log_path_and_follow_command(standin, tmp_path):
     (["DOCTOR=yes"], ["DOCTOR='yes'", "0, 1", "only"]),
     (["DOCTOR=1", "DOCTOR_TIMEOUT=soon"], ["DOCTOR_TIMEOUT='soon'"]),
 ])
-def test_bad_request_names_the_value_and_submits_nothing(standin, args, named):
-    env, record = standin
+def test_bad_request_names_the_value_and_submits_nothing(sbatch_standin, args, named):
+    env, record = sbatch_standin
     p = make(env, "submit", *(["NODES=2", "GPUS=4", "IMAGE=none", "CONFIG=tiny"] + args))
     assert p.returncode != 0
     assert "error:" in p.stderr and "nothing was submitted" in p.stderr
@@ -206,8 +206,8 @@ def test_bad_request_names_the_value_and_submits_nothing(standin, args, named):
     assert not record.exists(), "a failed check still called sbatch"
 
 
-def test_every_problem_is_reported_at_once(standin):
-    env, record = standin
+def test_every_problem_is_reported_at_once(sbatch_standin):
+    env, record = sbatch_standin
     p = make(env, "submit", "NODES=0", "GPUS=x", "GPUS_PER_TASK=3", "CONFIG=nosuchconfig", "IMAGE=/nonexistent.sqsh")
     assert p.returncode != 0
     errors = [ln for ln in p.stderr.splitlines() if ln.startswith("make submit: error: ")]
@@ -216,8 +216,8 @@ def test_every_problem_is_reported_at_once(standin):
     assert not record.exists()
 
 
-def test_srun_line_container_mode(standin):
-    env, record = standin
+def test_srun_line_container_mode(sbatch_standin):
+    env, record = sbatch_standin
     p = make(env, "srun", "NODES=2", "GPUS=4", "IMAGE=nvcr.io#nvidia/pyg:25.05-py3", "CONFIG=tiny")
     assert p.returncode == 0, p.stderr
     lines = p.stdout.strip().splitlines()
@@ -240,8 +240,8 @@ def test_srun_line_container_mode(standin):
     assert not record.exists()
 
 
-def test_srun_line_bare_mode_has_no_pyxis_flags(standin):
-    env, _ = standin
+def test_srun_line_bare_mode_has_no_pyxis_flags(sbatch_standin):
+    env, _ = sbatch_standin
     p = make(env, "srun", "NODES=2", "GPUS=4", "IMAGE=none", "GPUS_PER_TASK=0", "CPUS_PER_TASK=1",
              "CONFIG=tiny", "ARGS=trainer.epochs=1")
     assert p.returncode == 0, p.stderr
@@ -268,8 +268,8 @@ def test_srun_line_bare_mode_has_no_pyxis_flags(standin):
     (["DOCTOR=1", "DOCTOR_TIMEOUT=600", "TIME=10"],
      ["DOCTOR_TIMEOUT=600 seconds is not below TIME='10' (600 seconds)"]),
 ])
-def test_bad_knobs_are_refused_alike_in_a_dry_run_and_a_real_one(standin, tmp_path, args, named):
-    env, record = standin
+def test_bad_knobs_are_refused_alike_in_a_dry_run_and_a_real_one(sbatch_standin, tmp_path, args, named):
+    env, record = sbatch_standin
     regular = tmp_path / "a-file"
     regular.write_text("not a folder\n")
     args = [a.replace("FILE", str(regular)) for a in args]
@@ -305,8 +305,8 @@ def test_memory_above_what_the_partitions_nodes_have_is_refused(cluster_standin)
 
 # ---- the image is an image before the job waits in the queue (issue 20 §2) ------------------------------
 
-def test_an_image_that_is_no_squashfs_is_refused_before_the_queue(standin, tmp_path):
-    env, record = standin
+def test_an_image_that_is_no_squashfs_is_refused_before_the_queue(sbatch_standin, tmp_path):
+    env, record = sbatch_standin
     not_sqsh = tmp_path / "pyg.sqsh"
     not_sqsh.write_bytes(b"PK\x03\x04 a zip, not a squashfs")
     folder = tmp_path / "folder.sqsh"
@@ -327,8 +327,8 @@ def test_an_image_that_is_no_squashfs_is_refused_before_the_queue(standin, tmp_p
     assert not record.exists()
 
 
-def test_a_squashfs_image_is_taken_as_an_absolute_path(standin, tmp_path):
-    env, _ = standin
+def test_a_squashfs_image_is_taken_as_an_absolute_path(sbatch_standin, tmp_path):
+    env, _ = sbatch_standin
     image = squashfs(tmp_path / "images" / "pyg.sqsh")
     p = make(env, "srun", "NODES=2", "GPUS=4", "CONFIG=tiny", f"IMAGE={os.path.relpath(image, ROOT)}")
     assert p.returncode == 0, p.stderr
@@ -358,8 +358,8 @@ def test_an_unreadable_image_and_an_unwritable_log_dir_are_refused(tmp_path):
         shutil.rmtree(shared)
 
 
-def test_srun_checks_like_submit(standin):
-    env, _ = standin
+def test_srun_checks_like_submit(sbatch_standin):
+    env, _ = sbatch_standin
     p = make(env, "srun", "NODES=2", "GPUS=3")
     assert p.returncode != 0 and "GPUS=3 is not a multiple of NODES=2" in p.stderr
     assert p.stdout == ""
@@ -418,8 +418,8 @@ def test_scripts_are_shellcheck_clean():
 
 
 @pytest.fixture
-def cluster_standin(standin):
-    env, record = standin
+def cluster_standin(sbatch_standin):
+    env, record = sbatch_standin
     standin_bin.install(Path(env["PATH"].split(":")[0]), "sinfo")  # partitions gpu (2 x 4 A100) and cpu (3 x 8)
     return env, record
 
@@ -461,8 +461,8 @@ def test_requests_that_fit_are_submitted(cluster_standin, args):
     assert "Submitted job 4242" in p.stdout and record.exists()
 
 
-def test_without_sinfo_it_says_what_was_not_checked(standin, tmp_path):
-    env, _ = standin
+def test_without_sinfo_it_says_what_was_not_checked(sbatch_standin, tmp_path):
+    env, _ = sbatch_standin
     tools = tmp_path / "tools"  # every program of PATH but sinfo
     tools.mkdir()
     for folder in reversed(env["PATH"].split(":")):
@@ -613,8 +613,8 @@ def test_the_table_is_the_only_list_of_the_settings():
         assert not found, f"{path.relative_to(ROOT)} lists settings itself: {found.group(0)!r}"
 
 
-def test_what_make_passes_submit_checks_and_forwards_are_the_tables_rows(standin, tmp_path):
-    env, record = standin
+def test_what_make_passes_submit_checks_and_forwards_are_the_tables_rows(sbatch_standin, tmp_path):
+    env, record = sbatch_standin
     rows = knobs()
     # make: what reaches jobs/submit.sh (its export list), and lib/checks.sh's shape of each
     p = subprocess.run(["make", "-pq", "help"], cwd=ROOT, env=env, capture_output=True, text=True)
@@ -656,8 +656,8 @@ def test_what_make_passes_submit_checks_and_forwards_are_the_tables_rows(standin
     (["submit", "NODE=2", "DRY_RUN=1"], "NODES"), (["submit", "nodes=2", "DRY_RUN=1"], "NODES"),
     (["submit", "CPU_PER_TASK=2", "DRY_RUN=1"], "CPUS_PER_TASK"), (["help", "GPU=1"], "GPUS"),
     (["help", "NPROCS=1"], "NPROC")])
-def test_a_mistyped_setting_is_refused_naming_the_valid_ones(standin, call, meant):
-    env, record = standin
+def test_a_mistyped_setting_is_refused_naming_the_valid_ones(sbatch_standin, call, meant):
+    env, record = sbatch_standin
     p = make(env, *call)
     assert p.returncode == 2, p.stdout + p.stderr
     typo = call[1].split("=")[0]
@@ -666,9 +666,9 @@ def test_a_mistyped_setting_is_refused_naming_the_valid_ones(standin, call, mean
     assert not record.exists()
 
 
-def test_another_variable_passes_to_the_job_and_a_typo_of_a_value_name_is_named(standin):
+def test_another_variable_passes_to_the_job_and_a_typo_of_a_value_name_is_named(sbatch_standin):
     """NCCL_DEBUG=INFO on the command line is an environment variable for the job (--export=ALL), not a typo."""
-    env, record = standin
+    env, record = sbatch_standin
     p = make(env, "submit", "IMAGE=none", "CONFIG=tiny", "NCCL_DEBUG=INFO", "HOME=/nonexistent-home")
     assert p.returncode == 0 and "not a setting" not in p.stderr, p.stderr
     assert "Submitted job 4242" in p.stdout and record.exists()
@@ -713,8 +713,8 @@ SINFO_ERRORS = ("sinfo: error: resolve_ctls_from_dns_srv: res_nsearch error: Unk
                 "sinfo: fatal: Could not establish a configuration source\n")
 
 
-def test_no_controller_is_said_once_in_a_dry_run_and_stops_a_real_submit(standin):
-    env, record = standin
+def test_no_controller_is_said_once_in_a_dry_run_and_stops_a_real_submit(sbatch_standin):
+    env, record = sbatch_standin
     bindir = Path(env["STANDIN_DIR"])
     standin_bin.install(bindir, "sinfo", "failing")  # what sinfo prints on a machine with no slurm.conf
     (bindir / "sinfo.err").write_text(SINFO_ERRORS)
@@ -749,8 +749,9 @@ def make_tree_copy(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize("knob, default", [("DOCTOR_TIMEOUT", "77"), ("GPUS_PER_TASK", "0")])
-def test_a_knob_default_changed_in_one_place_is_what_help_submit_and_the_job_use(standin, tmp_path, knob, default):
-    env, record = standin
+def test_a_knob_default_changed_in_one_place_is_what_help_submit_and_the_job_use(sbatch_standin, tmp_path, knob,
+                                                                                 default):
+    env, record = sbatch_standin
     copy = make_tree_copy(tmp_path)
     table = copy / "jobs" / "knobs.md"
     text, count = re.subn(rf"^(\| *{knob} *\| *)\S+", rf"\g<1>{default}", table.read_text(), flags=re.M)
@@ -826,8 +827,8 @@ def test_the_image_kind_is_decided_in_one_function(image, kind):
         assert not re.search(r"\$\{?(IMAGE|image|1)\}? [!=]= none", script.read_text()), script
 
 
-def test_the_cluster_is_asked_once_and_each_limit_checked_on_that_answer(standin):
-    env, record = standin
+def test_the_cluster_is_asked_once_and_each_limit_checked_on_that_answer(sbatch_standin):
+    env, record = sbatch_standin
     bindir = Path(env["STANDIN_DIR"])
     standin_bin.install(bindir, "sinfo", "fixed-output")  # records each call's arguments
     (bindir / "sinfo.out").write_text("big*|n1|4|gpu:2|8000|1:00:00\nbig*|n2|4|gpu:2|8000|1:00:00\n")

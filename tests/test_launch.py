@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from login.launch import exit_status, threads_per_rank
+from login.launch import exit_status, for_ranks, threads_per_rank
 from train.config import available_configs
 from train.loop.models.user import search_path
 
@@ -76,14 +76,26 @@ def one_error(p: subprocess.CompletedProcess, target: str = "run") -> str:
 @pytest.mark.parametrize(("words", "said"), [
     (["ARGS=optim.lr=abc"], "error: optim.lr='abc' must be of type float."),
     (["ARGS=model.name=nonexistent"], "error: model.name='nonexistent' is not valid; expected one of: sage,"),
-    (["CONFIG=nope"], "error: --config 'nope' is neither a shipped config nor a YAML file; shipped configs: "
-                      f"{', '.join(available_configs())}."),
+    (["CONFIG=nope"], "error: CONFIG='nope' is neither a shipped config nor a YAML file; expected a shipped config's "
+                      f"name ({', '.join(available_configs())}) or the path of a YAML file (.yaml, .yml)."),
     (["ARGS=trainer.epoch=3"], "error: unknown config key 'trainer.epoch'; valid trainer keys: epochs,"),
     (["ARGS=data.name=Coraa"], "error: data.name='Coraa' is not known; expected one of: synthetic,"),
     (["ARGS=data.name=files"], "error: data.name=files needs data.path:"),  # the kind's own need, not just the name
 ])
 def test_a_bad_input_to_make_run_is_one_error_line_before_any_rank_starts(words, said):
     assert one_error(make("run", *words)).startswith(said)
+
+
+def test_the_ranks_get_the_config_without_make_s_knob_name():
+    assert for_ranks(["--config-knob", "CONFIG", "--config", "tiny", "a.b=1"]) == ["--config", "tiny", "a.b=1"]
+    assert for_ranks(["--config=tiny", "--config-knob=CONFIG", "--timeout", "5"]) == ["--config=tiny", "--timeout", "5"]
+    assert for_ranks(["--config", "tiny"]) == ["--config", "tiny"]
+
+
+@pytest.mark.parametrize("target", ["model-check", "doctor"])
+def test_make_model_check_and_doctor_name_a_bad_config_by_make_s_config(target):
+    line = one_error(make(target, "CONFIG=nope.yaml"), target)
+    assert line == "error: config file CONFIG='nope.yaml' does not exist."
 
 
 def test_the_test_hooks_are_not_listed_among_the_trainers_keys_but_still_taken():

@@ -25,7 +25,15 @@ from train.graph.form import attach_edge_rows
 from train.graph.in_edges import in_edge_batch
 from train.graph.sampler import build_csc, make_node_loader
 from train.loop.evaluate import GraphAt, in_degree
-from train.loop.models import ModelStep, build_model, edge_inputs, graph_edge_width, layerwise, resolve
+from train.loop.models import (
+    ModelStep,
+    build_model,
+    edge_inputs,
+    graph_edge_values,
+    graph_edge_width,
+    layerwise,
+    resolve,
+)
 from train.loop.models.contract import check_model
 
 EDGE_DIM = 3
@@ -222,6 +230,19 @@ def test_edge_dim_must_be_the_graphs_edge_feature_width():
         spec.check_edges(graph_edge_width(Data(x=torch.zeros(3, 2))))
     spec.check_edges(graph_edge_width(Data(edge_attr=torch.zeros(5, 4))))  # the right width: accepted
     resolve(ModelConfig(name="gat")).check_edges(3)  # no edge_dim: the model reads no edge features, accepted
+
+
+def test_the_graphs_edge_values_are_read_through_the_forms_accessor(monkeypatch):
+    """graph_edge_values reads the rows kept beside the CSC as attach_edge_rows keeps them, whatever the attribute's
+    name: renamed, they are still found (read by name elsewhere, they would silently read as none)."""
+    import train.graph.form as form
+
+    monkeypatch.setattr(form, "EDGE_ROWS", "renamed_edge_rows")
+    kept = attach_edge_rows(Data(), EdgeRows({"edge_weight": torch.ones(5)}, torch.arange(5), csc_order=True))
+    assert "edge_rows" not in kept.__dict__ and form.edge_rows_attached(kept)
+    assert torch.equal(graph_edge_values(kept)["edge_weight"], torch.ones(5))
+    assert graph_edge_values(Data(edge_attr=torch.zeros(5, 4))).keys() == {"edge_attr"}  # the graph's own
+    assert graph_edge_values(attach_edge_rows(Data(), None)) == {}  # a graph without edge values
 
 
 # ---- on 2 ranks: GAT(edge_dim) under DDP (the issue's failure) and the exact evaluation with edge tensors ----

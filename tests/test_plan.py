@@ -337,3 +337,48 @@ def test_a_typed_graph_s_plan_trims_only_what_its_model_trims():
     hops = sampled_hops(256, [10, 5], size)
     untrimmed = forward_bytes(through, size, hops, backward=True)
     assert untrimmed > forward_bytes(load_config("hetero-synthetic", ["model.name=hetero-sage"]), size, hops, True)
+
+
+def test_gine_s_step_holds_each_layer_s_projection_of_the_edges_features():
+    """GINEConv turns every edge's edge_attr into a row of the layer's input width (its `lin`), adds it to the
+    source's row and keeps the ReLU's output for the backward pass: a training step holds E x width floats of every
+    layer (E the edges that layer computes), an evaluation's step one layer's at a time. GIN, on the same graph and
+    hops, holds none of it; without edge features GINE neither."""
+    from train.plan.terms import forward_bytes, layer_widths, sampled_hops
+
+    gine = load_config("synthetic-edges")
+    gin = load_config("synthetic-edges", ["model.name=gin", "model.kwargs={}"])
+    size = GraphSize(6000, 72_000, 16, 8, (3600, 1200, 1200), edge_features=8)
+    hops = sampled_hops(256, [10, 10], size)
+    widths = layer_widths(gine, size)  # (16, 64), (64, 8): trimmed, layer 0 computes both hops' edges, layer 1 one
+    layer_edges = (sum(hops.edges[:2]), sum(hops.edges[:1]))
+    projections = [edges * width_in * 4 for edges, (width_in, _out) in zip(layer_edges, widths)]
+    assert forward_bytes(gine, size, hops, backward=True) - forward_bytes(gin, size, hops, backward=True) \
+        == sum(projections) > 0
+    messages = [edges * width_in * 4 for edges, (width_in, _out) in zip(layer_edges, widths)]  # one row per edge
+    assert forward_bytes(gine, size, hops, backward=False) - forward_bytes(gin, size, hops, backward=False) \
+        == max(m + p for m, p in zip(messages, projections)) - max(messages)
+    plain = GraphSize(6000, 72_000, 16, 8, (3600, 1200, 1200))
+    assert forward_bytes(gine, plain, hops, backward=True) == forward_bytes(gin, plain, hops, backward=True)
+
+
+@pytest.mark.parametrize("model", ["sage", "gine"])
+def test_the_evaluation_s_chunk_holds_its_in_edges_values(model):
+    """The exact evaluation gathers each chunk's in-edges' values (e_id and the values the graph keeps:
+    train/loop/evaluate.py GraphAt.chunk_edges), and GINE projects them to the layer's input width: the plan's
+    chunk counts them per in-edge of the chunk, on the same chunks as a graph without them."""
+    from train.plan.terms import eval_chunk_targets, full_eval_bytes, full_neighbourhood
+
+    config = load_config("synthetic-edges", [f"model.name={model}", "eval.mode=full"]
+                         + (["model.kwargs={}"] if model == "sage" else []))
+    with_values = GraphSize(6000, 72_000, 16, 8, (3600, 1200, 1200), edge_features=8)
+    without = GraphSize(6000, 72_000, 16, 8, (3600, 1200, 1200))
+    hidden = config.model.hidden
+    first = full_neighbourhood(eval_chunk_targets(config, with_values, 16, hidden), with_values).total_edges
+    later = full_neighbourhood(eval_chunk_targets(config, with_values, hidden, hidden), with_values).total_edges
+    extra = {"sage": (first * (8 + 8 * 4), later * (8 + 8 * 4)),
+             "gine": (first * (8 + 8 * 4 + 16 * 4), later * (8 + 8 * 4 + hidden * 4))}[model]
+    kept, gathered, work = full_eval_bytes(config, with_values, 1)
+    kept_without, gathered_without, work_without = full_eval_bytes(config, without, 1)
+    assert (kept, gathered) == (kept_without, gathered_without)
+    assert min(extra) <= work - work_without <= max(extra) and work > work_without

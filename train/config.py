@@ -25,6 +25,7 @@ from train.files import DuplicateKey, check_file, load_yaml, read_text  # noqa: 
 from train.storage.writes import atomic_write_text
 
 CONFIG_DIR = Path(__file__).parent / "configs"
+CONFIG_OPTION = "--config"  # what python -m train calls the config; make gives its own name for it (--config-knob)
 
 
 @dataclass(frozen=True)
@@ -211,17 +212,24 @@ def available_configs() -> list[str]:
     return sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
 
 
-def config_path(name_or_path: str) -> Path:
-    """A shipped config by name (`synthetic`) or a YAML file by path."""
+def config_given(name_or_path: str, knob: str = CONFIG_OPTION) -> str:
+    """The config as the user gave it, for messages: `--config 'x'` to python -m train, `CONFIG='x'` to make."""
+    return f"{knob} {name_or_path!r}" if knob.startswith("-") else f"{knob}={name_or_path!r}"
+
+
+def config_path(name_or_path: str, knob: str = CONFIG_OPTION) -> Path:
+    """A shipped config by name (`synthetic`) or a YAML file by path; a bad one is named as `knob` gave it (the
+    command line's --config, make's CONFIG)."""
     path = Path(name_or_path)
     if path.suffix in (".yaml", ".yml") or "/" in name_or_path:
-        check_file(path, f"config file {name_or_path!r}", allow_empty=True)  # empty: refused with its own words
+        given = repr(name_or_path) if knob == CONFIG_OPTION else config_given(name_or_path, knob)
+        check_file(path, f"config file {given}", allow_empty=True)  # empty: refused with its own words
         return path
     shipped = CONFIG_DIR / f"{name_or_path}.yaml"
     if not shipped.is_file():
         raise UserError(
-            f"--config {name_or_path!r} is neither a shipped config nor a YAML file; "
-            f"shipped configs: {', '.join(available_configs())}."
+            f"{config_given(name_or_path, knob)} is neither a shipped config nor a YAML file; expected a shipped "
+            f"config's name ({', '.join(available_configs())}) or the path of a YAML file (.yaml, .yml)."
         )
     return shipped
 
@@ -424,8 +432,10 @@ def parse_override(text: str) -> tuple[str, str, Any]:
     return section, key, value
 
 
-def load_config(name_or_path: str = "synthetic", overrides: list[str] | tuple[str, ...] = ()) -> Config:
-    path = config_path(name_or_path)
+def load_config(name_or_path: str = "synthetic", overrides: list[str] | tuple[str, ...] = (),
+                knob: str = CONFIG_OPTION) -> Config:
+    """The config `name_or_path` (config_path; a bad one named as `knob` gave it) with its overrides, checked."""
+    path = config_path(name_or_path, knob)
     raw = read_config_file(path)
     for override in overrides:
         section, key, value = parse_override(override)

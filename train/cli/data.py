@@ -5,14 +5,14 @@ from __future__ import annotations
 import os
 
 from train.cli.fit import add_config_arguments as add_arguments  # noqa: F401  (same arguments as fit)
-from train.config import load_config
+from train.cli.fit import config_of
 
 
 def main(args) -> int:
     from train.cluster.distenv import job_facts
     from train.graph.data import dataset_kind, prepare_dataset
 
-    config = load_config(args.config, args.overrides)
+    config = config_of(args)
     facts, _sources = job_facts(os.environ)  # DATA_DIR, read here at the entry
     root = prepare_dataset(config.data, facts["data_dir"])
     print(f"dataset {config.data.name} ready under {root}: {dataset_kind(config.data).describe()}")

@@ -5,13 +5,20 @@ from __future__ import annotations
 import faulthandler
 import os
 
-from train.config import available_configs, load_config
+from train.config import CONFIG_OPTION, Config, available_configs, load_config
 
 
 def add_config_arguments(parser) -> None:
-    parser.add_argument("--config", default="synthetic",
+    parser.add_argument(CONFIG_OPTION, default="synthetic",
                         help=f"a shipped config ({', '.join(available_configs())}) or a YAML path")
+    parser.add_argument("--config-knob", default=CONFIG_OPTION, metavar="NAME",
+                        help="the setting the user gave the config by, which a refusal names (make passes CONFIG)")
     parser.add_argument("overrides", nargs="*", metavar="section.key=value", help="e.g. trainer.epochs=3")
+
+
+def config_of(args) -> Config:
+    """The config the command line names, with its overrides; a bad name is told as the user gave it."""
+    return load_config(args.config, args.overrides, args.config_knob)
 
 
 add_arguments = add_config_arguments
@@ -24,7 +31,7 @@ def main(args) -> int:
 
     StopSignals.shared().install()  # first: a stop signal while torch loads is kept, not fatal
     faulthandler.enable()  # a crash in native code (SIGSEGV, SIGBUS, SIGABRT) prints the rank's Python stack
-    config = load_config(args.config, args.overrides)  # config errors before any rendezvous
+    config = config_of(args)  # config errors before any rendezvous
     env = resolve(os.environ, command=command_line())  # before torch: a refusal takes well under a second
     from train.cli.preflight import check_fit
     from train.cluster.devices import refuse_invisible_gpus

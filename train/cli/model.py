@@ -9,8 +9,8 @@ image where it can: jobs/lib/code_dir.sh); exit status 2 with a message naming w
 
 from __future__ import annotations
 
-from train.cli.fit import add_config_arguments
-from train.config import check_layer_fanouts, load_config
+from train.cli.fit import add_config_arguments, config_of
+from train.config import check_layer_fanouts
 
 add_arguments = add_config_arguments
 
@@ -19,7 +19,7 @@ def main(args) -> int:
     from train.loop.models import layerwise, resolve
     from train.loop.models.contract import check_model
 
-    config = load_config(args.config, args.overrides)
+    config = config_of(args)
     step = check_model(config.model)
     check_layer_fanouts(config, step.uses_graph)  # the user's model: one fanout per layer if it reads the graph
     spec = resolve(config.model)

@@ -17,7 +17,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from train.config import Config, load_config
+from train.config import Config
 from train.errors import UserError
 from train.loop.killed_rank import NODE_MEMORY_REMEDIES, figures_of_plan, figures_text, memory_words
 from train.plan.terms import GIB, GraphSize, Plan, make_plan, shared_graph_bytes
@@ -169,7 +169,9 @@ def add_arguments(parser) -> None:
 
 
 def main(args) -> int:
-    config = load_config(args.config, args.overrides)
+    from train.cli.fit import config_of
+
+    config = config_of(args)
     ranks = args.gpus if args.gpus is not None else args.nodes
     if args.nodes < 1 or ranks < 1:
         raise UserError(f"--nodes={args.nodes} and --gpus={ranks} must be positive integers.")

@@ -69,6 +69,12 @@ def check_model_input(config: Config) -> None:
     """The model: imported, model.kwargs checked, run on a tiny sampled batch, and its fanouts against its layers
     (a user's model says only through its forward whether it reads the graph)."""
     from train.loop.models.contract import check_model
+    from train.loop.tasks import task_class
 
     step = check_model(config.model)
     check_layer_fanouts(config, step.uses_graph)
+    if step.one_row_norm and config.sampler.batch_size == 1 and task_class(config.task.name).seed_is_one_row:
+        raise UserError(f"sampler.batch_size=1 makes every batch one node, and the model's batch norm "
+                        f"({step.one_row_norm}) cannot train on one row (its batch statistics); give a "
+                        "sampler.batch_size of 2 or more, or a norm without batch statistics (model.kwargs.norm, "
+                        "e.g. layer_norm).")

@@ -9,9 +9,8 @@ import os
 import sys
 import time
 
-from train.cli.fit import add_config_arguments
+from train.cli.fit import add_config_arguments, config_of
 from train.cluster.distenv import resolve
-from train.config import load_config
 from train.doctor.findings import CPU_SIZES, FAIL, GPU_SIZES, Finding, failed, parse_sizes
 from train.doctor.probes import collect_record, pre_rendezvous
 from train.doctor.rendezvous import Unreachable, after_rendezvous, open_store
@@ -34,7 +33,7 @@ def main(args) -> int:
     """Read the process environment here, once, and hand it down."""
     started = time.monotonic()
     environ = os.environ
-    config = load_config(args.config, args.overrides)
+    config = config_of(args)
     if args.timeout <= 0:
         raise UserError(f"--timeout {args.timeout:g} must be > 0 seconds.")
     if args.iters < 1:

@@ -34,3 +34,13 @@ def rank_shard(nodes: Tensor, rank: int, world_size: int) -> Tensor:
 
 def shard_sizes(total: int, world_size: int) -> list[int]:
     return [total // world_size + (1 if r < total % world_size else 0) for r in range(world_size)]
+
+
+def lone_seed_ranks(total: int, world_size: int, batch_size: int) -> list[int]:
+    """The ranks whose share of `total` seeds (rank_shard) ends on a batch of one seed."""
+    return [rank for rank, size in enumerate(shard_sizes(total, world_size)) if size % batch_size == 1]
+
+
+def without_lone_seed(shard: Tensor, batch_size: int) -> Tensor:
+    """`shard` less its last seed where that seed would be a batch of its own (see lone_seed_ranks)."""
+    return shard[:-1] if shard.numel() % batch_size == 1 else shard

@@ -53,10 +53,23 @@ def graph_csc(data: Data) -> CSC | None:
     return data.__dict__.get("csc")
 
 
+EDGE_ROWS = "edge_rows"  # the plain attribute that keeps a graph's EdgeRows: attach_edge_rows and its readers
+
+
 def attach_edge_rows(data: Data, rows: EdgeRows | None) -> Data:
     """Keep the edges' values and ids (train/graph/edge_rows.py) beside the CSC, outside Data's store (as the CSC)."""
-    object.__setattr__(data, "edge_rows", rows)
+    object.__setattr__(data, EDGE_ROWS, rows)
     return data
+
+
+def edge_rows_attached(data) -> bool:
+    """Whether attach_edge_rows has run on `data` (it may have kept None: a graph without edge values)."""
+    return EDGE_ROWS in getattr(data, "__dict__", {})
+
+
+def graph_edge_rows(data) -> EdgeRows | None:
+    """The EdgeRows attach_edge_rows kept beside `data`'s CSC (None: none kept, or not attached yet)."""
+    return getattr(data, "__dict__", {}).get(EDGE_ROWS)
 
 
 def graph_segments(data) -> TypedSegments | None:
@@ -189,10 +202,10 @@ class Homogeneous(GraphForm):
 
     def edge_rows(self, graph: Data) -> EdgeRows | None:
         """Built once: a rank's own graph keeps its values in the user's order, read through the CSC's perm."""
-        if "edge_rows" not in graph.__dict__:
+        if not edge_rows_attached(graph):
             values = edge_values(graph)
             attach_edge_rows(graph, EdgeRows(values, self.structure(graph)[2], csc_order=False) if values else None)
-        return graph.__dict__["edge_rows"]
+        return graph_edge_rows(graph)
 
     def shared_tensors(self, graph: Data) -> tuple[Shared, int]:
         """The features, labels and splits (and the form's other node tensors), then the CSC (and what the form
@@ -335,10 +348,10 @@ class Heterogeneous(Homogeneous):
 
     def edge_rows(self, graph: Data) -> EdgeRows:
         """The edges' values and types in the user's order (the order of edge_index), read through the CSC's perm."""
-        if "edge_rows" not in graph.__dict__:
+        if not edge_rows_attached(graph):
             attach_edge_rows(graph, EdgeRows(edge_values(graph), self.structure(graph)[2], csc_order=False,
                                              types=graph.edge_type))
-        return graph.__dict__["edge_rows"]
+        return graph_edge_rows(graph)
 
     def _edge_stored(self, graph: Data) -> dict[str, Tensor]:
         return {**edge_values(graph), EDGE_TYPE: graph.edge_type}

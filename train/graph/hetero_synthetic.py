@@ -11,12 +11,15 @@ no signal (a featureless type: the model's learned embedding). A model that read
 
 from __future__ import annotations
 
-import torch
-from torch import Tensor
-from torch_geometric.data import HeteroData
+from typing import TYPE_CHECKING
 
 from train.config import DataConfig
 from train.graph.hetero_meta import HeteroMeta
+
+if TYPE_CHECKING:  # torch and PyG on use: the config's checks read its types (hetero_synthetic_meta) without them
+    import torch
+    from torch import Tensor
+    from torch_geometric.data import HeteroData
 
 AUTHORS_PER_PAPER = 3
 AUTHOR_SIGNAL = 2.0  # author features: class centroid strength against unit noise
@@ -40,6 +43,8 @@ def hetero_synthetic_meta(config: DataConfig) -> HeteroMeta:
 def _same_class_pick(classes_from: Tensor, pool_classes: Tensor, homophily: float, gen: torch.Generator) -> Tensor:
     """For each entry of `classes_from`, a node of the pool: of the same class with probability `homophily`,
     else of a uniformly random class; uniform within the class."""
+    import torch
+
     num_classes = int(pool_classes.max()) + 1
     by_class = torch.argsort(pool_classes, stable=True)
     count = torch.bincount(pool_classes, minlength=num_classes)
@@ -53,6 +58,9 @@ def _same_class_pick(classes_from: Tensor, pool_classes: Tensor, homophily: floa
 
 def hetero_synthetic(config: DataConfig) -> HeteroData:
     """The graph as a PyG `HeteroData`: papers (y and the split), authors, venues, and their relations."""
+    import torch
+    from torch_geometric.data import HeteroData
+
     gen = torch.Generator().manual_seed(config.seed)
     papers, classes, width = config.num_nodes, config.num_classes, config.num_features
     authors = hetero_synthetic_meta(config).counts[1]

@@ -13,7 +13,8 @@ IGBH (IllinoisGraphBenchmark/IGB-Datasets, MLPerf's GNN benchmark): `<path>/[pro
 `<src>__<rel>__<dst>/edge_index.npy` (E x 2), for MLPerf's four node types and relations. Its split is IGB's:
 the first 60% of the papers train, the next 20% validate, the rest test (`paper/train_idx.npy` and
 `val_idx.npy` there take precedence: MLPerf's own split). Each relation's reverse is added (`rev_<rel>`), as
-MLPerf's reference does, so messages reach papers from authors, institutes and fields.
+MLPerf's reference does, so messages reach papers from authors, institutes and fields. Its types, relations, label
+files and published sizes, which the config's checks read without torch: train/graph/igbh.py.
 """
 
 from __future__ import annotations
@@ -29,13 +30,8 @@ from train.config import DataConfig
 from train.errors import UserError
 from train.graph.graphfiles import ARRAYS, SUFFIXES, _read_array
 from train.graph.graphsize import GraphSize
+from train.graph.igbh import IGBH_RELATIONS, IGBH_SPLIT, IGBH_TYPES, igbh_label_name
 from train.graph.labels import num_outputs
-
-IGBH_TYPES = ("paper", "author", "institute", "fos")
-IGBH_RELATIONS = (("paper", "cites", "paper"), ("paper", "written_by", "author"),
-                  ("author", "affiliated_to", "institute"), ("paper", "topic", "fos"))
-IGBH_LABELS = {19: "node_label_19", 2983: "node_label_2K"}  # data.num_classes -> the label file
-IGBH_SPLIT = (0.6, 0.2)  # IGB's: train and val fractions of the papers, in id order
 
 
 def saved_hetero(path: Path) -> bool:
@@ -139,14 +135,6 @@ def igbh_folder(path: Path) -> Path:
     return path / "processed" if (path / "processed" / "paper").is_dir() else path
 
 
-def igbh_label_name(num_classes: int) -> str:
-    if num_classes not in IGBH_LABELS:
-        files = ", ".join(f"{name}.npy" for name in IGBH_LABELS.values())
-        raise UserError(f"data.num_classes={num_classes} is not one of IGBH's label sets; expected "
-                        f"{' or '.join(str(c) for c in IGBH_LABELS)} ({files}).")
-    return IGBH_LABELS[num_classes]
-
-
 def read_igbh(path: Path, num_classes: int):
     """IGBH's folder as a `HeteroData` with the papers' labels and split, each relation with its reverse."""
     from torch_geometric.data import HeteroData
@@ -227,23 +215,3 @@ def hetero_size(hetero, target: str, source: str, classes: int | None = None) ->
     return GraphSize(sum(meta.counts), edges, max(max(meta.widths), 1),
                      classes or num_outputs(store.y.long() if store.y.dim() == 1 else store.y), split,
                      form="heterogeneous", meta=meta)
-
-
-def igbh_full() -> GraphSize:
-    """IGBH-full as MLPerf trains it (IGB-Datasets' dataloader and MLPerf's GNN reference): 269,346,174 papers,
-    277,220,883 authors, 26,918 institutes and 712,960 fields of study (547,306,935 nodes), 1024 float32 features
-    each (2.24 TB), 19 classes; 5,812,005,639 edges in four relations (cites 3,996,442,004; written_by 716,761,549;
-    affiliated_to 48,521,486; topic 1,050,280,600), each but cites with its reverse: 7,627,569,274 directed edges.
-    IGB's split: 60% / 20% / 20% of the 227,130,858 labelled papers."""
-    from train.graph.hetero_meta import HeteroMeta
-
-    counts = (269_346_174, 277_220_883, 26_918, 712_960)
-    edges = {"cites": 3_996_442_004, "written_by": 716_761_549, "affiliated_to": 48_521_486, "topic": 1_050_280_600}
-    types = tuple(t for src, rel, dst in IGBH_RELATIONS
-                  for t in ((src, rel, dst),) + (((dst, f"rev_{rel}", src),) if src != dst else ()))
-    directed = sum(edges[rel.removeprefix("rev_")] for _, rel, _ in types)
-    labelled = 227_130_858
-    train, val = int(labelled * 0.6), int(labelled * 0.2)
-    meta = HeteroMeta(IGBH_TYPES, types, counts, (1024,) * 4, "paper")
-    return GraphSize(sum(counts), directed, 1024, 19, (train, val, labelled - train - val), form="heterogeneous",
-                     meta=meta)

@@ -18,6 +18,7 @@ from train.config import DataConfig
 from train.errors import UserError
 from train.files import check_dir
 from train.graph.graphsize import GraphSize
+from train.graph.igbh import IGBH_TYPES, igbh_full, igbh_label_name
 from train.graph.labels import is_multilabel, num_outputs
 from train.graph.ogbl import OGB_LINK_DATASETS, open_ogbl
 from train.graph.ogbn import OGB_NODE_DATASETS, mag_size, ogb_source, open_ogb
@@ -415,7 +416,6 @@ class Igbh(Files):
 
     def check(self, data: DataConfig) -> None:
         from train.graph.hetero_meta import check_target
-        from train.graph.heterofiles import IGBH_TYPES, igbh_label_name
 
         igbh_label_name(data.num_classes)
         if data.target_node_type:
@@ -427,7 +427,7 @@ class Igbh(Files):
         return "an IGBH folder at data.path (paper, author, institute, fos and their relations): nothing to prepare"
 
     def plan_size(self, data: DataConfig) -> GraphSize:
-        from train.graph.heterofiles import IGBH_TYPES, hetero_size, igbh_full, read_igbh
+        from train.graph.heterofiles import hetero_size, read_igbh
 
         if self.full:
             return igbh_full()
@@ -436,7 +436,7 @@ class Igbh(Files):
 
     def load(self, data: DataConfig, root: Path) -> Data:
         from train.graph.hetero_graph import typed_graph
-        from train.graph.heterofiles import IGBH_TYPES, read_igbh
+        from train.graph.heterofiles import read_igbh
 
         return typed_graph(read_igbh(Path(data.path), data.num_classes), IGBH_TYPES[0], data.featureless,
                            f"data.path={data.path}")

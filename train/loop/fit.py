@@ -24,7 +24,7 @@ from torch_geometric.data import Data
 from train import heap
 from train.cluster.distenv import DistEnv
 from train.config import Config
-from train.graph.epoch_split import derive_seed
+from train.graph.epoch_split import derive_seed, lone_seed_ranks, without_lone_seed
 from train.graph.form import form_of
 from train.graph.sampler import prefetch_safe
 from train.graph.sampling_plan import plan_sampling
@@ -120,6 +120,9 @@ class Trainer:
         self.ddp = DistributedDataParallel(self.task.ddp_module(self.step, self.model),
                                            device_ids=[device.index] if device.type == "cuda" else None)
         self.eval_note = self.task.eval_note(self.step)  # why the evaluation samples where eval.mode=full
+        # A batch of one node is one row, on which batch norm cannot train (torch refuses it): as PyG's loaders do
+        # with drop_last, a rank whose share of the epoch would end on one leaves that node out (lone_seed_note).
+        self.drops_lone_seed = self.task.seed_is_one_row and bool(self.step.one_row_norm)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.optim.lr,
                                           weight_decay=config.optim.weight_decay)
         self.state = RunState()
@@ -140,7 +143,8 @@ class Trainer:
             print(f"model {spec.class_path} ({params:,} parameters); model.trim: "
                   f"{self.step.trim_mode if config.model.trim else 'off (every sampled row in every layer)'}",
                   flush=True)
-            for note in (None if self.sampling.each_rank else self.sampling.note, self.eval_note):
+            for note in (None if self.sampling.each_rank else self.sampling.note, self.eval_note,
+                         self.lone_seed_note()):
                 if note:
                     print(note, flush=True)
 
@@ -162,8 +166,23 @@ class Trainer:
 
     # ---- batches -------------------------------------------------------------------------------
     def epoch_shard(self, epoch: int) -> torch.Tensor:
-        """This rank's seeds of the epoch, in order: nodes, or the training edges' ids (the task's)."""
-        return self.task.epoch_shard(epoch)
+        """This rank's seeds of the epoch, in order: nodes, or the training edges' ids (the task's); without a last
+        batch of one seed where the model cannot train on it (drops_lone_seed)."""
+        shard = self.task.epoch_shard(epoch)
+        return without_lone_seed(shard, self.config.sampler.batch_size) if self.drops_lone_seed else shard
+
+    def lone_seed_note(self) -> str:
+        """The log's line when some rank leaves a lone last seed out of each epoch ('' when none does)."""
+        if not self.drops_lone_seed:
+            return ""
+        total, batch = self.task.epoch_items().numel(), self.config.sampler.batch_size
+        ranks = lone_seed_ranks(total, self.env.world_size, batch)
+        if not ranks:
+            return ""
+        return (f"batch norm ({self.step.one_row_norm}) cannot train on a batch of one node, and {total} training "
+                f"nodes over {self.env.world_size} rank(s) in batches of {batch} (sampler.batch_size) end each epoch "
+                f"on one on rank(s) {', '.join(map(str, ranks))}: that node sits the epoch out (another one each "
+                f"epoch, as shuffled); a sampler.batch_size that leaves no batch of one trains every node")
 
     def batches(self, seeds: torch.Tensor, epoch: int):
         return self.task.batches(seeds, epoch, self.sampling, self.step, self.timer)

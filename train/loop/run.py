@@ -39,7 +39,7 @@ from train.loop.checkpoint import CHECKPOINT_DIR, Checkpointer, graph_fingerprin
 from train.loop.failure_report import announce, default_store, report_failure
 from train.loop.fit import FitResult, Trainer
 from train.loop.killed_rank import plan_figures
-from train.loop.models import graph_edge_values
+from train.loop.models import batch_norms, graph_edge_values
 from train.loop.numerics import set_gpu_numerics
 from train.loop.rank0_writes import written_by_rank0
 from train.loop.report import write_report
@@ -154,13 +154,18 @@ def settle_gradient_buckets(ddp: DistributedDataParallel, optimizer, num_feature
     the initial layout, would end some ULPs away from an uninterrupted run. Settling the
     layout on every run, fresh or resumed, gives every real step the same layout. Collective
     (every rank calls it once); no optimizer step, the gradients are dropped. The graph's edge values go
-    with it, as zero rows of their width (zero edges), so a model that reads them gets its input.
+    with it, as zero rows of their width (zero edges), so a model that reads them gets its input. Batch norms
+    run in eval mode for it: their batch statistics refuse one row, and the dummy row must not move their running
+    statistics (a resumed run's would differ from an uninterrupted run's).
     """
     x = torch.zeros(1, num_features, device=device)
     edge_index = torch.empty(2, 0, dtype=torch.long, device=device)
     edges = {name: torch.zeros(0, *value.shape[1:], device=device) for name, value in (edge_values or {}).items()}
     ddp.train()
+    for _name, norm in batch_norms(ddp):
+        norm.eval()
     ddp(x, edge_index, **edges).sum().backward()
+    ddp.train()
     optimizer.zero_grad(set_to_none=True)
 
 

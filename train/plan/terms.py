@@ -127,6 +127,14 @@ def _message_width(config: Config, width_in: int, width_out: int) -> int:
     return width_in
 
 
+def _edge_projection_width(config: Config, size: GraphSize, width_in: int) -> int:
+    """Floats per edge a layer adds by projecting the edges' features to its input width: GINEConv's `lin` (GINE:
+    each layer turns every edge's edge_attr into a row of the node width, adds it to the source's row and applies
+    ReLU; the ReLU's output is kept for the backward pass); 0 for a layer that reads no edge features this way."""
+    builtin = BUILTINS.get(config.model.name)
+    return width_in if builtin is not None and "GINEConv" in builtin.convs and size.edge_features else 0
+
+
 def model_bytes(config: Config, size: GraphSize) -> int:
     """Weights, gradients (DDP's buckets hold a copy of them) and Adam's two moments: 4 float copies."""
     return 4 * parameter_count(config, size) * FLOAT
@@ -145,7 +153,8 @@ def model_trims(config: Config, size: GraphSize) -> bool:
 def forward_bytes(config: Config, size: GraphSize, hops: Hops, backward: bool) -> int:
     """The model's working set for one batch: the features it reads, the edge ids, each layer's rows
     (with model.trim each layer computes only the targets later layers read) and the largest layer's
-    messages (SAGEConv gathers one row per edge; their gradient too where the input needs one)."""
+    messages (SAGEConv gathers one row per edge; their gradient too where the input needs one). GINE's edge
+    projections (a row per edge and layer) stay for the backward pass, every layer's; without it, one at a time."""
     widths = layer_widths(config, size)
     last = len(widths) - 1
     graph = reads_graph(config)
@@ -160,7 +169,10 @@ def forward_bytes(config: Config, size: GraphSize, hops: Hops, backward: bool) -
         total += targets * (width_in + rows_factor * width_out) * FLOAT
         if graph:
             width = _message_width(config, width_in, width_out)
-            messages = max(messages, edges * width * FLOAT * (2 if backward and index else 1))
+            projected = edges * _edge_projection_width(config, size, width_in) * FLOAT
+            total += projected if backward else 0
+            messages = max(messages, edges * width * FLOAT * (2 if backward and index else 1)
+                           + (0 if backward else projected))
     return total + messages + (STEP_FIXED_BYTES if backward else 0)
 
 
@@ -177,7 +189,7 @@ def full_eval_bytes(config: Config, size: GraphSize, ranks: int) -> tuple[int, i
     rows of the hidden layer it reads and of the one it fills (one of them with 2 layers), and the last
     layer's logits. Per batch, the seeds' whole neighbourhood: its input rows gathered on the host (features,
     or the rows this rank serves), then the rows received and put in order, one message per edge, the seeds'
-    outputs."""
+    outputs; and where the graph has edge values, each in-edge's (and GINE's projection of them)."""
     hidden, layers = config.model.hidden, config.model.num_layers
     shard = math.ceil(size.nodes / ranks)
     kept = min(2, layers - 1) * shard * hidden * FLOAT + shard * size.classes * FLOAT
@@ -185,15 +197,21 @@ def full_eval_bytes(config: Config, size: GraphSize, ranks: int) -> tuple[int, i
     first = full_neighbourhood(eval_chunk_targets(config, size, *widths[0]), size)
     later = full_neighbourhood(eval_chunk_targets(config, size, hidden, hidden), size) if layers > 1 else None
     gathered = max(first.total_nodes * size.features, later.total_nodes * hidden if later else 0) * FLOAT
-    work = first.total_edges * size.features * FLOAT + _chunk_fixed(first, hidden)
+    work = first.total_edges * size.features * FLOAT + _chunk_fixed(config, size, first, size.features)
     if later:  # fetched, sent, in order; messages
-        work = max(work, (3 * later.total_nodes + later.total_edges) * hidden * FLOAT + _chunk_fixed(later, hidden))
+        work = max(work, (3 * later.total_nodes + later.total_edges) * hidden * FLOAT
+                   + _chunk_fixed(config, size, later, hidden))
     return kept, gathered, work
 
 
-def _chunk_fixed(hops: Hops, hidden: int) -> int:
-    """An evaluation chunk's ids per edge and its targets' output rows."""
-    return hops.total_edges * EDGE_IDS * INDEX + hops.nodes[0] * LAYER_ROWS * hidden * FLOAT
+def _chunk_fixed(config: Config, size: GraphSize, hops: Hops, width_in: int) -> int:
+    """An evaluation chunk's ids per edge, its targets' output rows, and its in-edges' values (train/loop/evaluate.py
+    GraphAt.chunk_edges: e_id and every value the graph keeps, gathered where the model reads any; counted wherever
+    the graph has them) with GINE's projection of them to the layer's input width."""
+    hidden = config.model.hidden
+    values = INDEX + size.edge_floats * FLOAT + size.type_bytes if size.edge_floats else 0
+    projected = _edge_projection_width(config, size, width_in) * FLOAT
+    return hops.total_edges * (EDGE_IDS * INDEX + values + projected) + hops.nodes[0] * LAYER_ROWS * hidden * FLOAT
 
 
 def eval_chunk_targets(config: Config, size: GraphSize, in_width: int, out_width: int) -> int:

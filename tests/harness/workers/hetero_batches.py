@@ -6,7 +6,7 @@ import atexit
 
 import torch
 
-from train.graph.form import graph_meta
+from train.graph.form import graph_edge_rows, graph_meta
 from train.graph.shared_graph import csc_targets
 from train.loop import fit
 
@@ -17,7 +17,7 @@ original_batches = fit.Trainer.batches
 def batches(self, seeds, epoch):
     data, meta = self.data, graph_meta(self.data)
     colptr, row, _perm = data.csc
-    rows = data.__dict__["edge_rows"]
+    rows = graph_edge_rows(data)
     edge_type = rows.in_csc_order("edge_type")
     position = {int(e): p for p, e in enumerate(rows.perm.tolist())}  # the user's edge id -> CSC position
     for batch in original_batches(self, seeds, epoch):

@@ -16,6 +16,7 @@ from torch import Tensor
 
 from train.errors import UserError
 from train.graph.edge_rows import EDGE_VALUES, edge_values
+from train.graph.form import graph_edge_rows
 from train.loop.models.hetero import typed_inputs
 
 EDGE_ARGUMENTS = EDGE_VALUES  # forward's parameter names, and the batch's attributes: PyG's names, one home
@@ -32,7 +33,7 @@ def edge_inputs(batch) -> dict[str, Tensor]:
 def graph_edge_values(graph) -> dict[str, Tensor]:
     """The graph's edge values by name: its own `edge_attr` / `edge_weight`, or those kept beside its CSC (the
     node-shared graph keeps them there alone: train/graph/form.py's attach_edge_rows)."""
-    kept = getattr(graph, "__dict__", {}).get("edge_rows")
+    kept = graph_edge_rows(graph)
     return {**(kept.values if kept is not None else {}), **edge_values(graph)}
 
 

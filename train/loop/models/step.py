@@ -65,6 +65,25 @@ def edge_arguments(model: nn.Module) -> tuple[str, ...]:
     return tuple(name for name in EDGE_ARGUMENTS if name in named)
 
 
+BATCH_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm)  # batch statistics in training
+
+
+def batch_norms(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """The norms of `model` that read batch statistics in training mode (PyG's BatchNorm holds one), by name."""
+    return [(name, module) for name, module in model.named_modules() if isinstance(module, BATCH_NORMS)]
+
+
+def one_row_norm(model: nn.Module) -> str:
+    """The first norm of `model` that cannot train on a batch of one row, by its name in the model ('' when none):
+    BatchNorm's batch statistics need two rows in training mode (torch refuses one), unless PyG's BatchNorm is built
+    with allow_single_element (model.kwargs.norm_kwargs), which then reads its running statistics."""
+    from torch_geometric.nn.norm import BatchNorm
+
+    single_allowed = {id(norm.module) for norm in model.modules() if isinstance(norm, BatchNorm)
+                      and getattr(norm, "allow_single_element", False)}  # absent from older PyG: never
+    return next((name for name, module in batch_norms(model) if id(module) not in single_allowed), "")
+
+
 class ModelStep(nn.Module):
     """Calls `model` on a batch: features only, every row, or trimmed by the batch's hop counts."""
 
@@ -78,6 +97,7 @@ class ModelStep(nn.Module):
         self.takes_hop_counts = all(name in named for name in HOP_ARGUMENTS)
         self.edge_arguments = edge_arguments(model) if self.uses_graph else ()  # which edge tensors it reads
         self.typed_arguments = tuple(name for name in TYPED_INPUTS if name in named)  # a heterogeneous graph's
+        self.one_row_norm = one_row_norm(model)  # a norm that cannot train on one row ('' when none)
 
     @property
     def trim_mode(self) -> str:

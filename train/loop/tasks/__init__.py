@@ -12,13 +12,18 @@ from train.loop.tasks.base import BatchResult, Task, TaskParts
 from train.loop.tasks.node import NodeTask
 
 
-def task_for(parts: TaskParts) -> Task:
-    """The task `config.task.name` names (config.py has checked the name)."""
-    if parts.config.task.name == "link":
+def task_class(name: str) -> type[Task]:
+    """The class of the task `name` (task.name; config.py has checked it)."""
+    if name == "link":
         from train.loop.tasks.link import LinkTask
 
-        return LinkTask(parts)
-    return NodeTask(parts)
+        return LinkTask
+    return NodeTask
+
+
+def task_for(parts: TaskParts) -> Task:
+    """The task `config.task.name` names."""
+    return task_class(parts.config.task.name)(parts)
 
 
 def prepared_graph(config: Config, data: Data) -> Data:
@@ -32,4 +37,4 @@ def prepared_graph(config: Config, data: Data) -> Data:
     return data
 
 
-__all__ = ["BatchResult", "NodeTask", "Task", "TaskParts", "prepared_graph", "task_for"]
+__all__ = ["BatchResult", "NodeTask", "Task", "TaskParts", "prepared_graph", "task_class", "task_for"]

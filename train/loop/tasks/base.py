@@ -49,6 +49,9 @@ class Task(ABC):
     """One kind of training: node classification or link prediction."""
 
     name: str
+    # Whether a batch of one seed can be one row of the model's output (a node: yes; an edge: its two ends at least):
+    # a norm that cannot train on one row (batch norm) then needs the loop to leave such a batch out (train/loop/fit.py)
+    seed_is_one_row = False
 
     def __init__(self, parts: TaskParts):
         self.config, self.env, self.device = parts.config, parts.env, parts.device

@@ -23,6 +23,7 @@ class NodeTask(Task):
     """Each training node a seed; the model's logits of the seeds against their labels."""
 
     name = "node"
+    seed_is_one_row = True
 
     def __init__(self, parts: TaskParts):
         super().__init__(parts)
