@@ -146,7 +146,7 @@ def test_a_link_run_on_two_ranks_maps_the_message_passing_csc_and_the_split_from
 
 def test_the_memory_plan_counts_a_link_tasks_graph_as_the_node_shares_it_and_the_split_while_loading():
     """The node shares the training edges' CSC and the split's ids (not the loaded graph's edges); the process that
-    loads holds the split's arrays at its peak (plan.terms LINK_SPLIT_ARRAYS)."""
+    loads holds the split's arrays at its peak (plan.held LINK_SPLIT_ARRAYS)."""
     from train.cli.plan import graph_size
     from train.graph.data import load_graph
     from train.graph.kinds import dataset_kind

@@ -43,7 +43,7 @@ class DatasetKind(ABC):
 
     name: str
     kind: str  # what the kind is called in `describe`
-    loader: str  # whose loading peak the memory plan counts (train/plan/terms.py LOADER_PEAK)
+    loader: str  # whose loading peak the memory plan counts (train/plan/held.py LOADER_PEAK)
     in_data_root = True  # its files live under the data root
     # What it can be trained for (task.name): node classification needs labels; link prediction edges, and takes
     # the dataset's own link split where it has one (train/graph/link_split.py), else makes one.

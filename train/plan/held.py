@@ -1,0 +1,100 @@
+"""The graph a run holds and the process that loads it: the memory plan's terms for the graph itself (the bytes a node
+shares, a rank's own copy, the loading peak), and the graph a task holds where it differs from the one loaded
+(a link task's split). The rest of the plan: train/plan/terms.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from train.config import Config
+from train.graph.graphsize import FLOAT, INDEX, GraphSize
+
+# Loading, in int64 arrays of E entries (E x 8 bytes) and copies of x alive at the peak of the process that
+# loads. The CSC build (build_csc: PyG's sort of the targets, its permutation, the sources permuted) holds
+# the loaded graph and CSC_BUILD_ARRAYS more. Before it, the loader's own peak: the synthetic generator's
+# edge pairs, to_undirected and coalesce (measured: 14.0-15.9 arrays at 300k nodes, 13.7 at 1M), then its
+# features (x, its noise and their sum); an OGB dataset's processed file in memory, its labels turned to
+# int64; a PyG dataset's processed file while from_pyg_masks coalesces its edges (sort keys, their sort and
+# permutation, the permuted copy); own files read (memory-mapped) with the finiteness check's mask (a byte
+# per feature). Measured: synthetic and own files (bench/plan.py); OGB and PyG from the code.
+CSC_BUILD_ARRAYS = 5
+# A link task's RandomLinkSplit where the graph is loaded (train/graph/edge_split.py) holds the loaded graph and
+# LINK_SPLIT_ARRAYS more of its E: the undirected half and its permutation, each of the three splits' message-passing
+# edges and pairs (measured: 12.8 at 200k nodes, 8M edges).
+LINK_SPLIT_ARRAYS = 13
+LOADING_FIXED_BYTES = 8 * 2**20  # what a small graph's loading holds beyond its arrays (measured: 20k nodes)
+LOADER_PEAK = {"synthetic": lambda x, e, n: max(17 * e, 2 * e + 3 * x),
+               "ogb": lambda x, e, n: x + 2 * e + 3 * n * INDEX,
+               "pyg": lambda x, e, n: x + 8 * e + n * INDEX,
+               "files": lambda x, e, n: 1.25 * x + 2 * e + n * INDEX,
+               # a heterogeneous graph turned typed (train/graph/hetero_graph.py): its types' arrays (x, each
+               # relation and its reverse), the padded x, the relations offset and concatenated, edge_type, then the
+               # typed CSC's sort and segments, with what the heap keeps of them (measured: 267 MiB for
+               # hetero-synthetic of 100k papers, tests/test_plan_measured.py)
+               "hetero": lambda x, e, n: 3 * x + 13 * e + 2 * n * INDEX}
+
+
+def shared_graph_bytes(size: GraphSize) -> int:
+    """What data.share=node writes once per node (train/graph/shared_graph.py's graph_tensors), from meta tensors."""
+    from train.graph.form import form_named  # here: `python -m train` imports the plan to build its parser
+
+    form = form_named(size.form)
+    return form.shared_tensors(form.planned(size))[1]
+
+
+def csc_index_bytes(size: GraphSize, sharing: bool) -> int:
+    """Bytes of one id of the CSC: the node-shared one's dtype (int32 where the graph allows it), else PyG's int64."""
+    from train.graph.shared_graph import csc_index_dtype
+
+    return csc_index_dtype(size.nodes, size.edges).itemsize if sharing else INDEX
+
+
+def private_graph_bytes(size: GraphSize) -> int:
+    """One rank's own graph (data.share=process, or alone on its node): the loaded tensors and a CSC with its own
+    row and perm (train/graph/shared_graph.py private_graph), in int64. Beyond what a node shares (its CSC's
+    colptr and row, in its own dtype), that is those two in int64, the loaded edge_index (two ids per edge) and
+    the CSC's perm (one). Its edge values, in the user's order, take what the node's in CSC order do."""
+    # the node-shared graph keeps perm where the graph has edge values or edge types; a typed graph's segment
+    # pointer (train/graph/typed_csc.py) is kept beside its CSC, in the CSC's dtype there and int64 here
+    perm_kept = 1 if size.edge_floats or size.type_bytes else 0
+    shared_ids = (size.nodes + 1 + size.segment_ids + size.edges * (1 + perm_kept)) * csc_index_bytes(size, True)
+    return (shared_graph_bytes(size) - shared_ids + (size.nodes + 1 + size.segment_ids) * INDEX
+            + 4 * size.edges * INDEX)
+
+
+def loading_bytes(size: GraphSize, source: str, loaded: GraphSize | None = None) -> int:
+    """The peak of the process that loads the graph, beyond its runtime: the loader's own peak, a link task's split
+    of the graph as loaded (`loaded`, where the task holds another graph: held_size), or the CSC build on the graph
+    held (`size`, see CSC_BUILD_ARRAYS), whichever is larger."""
+    x_bytes, edge_array = size.nodes * size.features * FLOAT, size.edges * INDEX
+    loaded_edges = (loaded or size).edges * INDEX
+    split = x_bytes + (2 + LINK_SPLIT_ARRAYS) * loaded_edges if loaded is not None else 0
+    loaded = shared_graph_bytes(size) + edge_array  # the shared CSC keeps one id per edge, edge_index two
+    # edge values: the node-shared graph's writer keeps the int64 perm and one value permuted at a time
+    widest = max(size.edge_features * FLOAT, int(size.edge_weight) * FLOAT, size.type_bytes)  # edge_type: typed
+    values = (edge_array + size.edges * widest) if widest else 0
+    csc_build = loaded + CSC_BUILD_ARRAYS * edge_array + values
+    return int(max(LOADER_PEAK[source](x_bytes, loaded_edges, size.nodes), csc_build, split)) + LOADING_FIXED_BYTES
+
+
+def loader_kind(name: str) -> str:
+    """Whose loading peak data.name has (its kind's, train/graph/kinds.py): the generator, own files, OGB or PyG."""
+    from train.graph.kinds import dataset_kind  # here: it imports torch (see shared_graph_bytes)
+
+    return dataset_kind(name).loader
+
+
+def held_size(config: Config, size: GraphSize) -> GraphSize:
+    """The graph a run holds (and a node shares), where `size` is the graph loaded: a link task splits a graph
+    without its own split where it is loaded (train/graph/edge_split.py: RandomLinkSplit), so its edges are the
+    training edges, without edge values, and the split's ids lie beside them: each training pair once, each
+    held-out pair and its negative. Counted as undirected, as the sizes count edges (both directions of each)."""
+    from train.graph.kinds import dataset_kind  # here: it imports torch (see shared_graph_bytes)
+
+    if config.task.name != "link" or dataset_kind(config.data.name).own_link_split:
+        return size
+    pairs = size.edges // 2
+    held_out = int(pairs * config.task.val_fraction) + int(pairs * config.task.test_fraction)
+    train = pairs - held_out
+    return replace(size, edges=2 * train, edge_features=0, edge_weight=False, link_ids=2 * train + 4 * held_out)
