@@ -27,6 +27,7 @@ from torch import Tensor
 
 from train.config import DataConfig
 from train.errors import UserError
+from train.files import file_problem
 from train.graph.graphfiles import ARRAYS, SUFFIXES, _read_array
 from train.graph.graphsize import GraphSize
 from train.graph.labels import num_outputs
@@ -39,7 +40,10 @@ IGBH_SPLIT = (0.6, 0.2)  # IGB's: train and val fractions of the papers, in id o
 
 
 def saved_hetero(path: Path) -> bool:
-    """Whether a .pt file holds a PyG `HeteroData` (its pickle names the class), without loading it."""
+    """Whether a .pt file holds a PyG `HeteroData` (its pickle names the class), without loading it. Only a regular
+    file is opened (a FIFO would block the open forever): any other is the homogeneous reader's to name."""
+    if file_problem(path) is not None:
+        return False
     try:
         with zipfile.ZipFile(path) as archive:
             pickle = next((n for n in archive.namelist() if n.endswith("data.pkl")), None)
