@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.harness.shm_entries import CHECKED_OUTSIDE
-from tests.harness.streams import STREAMS
+from tests.harness.streams import STREAMS, prepare
 from train.graph.segments import PREFIX, SHM
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -76,3 +76,11 @@ def test_a_failed_session_fails_the_run_and_its_failures_stay_in_its_own_cache(t
     state = tmp_path / "state"
     assert "streams_demo.py::test_cluster_side" in (state / "cluster" / LASTFAILED).read_text()
     assert not (state / LASTFAILED).exists() or "test_cluster_side" not in (state / LASTFAILED).read_text()
+
+
+def test_the_folders_either_session_makes_where_the_other_looks_are_made_before_both(tmp_path):
+    (tmp_path / "checkout").mkdir()
+    prepare(tmp_path / "state", tmp_path / "checkout")
+    made = {p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")}
+    # the caches (the rest's is pytest's default, in the state folder itself), the logs' folder, and the checkout's
+    assert made == {"state", "state/cluster", "state/streams", "checkout", "checkout/data", "checkout/.wheels"}

@@ -11,6 +11,10 @@ minutes; side by side the wait overlaps the work. What the two would otherwise s
   other's failures; the rest's is pytest's default, the one a plain `pytest --lf` reads. Both folders exist before
   either session starts: tests that list the checkout (nothing may be created in it) would otherwise see one
   appear there when the first session to end writes its cache (pytest makes it beside, then renames it);
+- the checkout: tests that list it around a command of theirs (nothing may appear in it) would see the other session
+  make a folder there, as a user's first `make submit` does (CHECKOUT_FOLDERS): made before both start;
+- .wheels/, which both sessions' `make submit`/`make srun` rebuild while the other's job may install from it:
+  container/wheelhouse.sh renames each wheel into place, never empties it;
 - once-per-machine builds (enroot+pyxis, the NGC stand-in, the pyg-lib anchor): each under its own flock
   (tests/harness/prepare.py), and each needed by one stream only;
 - the terminal: the rest (the longer) is shown as it runs, the cluster's session is written to its log and shown
@@ -38,6 +42,9 @@ from tests.harness.shm_entries import CHECKED_OUTSIDE, leak_message, leaked, pro
 
 ROOT = Path(__file__).resolve().parents[2]
 STATE = ROOT / ".pytest_cache"  # pytest's own cache folder: `make clean` removes it
+# What a session's `make submit` makes in the checkout where it is missing (jobs/submit.sh): data/, the default
+# DATA_DIR mounted into a container job; .wheels/, the wheels a job-start install reads (INSTALL_PROJECT=1).
+CHECKOUT_FOLDERS = ("data", ".wheels")
 
 
 @dataclass(frozen=True)
@@ -103,10 +110,17 @@ def verdict(stream: Stream, rc: int, seconds: float, log: Path) -> str:
     return f"[streams] {stream.name} (-m \"{stream.markers}\"): {outcome} after {seconds:.0f} s; log {log}"
 
 
-def run(state: Path, extra: list[str]) -> int:
+def prepare(state: Path, checkout: Path) -> None:
+    """Every folder either session would make where the other may be looking: made before both start."""
     for stream in STREAMS:
         (state / stream.cache).mkdir(parents=True, exist_ok=True)
         stream.log(state).parent.mkdir(parents=True, exist_ok=True)
+    for name in CHECKOUT_FOLDERS:
+        (checkout / name).mkdir(exist_ok=True)
+
+
+def run(state: Path, extra: list[str]) -> int:
+    prepare(state, ROOT)
     before = project_entries()
     env = {**os.environ, CHECKED_OUTSIDE: "1"}
     print("[streams] the suite as two sessions at once: " + "; ".join(
