@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -33,44 +34,46 @@ def entry(tmp_path):
     shutil.rmtree(path, ignore_errors=True)
 
 
-def run_streams(tmp_path: Path, entry: Path, **demo: str) -> subprocess.CompletedProcess:
+def run_streams(tmp_path: Path, entry: Path, **demo: str) -> tuple[int, str]:
+    """(the runner's exit status, its output) on the demo's two tests, driven by `demo` (streams_demo.py)."""
     env = {**os.environ, "STREAMS_DEMO_DIR": str(tmp_path), "STREAMS_DEMO_ENTRY": str(entry),
            **{f"STREAMS_DEMO_{k.upper()}": v for k, v in demo.items()}}
     env.pop(CHECKED_OUTSIDE, None)  # as `make test` starts it (this suite may itself run under it)
     command = [sys.executable, "-m", "tests.harness.streams", "--state", str(tmp_path / "state"), "--", DEMO]
-    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    return done.returncode, done.stdout + done.stderr
+
+
+def outcomes(out: str) -> dict[str, str]:
+    """Each session's verdict line: its name -> "passed" or "FAILED (pytest exit status N)"."""
+    found = re.findall(r'^\[streams\] (\w+) \(-m "([^"]+)"\): (passed|FAILED \(pytest exit status \d+\)) after \d+ s',
+                       out, re.M)
+    assert [(name, markers) for name, markers, _ in found] == [(s.name, s.markers) for s in STREAMS], out
+    return {name: outcome for name, _markers, outcome in found}
 
 
 def test_both_sessions_run_at_once_each_with_its_log_and_a_concurrent_live_segment_is_no_leak(tmp_path, entry):
-    done = run_streams(tmp_path, entry)
-    out = done.stdout + done.stderr
-    assert done.returncode == 0, out
+    rc, out = run_streams(tmp_path, entry)
+    assert rc == 0 and outcomes(out) == {"cluster": "passed", "rest": "passed"}, out
     ran = {name: json.loads((tmp_path / f"{name}.json").read_text()) for name in ("cluster", "rest")}
     assert ran["cluster"]["pid"] != ran["rest"]["pid"]
     assert ran["cluster"]["end"] > ran["rest"]["start"] and ran["rest"]["end"] > ran["cluster"]["start"], ran
     logs = {s.name: (tmp_path / "state" / "streams" / f"{s.name}.log").read_text() for s in STREAMS}
     assert "1 passed, 1 deselected" in logs["cluster"] and "1 passed, 1 deselected" in logs["rest"], logs
     # the rest shown as it ran, the cluster's log after it, then one verdict line each
-    assert out.index(logs["rest"]) < out.index(logs["cluster"]) < out.index("[streams] cluster (-m \"slurm or "), out
-    assert "[streams] rest (-m \"not slurm and not container\"): passed after" in out
+    assert out.index(logs["rest"]) < out.index(logs["cluster"]) < out.index("[streams] cluster (-m "), out
     assert "shared-memory segments" not in out and not entry.exists()
 
 
 def test_a_leak_fails_the_run_named_once_after_both_sessions_passed(tmp_path, entry):
-    done = run_streams(tmp_path, entry, leak="1")
-    out = done.stdout + done.stderr
-    assert done.returncode == 1, out
-    assert "[streams] cluster (-m \"slurm or container\"): passed after" in out
-    assert "[streams] rest (-m \"not slurm and not container\"): passed after" in out
+    rc, out = run_streams(tmp_path, entry, leak="1")
+    assert rc == 1 and outcomes(out) == {"cluster": "passed", "rest": "passed"}, out
     assert out.count(f"FAILED: the tests left shared-memory segments behind: ['{entry}']") == 1, out
 
 
 def test_a_failed_session_fails_the_run_and_its_failures_stay_in_its_own_cache(tmp_path, entry):
-    done = run_streams(tmp_path, entry, fail="cluster")
-    out = done.stdout + done.stderr
-    assert done.returncode == 1, out
-    assert "[streams] cluster (-m \"slurm or container\"): FAILED (pytest exit status 1)" in out
-    assert "[streams] rest (-m \"not slurm and not container\"): passed after" in out
+    rc, out = run_streams(tmp_path, entry, fail="cluster")
+    assert rc == 1 and outcomes(out) == {"cluster": "FAILED (pytest exit status 1)", "rest": "passed"}, out
     assert "shared-memory segments" not in out
     # `--lf` finds the cluster's failure in its cache; the rest's session, ending later, did not overwrite it
     state = tmp_path / "state"
