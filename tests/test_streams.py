@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.harness import standin_bin
 from tests.harness.shm_entries import CHECKED_OUTSIDE
 from tests.harness.streams import STREAMS, prepare
 from train.graph.segments import PREFIX, SHM
@@ -87,3 +88,22 @@ def test_the_folders_either_session_makes_where_the_other_looks_are_made_before_
     made = {p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")}
     # the caches (the rest's is pytest's default, in the state folder itself), the logs' folder, and the checkout's
     assert made == {"state", "state/cluster", "state/streams", "checkout", "checkout/data", "checkout/.wheels"}
+
+
+@pytest.mark.parametrize("pytest_args,python_args", [
+    (None, "-m tests.harness.streams"),  # the whole suite: the two sessions at once
+    ("-k doctor -x", "-m pytest -k doctor -x"),  # a user's arguments: one session with them, as ever
+])
+def test_make_test_runs_the_two_sessions_and_with_pytest_args_one_session(tmp_path, pytest_args, python_args):
+    venv = tmp_path / "venv"  # stand-ins that record their arguments, for the venv's python and linters
+    for name in ("python", "shellcheck", "hadolint", "ruff"):
+        standin_bin.install(venv / "bin", name, "fixed-output")
+        (venv / "bin" / f"{name}.out").write_text("")
+    (venv / ".stamp").touch()  # newer than the lock files: setup has nothing to do
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "PYTEST_ARGS")}
+    words = [f"VENV={venv}"] + ([f"PYTEST_ARGS={pytest_args}"] if pytest_args else [])
+    done = subprocess.run(["make", "--no-print-directory", "test", *words], cwd=ROOT, env={**env, "STANDIN_DIR":
+                          str(venv / "bin")}, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (venv / "bin" / "python.argv").read_text().splitlines() == [python_args]
+    assert (venv / "bin" / "ruff.argv").read_text().splitlines() == ["check --quiet ."]  # the lint ran first
