@@ -11,20 +11,25 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from tests.harness import standin_bin
+from tests.harness.machine import alive, cmdline
 from tests.harness.shm_entries import CHECKED_OUTSIDE
 from tests.harness.streams import STREAMS, prepare
 from train.graph.segments import PREFIX, SHM
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = "tests/harness/streams_demo.py"
-LASTFAILED = "v/cache/lastfailed"  # where pytest keeps the failures that --lf re-runs
+LASTFAILED = "v/cache/lastfailed"
+VERDICT = (r'^\[streams\] (\w+) \(-m "([^"]+)"\): (passed|FAILED \((?:pytest exit status \d+|ended by SIG[A-Z]+)\)) '
+           r'after \d+ s')  # where pytest keeps the failures that --lf re-runs
 
 
 @pytest.fixture
@@ -46,9 +51,8 @@ def run_streams(tmp_path: Path, entry: Path, **demo: str) -> tuple[int, str]:
 
 
 def outcomes(out: str) -> dict[str, str]:
-    """Each session's verdict line: its name -> "passed" or "FAILED (pytest exit status N)"."""
-    found = re.findall(r'^\[streams\] (\w+) \(-m "([^"]+)"\): (passed|FAILED \(pytest exit status \d+\)) after \d+ s',
-                       out, re.M)
+    """Each session's verdict line: its name -> "passed", "FAILED (pytest exit status N)" or "FAILED (ended by ...)"."""
+    found = re.findall(VERDICT, out, re.M)
     assert [(name, markers) for name, markers, _ in found] == [(s.name, s.markers) for s in STREAMS], out
     return {name: outcome for name, _markers, outcome in found}
 
@@ -107,3 +111,30 @@ def test_make_test_runs_the_two_sessions_and_with_pytest_args_one_session(tmp_pa
     assert done.returncode == 0, done.stdout + done.stderr
     assert (venv / "bin" / "python.argv").read_text().splitlines() == [python_args]
     assert (venv / "bin" / "ruff.argv").read_text().splitlines() == ["check --quiet ."]  # the lint ran first
+
+
+def test_a_sigterm_to_the_runner_reaches_both_sessions(tmp_path, entry):
+    """CI's timeout ends `make test` with SIGTERM: both sessions must get it (the cluster's fixture then tears the
+    cluster down, tests/harness/conftest_slurm.py), not only the runner."""
+    env = {**os.environ, "STREAMS_DEMO_DIR": str(tmp_path), "STREAMS_DEMO_ENTRY": str(entry), "STREAMS_DEMO_HOLD": "1"}
+    env.pop(CHECKED_OUTSIDE, None)
+    runner = subprocess.Popen([sys.executable, "-m", "tests.harness.streams", "--state", str(tmp_path / "state"), "--",
+                               DEMO], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    started = [tmp_path / f"{name}.started" for name in ("cluster", "rest")]
+    try:
+        deadline = time.monotonic() + 60
+        while not all(path.exists() for path in started):
+            assert time.monotonic() < deadline and runner.poll() is None, runner.communicate()[0]
+            time.sleep(0.05)
+        sessions = [int(path.read_text()) for path in started]
+        runner.send_signal(signal.SIGTERM)
+        out = runner.communicate(timeout=30)[0]
+        assert not any(alive(pid) for pid in sessions), out
+    finally:
+        runner.kill()
+        for path in started:  # whatever failed above: no demo session left waiting (its pid, if still its own)
+            pid = int(path.read_text()) if path.exists() else 0
+            if pid and alive(pid) and DEMO in cmdline(pid):
+                os.kill(pid, signal.SIGKILL)
+    assert runner.returncode == 128 + signal.SIGTERM, out
+    assert outcomes(out) == {"cluster": "FAILED (ended by SIGTERM)", "rest": "FAILED (ended by SIGTERM)"}, out

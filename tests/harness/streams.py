@@ -22,8 +22,8 @@ minutes; side by side the wait overlaps the work. What the two would otherwise s
 
 `make test PYTEST_ARGS=...` runs pytest once with the arguments, as ever (the Makefile does not come here).
 `python -m tests.harness.streams [--state DIR] [-- ARGS]`: ARGS go to both sessions (tests/test_streams.py runs
-it on a small folder of its own). Exit status: the first failed session's (the cluster's first), else 1 for a
-leak, else 0.
+it on a small folder of its own). Exit status: the first failed session's (the cluster's first; 128 + N for one
+ended by signal N), else 1 for a leak, else 0.
 """
 
 from __future__ import annotations
@@ -106,7 +106,8 @@ def _wait_all(procs: list[subprocess.Popen], started: float) -> list[float]:
 
 
 def verdict(stream: Stream, rc: int, seconds: float, log: Path) -> str:
-    outcome = "passed" if rc == 0 else f"FAILED (pytest exit status {rc})"
+    outcome = ("passed" if rc == 0 else f"FAILED (pytest exit status {rc})" if rc > 0 else
+               f"FAILED (ended by {signal.Signals(-rc).name})")
     return f"[streams] {stream.name} (-m \"{stream.markers}\"): {outcome} after {seconds:.0f} s; log {log}"
 
 
@@ -148,7 +149,8 @@ def run(state: Path, extra: list[str]) -> int:
     left = leaked(before)
     if left:
         print(leak_message(left), flush=True)
-    return next((rc for rc in codes if rc != 0), 1 if left else 0)
+    # a session ended by a signal: the shell's status for it (128 + the signal's number)
+    return next((rc if rc > 0 else 128 - rc for rc in codes if rc != 0), 1 if left else 0)
 
 
 def main(argv: list[str]) -> int:

@@ -4,7 +4,8 @@ collected by the suite itself: the file is not named test_*). Driven by the envi
 - STREAMS_DEMO_DIR: where each writes when it ran (start and end times), and the handshake's files;
 - STREAMS_DEMO_ENTRY: a /dev/shm entry of the project's that the rest's test makes and holds until the cluster's
   session has exited (its end saw it: a concurrent session's live segment), then removes, unless STREAMS_DEMO_LEAK=1;
-- STREAMS_DEMO_FAIL=cluster: the cluster's test fails.
+- STREAMS_DEMO_FAIL=cluster: the cluster's test fails;
+- STREAMS_DEMO_HOLD=1: each test only says it started (`<name>.started`, holding its pid) and waits, to be ended.
 """
 
 from __future__ import annotations
@@ -38,8 +39,16 @@ def _record(name: str, start: float) -> None:
     partial.rename(_dir() / f"{name}.json")
 
 
+def _hold(name: str) -> None:
+    if os.environ.get("STREAMS_DEMO_HOLD") == "1":
+        (_dir() / f"{name}.started").write_text(str(os.getpid()))
+        time.sleep(WAIT_S)
+        pytest.fail(f"the {name} session was not ended within {WAIT_S} s")
+
+
 @pytest.mark.slurm
 def test_cluster_side():
+    _hold("cluster")
     start = time.time()
     made = _dir() / "entry-made"
     _wait_for(made.exists, f"no {made}")  # the rest's entry is there: this session ends while it lives
@@ -48,6 +57,7 @@ def test_cluster_side():
 
 
 def test_rest_side():
+    _hold("rest")
     start = time.time()
     entry = Path(os.environ["STREAMS_DEMO_ENTRY"])
     entry.mkdir()
