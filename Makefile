@@ -12,7 +12,7 @@ PYTHON ?= python3
 VENV ?= .venv
 # make run / make doctor: local processes (ranks)
 NPROC ?= 2
-# make test: pytest's arguments, e.g. '-k doctor -x'
+# make test: pytest's arguments, e.g. '-k doctor -x' (one session; none: the whole suite, two sessions at once)
 PYTEST_ARGS ?=
 # The job's settings (CONFIG, ARGS, IMAGE, NODES, GPUS, ...): one table, jobs/knobs.md, its rows read by
 # jobs/lib/knobs.sh; here each row becomes `NAME ?= default` (a default may name $(OTHER) settings).
@@ -73,8 +73,12 @@ model-check: check-model-check setup ## Check model.name (CODE_DIR= your code, A
 	@$(call split,args,ARGS); \
 	"$$VENV/bin/python" -m login.launch --code-dir "$$CODE_DIR" model $(config_args) "$${args[@]}"
 
+# With no PYTEST_ARGS the suite runs as two sessions at once, the cluster's tests beside the rest
+# (tests/harness/streams.py); with them, pytest runs once with them.
 test: check-test setup lint ## Lint scripts and run the whole test suite (starts its own SLURM cluster)
-	@$(call split,args,PYTEST_ARGS); "$$VENV/bin/python" -m pytest "$${args[@]}"
+	@$(call split,args,PYTEST_ARGS); \
+	if (( $${#args[@]} )); then "$$VENV/bin/python" -m pytest "$${args[@]}"; \
+	else "$$VENV/bin/python" -m tests.harness.streams; fi
 
 clean: ## Remove runs/, logs/ and caches (keeps .venv and data/)
 	rm -rf runs logs .pytest_cache

@@ -1,27 +1,12 @@
 """Shared pytest wiring: the real SLURM test cluster fixture, and a leak check for /dev/shm."""
 
-import re
-from pathlib import Path
+import os
 
 import pytest
 
-from train.graph.segments import PREFIX, SHM
+from tests.harness.shm_entries import CHECKED_OUTSIDE, leak_message, leaked, project_entries
 
 pytest_plugins = ["tests.harness.conftest_slurm"]
-PRIVATE_DIR = re.compile(rf"^{re.escape(PREFIX)}u\d+$")  # a user's private directory: it stays, its contents go
-
-
-def _project_segments() -> set[Path]:
-    found: set[Path] = set()
-    for entry in Path(SHM).glob(f"{PREFIX}*"):
-        if PRIVATE_DIR.match(entry.name) and entry.is_dir() and not entry.is_symlink():
-            try:
-                found.update(entry.iterdir())
-            except OSError:  # another user's (the tests of tests/test_shm_users.py run as other users)
-                found.add(entry)
-        else:
-            found.add(entry)
-    return found
 
 
 def _is_xdist_worker(config) -> bool:
@@ -29,21 +14,22 @@ def _is_xdist_worker(config) -> bool:
 
 
 def pytest_configure(config):
-    if not _is_xdist_worker(config):  # the whole run's view: the controller, or a run without workers
-        config.stash[_SEGMENTS_BEFORE] = _project_segments()
+    # the whole run's view: the controller, or a run without workers; not a session that `make test` runs beside
+    # another (tests/harness/streams.py checks the two together, after both)
+    if not _is_xdist_worker(config) and os.environ.get(CHECKED_OUTSIDE) != "1":
+        config.stash[_SEGMENTS_BEFORE] = project_entries()
 
 
 def pytest_sessionfinish(session, exitstatus):
     """Every test run, the kill -9 ones included, must leave no /dev/shm entry of the project.
 
     Checked once, at the very end (by the controller when pytest-xdist runs workers: a worker's own end
-    would see another worker's live segments)."""
+    would see another worker's live segments; by tests/harness/streams.py when `make test` runs two sessions)."""
     if _is_xdist_worker(session.config) or _SEGMENTS_BEFORE not in session.config.stash:
         return
-    leaked = sorted(str(p) for p in _project_segments() - session.config.stash[_SEGMENTS_BEFORE])
-    if leaked:
-        session.config.pluginmanager.get_plugin("terminalreporter").write_line(
-            f"FAILED: the tests left shared-memory segments behind: {leaked}", red=True)
+    left = leaked(session.config.stash[_SEGMENTS_BEFORE])
+    if left:
+        session.config.pluginmanager.get_plugin("terminalreporter").write_line(leak_message(left), red=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 

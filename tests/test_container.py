@@ -22,6 +22,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 import zipfile
 from pathlib import Path
 
@@ -578,3 +579,31 @@ def test_install_real_project_keeps_torch_and_pyg(tmp_path: Path):
     assert f"{venv}/lib/{py_version}/site-packages/train/__init__.py" in r.stderr
     assert sorted(p.name for p in site.iterdir()) == before, "the project venv must not change"
     assert sorted(p.name for p in ROOT.iterdir()) == checkout_before, "nothing may be built in the checkout"
+
+
+def test_the_wheelhouse_renames_its_wheels_into_place_and_drops_only_the_ones_no_longer_wanted(tmp_path):
+    """container/wheelhouse.sh (make submit INSTALL_PROJECT=1 runs it) once emptied its folder before the rebuild: a
+    job of an earlier submit, installing from it meanwhile, found no wheels (two `make test` sessions at once met
+    it). It now renames each new wheel over the old one (built beside them, in a folder it removes), and then
+    removes only the wheels it did not build: the project's wheel is there at every moment of the rebuild."""
+    dest = tmp_path / "wheels"
+    dest.mkdir()
+    version = re.search(r'^version = "([^"]+)"$', (ROOT / "pyproject.toml").read_text(), re.M).group(1)
+    project = dest / f"pyg_slurm_train-{version}-py3-none-any.whl"
+    project.write_bytes(b"the wheel of the last submit")
+    (dest / "gone_dependency-1.0-py3-none-any.whl").write_bytes(b"a wheel of a dependency no longer listed")
+    (dest / "notes.txt").write_text("not a wheel: left alone\n")
+    build = subprocess.Popen(["bash", str(CONTAINER / "wheelhouse.sh"), str(dest)], env=clean_env(),
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    missing = 0  # looks at which the project's wheel was not there
+    while build.poll() is None:
+        missing += not project.exists()
+        time.sleep(0.002)
+    out = build.communicate()[0]
+    assert build.returncode == 0, out
+    assert missing == 0, f"the project's wheel was missing at {missing} looks during the rebuild"
+    wheels = sorted(w.name.split("-")[0] for w in dest.glob("*.whl"))
+    assert wheels == ["pyg_slurm_train", "python_hostlist"], sorted(dest.iterdir())
+    assert sorted(w.name for w in dest.iterdir() if not w.name.endswith(".whl")) == ["notes.txt"]  # no staging left
+    with zipfile.ZipFile(project) as wheel:  # the new one
+        assert "train/__init__.py" in wheel.namelist()

@@ -57,7 +57,7 @@ def say(capsys, text: str) -> None:
 # ----------------------------------------------------------------------------- fixtures
 
 @pytest.fixture(scope="module")
-def ngc_image_standin(pyxis_cluster, machine_parts, request) -> ngc_standin.Standin:
+def ngc_image(pyxis_cluster, machine_parts, request) -> ngc_standin.Standin:
     """The NGC-like base image, built once per machine (keyed by requirements.lock), in the background
     from the start of the session (tests/harness/prepare.py)."""
     with part_outcome(machine_parts, request, "NGC stand-in", "container") as outcome:
@@ -108,12 +108,12 @@ def build_containers(env: dict[str, str]) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def built_image(ngc_image_standin, build_env, tmp_path_factory, request) -> dict:
+def built_image(ngc_image, build_env, tmp_path_factory, request) -> dict:
     """`make image BUILDER=enroot BASE_SQSH=<stand-in>`: the real enroot build."""
     out = tmp_path_factory.mktemp("image")
     image = out / "pyg-train.sqsh"
     started = time.monotonic()
-    p = make(build_env, "image", "BUILDER=enroot", f"BASE_SQSH={ngc_image_standin.path}", f"IMAGE={image}")
+    p = make(build_env, "image", "BUILDER=enroot", f"BASE_SQSH={ngc_image.path}", f"IMAGE={image}")
     seconds = time.monotonic() - started
     capman = request.config.pluginmanager.getplugin("capturemanager")
     with capman.global_and_fixture_disabled():
@@ -192,14 +192,14 @@ def assert_ran_in_image(text: str, nodes: list[str] | None, exe: str = "/usr/bin
 
 # ----------------------------------------------------------------------------- make image
 
-def test_make_image_with_real_enroot_installs_the_project_and_keeps_torch(built_image, ngc_image_standin, login_env,
+def test_make_image_with_real_enroot_installs_the_project_and_keeps_torch(built_image, ngc_image, login_env,
                                                                           build_env):
     out = built_image["output"]
     # the site's CA bundle and the image's constraints were honoured, with no build isolation
     assert re.search(r"passing the site's package settings: .*PIP_CERT", out), out
     assert "respecting the image's pip constraints (/etc/pip/constraint.txt)" in out, out
     assert "downloads" not in out  # no isolated build environment was fetched
-    assert f"done; torch {ngc_image_standin.torch_version} unchanged" in out, out
+    assert f"done; torch {ngc_image.torch_version} unchanged" in out, out
     assert f"Image: {built_image['path']}" in out  # and how to submit with it
     assert f"make submit NODES=2 GPUS=4 IMAGE={built_image['path']}" in out
     # nothing of the build is left: no build container, no temporary image, no scratch folder
@@ -213,7 +213,7 @@ def test_make_image_with_real_enroot_installs_the_project_and_keeps_torch(built_
     assert p.returncode == 0, p.stdout + p.stderr
     lines = p.stdout.splitlines()
     assert lines[0] == "/usr/local/lib/python3.11/dist-packages/train/__init__.py", p.stdout
-    assert lines[1] == ngc_image_standin.torch_version and "stand-in for nvcr.io/nvidia/pyg" in p.stdout
+    assert lines[1] == ngc_image.torch_version and "stand-in for nvcr.io/nvidia/pyg" in p.stdout
 
 
 # What install-project.sh calls before it reaches Python.
@@ -317,13 +317,13 @@ def test_make_image_interrupted_during_install_cleans_up(login_env, tmp_path, py
     assert not image.exists() and not list(image.parent.glob("*.tmp.*"))
 
 
-def test_install_without_the_site_ca_names_the_setting(ngc_image_standin, login_env, tmp_path):
+def test_install_without_the_site_ca_names_the_setting(ngc_image, login_env, tmp_path):
     """pip inside the image, through this site's TLS-intercepting proxy, without its CA bundle
     (what `make image` gave the build before): the error names PIP_CERT instead of pip's trace."""
     p = enroot(login_env, "start", "--rw", "-m", f"{ROOT}:/opt/project",
                "-e", "PIP_CERT=/etc/ssl/certs/ca-certificates.crt", "-e", "PIP_RETRIES=0",
                "-e", "PIP_DEFAULT_TIMEOUT=20", "-e", "IMPORT_CHECK=",
-               str(ngc_image_standin.path), "sh", "/opt/project/container/install-project.sh", "/opt/project")
+               str(ngc_image.path), "sh", "/opt/project/container/install-project.sh", "/opt/project")
     assert p.returncode != 0, p.stdout + p.stderr
     assert "PIP_CERT" in p.stderr and "certificate" in p.stderr, p.stdout + p.stderr
 
@@ -484,17 +484,17 @@ def test_seed_form_with_a_named_container_and_relative_mount(pyxis_cluster, buil
 
 
 def test_registry_style_image_installs_at_job_start_offline_into_a_named_container(
-        pyxis_cluster, ngc_image_standin, login_env, tmp_path, capsys):
+        pyxis_cluster, ngc_image, login_env, tmp_path, capsys):
     """INSTALL_PROJECT=1 on the plain base (standing in for nvcr.io#nvidia/pyg:TAG): one task per
     node installs from the wheels prepared on the login node, with no route to any index; the
     training step reuses the named container."""
-    job, log, started = submit(login_env, tmp_path, "install", f"IMAGE={ngc_image_standin.path}", "INSTALL_PROJECT=1",
+    job, log, started = submit(login_env, tmp_path, "install", f"IMAGE={ngc_image.path}", "INSTALL_PROJECT=1",
                                f"ARGS={TRAIN} trainer.epochs=1 output.dir={tmp_path / 'run'}")
     state, seen = wait(pyxis_cluster, job, log, {"step": r"^0: epoch 0 step 1/"})
     text = read(log)
     assert state == "COMPLETED", text
     assert text.count("install-project.sh: done; torch") == 2, text  # once per node
-    assert f"installing the project into {ngc_image_standin.path} on every node" in text, text
+    assert f"installing the project into {ngc_image.path} on every node" in text, text
     assert_ran_in_image(text, pyxis_cluster.job_nodes(job))
     say(capsys, f"INSTALL_PROJECT=1 on the base image: job {job} COMPLETED, first step "
                 f"{seen['step'] - started:.0f} s after submit (offline install on both nodes included)")

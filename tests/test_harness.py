@@ -5,6 +5,7 @@ under, and the shell stand-ins (real files, which shellcheck and the lint see)."
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.harness import ngc_standin, pyxis_setup, slurm_conf, standin_bin
+from tests.harness.conftest_slurm import MACHINE_PARTS
 from tests.harness.localjob import ROOT, WORKERS, srun_env
 from tests.harness.prepare import Preparation
 from tests.harness.slurm_cluster import SlurmCluster
@@ -158,6 +160,17 @@ def test_preparation_builds_in_order_in_the_background_at_nice_19_and_hands_over
     assert parts.result("first") == "19" and calls == ["first", "second", "third"]  # each step runs once
     assert os.getpriority(os.PRIO_PROCESS, 0) == mine  # the tests' own priority is untouched
 
+
+
+def test_each_once_per_machine_parts_fixture_is_defined_once_in_the_suite():
+    """The suite orders a test by the fixture names it uses (conftest_slurm.MACHINE_PARTS): a test's own fixture of
+    the same name (test_jobs.py's stand-in sbatch was once named as the NGC image's) would order its tests last and
+    start the part's build in a session that never needs it (make test's sessions: tests/harness/streams.py)."""
+    sources = [path.read_text() for path in sorted((ROOT / "tests").rglob("*.py"))]
+    for _part, _step, fixtures in MACHINE_PARTS:
+        for name in fixtures:
+            defined = sum(len(re.findall(rf"^def {name}\(", text, re.M)) for text in sources)
+            assert defined == 1, f"fixture {name}: defined {defined} times in tests/"
 
 # ---- the reaper every daemon runs under (a real file, run as the cluster runs it) -------------------
 def reap(*cmd: str) -> subprocess.CompletedProcess:

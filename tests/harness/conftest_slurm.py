@@ -73,7 +73,7 @@ def _install_pyxis(log) -> None:
 # fixtures whose tests need each: those tests run last, after the ones that need nothing of it.
 MACHINE_PARTS = [
     ("enroot+pyxis", _install_pyxis, {"slurm_cluster", "pyxis_cluster", "slurm_capable"}),
-    ("NGC stand-in", lambda log: ngc_standin.build_standin(log=log), {"standin"}),
+    ("NGC stand-in", lambda log: ngc_standin.build_standin(log=log), {"ngc_image"}),
     ("pyg-lib anchor", lambda log: anchor_cache.ensure_anchor(log=log), {"anchor_venv"}),
 ]
 _PARTS = pytest.StashKey[Preparation]()

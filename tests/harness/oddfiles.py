@@ -39,11 +39,16 @@ def words(kind: str) -> str:
     return ODD[kind][2]
 
 
+class Blocked(BaseException):
+    """A read that blocked. Not an OSError (TimeoutError is one): a reader's `except OSError` would take it for an
+    unreadable file, name the FIFO after all, and so hide the hang (a real user's run would wait forever)."""
+
+
 @contextlib.contextmanager
 def no_hang(seconds: int = 20):
     """Fail instead of waiting forever (a FIFO opened for reading blocks until a writer comes)."""
     def expire(signum, frame):
-        raise TimeoutError(f"blocked for {seconds} s: a reader waited on a FIFO or a lock")
+        raise Blocked(f"blocked for {seconds} s: a reader waited on a FIFO or a lock")
 
     previous = signal.signal(signal.SIGALRM, expire)
     signal.alarm(seconds)

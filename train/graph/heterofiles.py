@@ -28,6 +28,7 @@ from torch import Tensor
 
 from train.config import DataConfig
 from train.errors import UserError
+from train.files import file_problem
 from train.graph.graphfiles import ARRAYS, SUFFIXES, _read_array
 from train.graph.graphsize import GraphSize
 from train.graph.igbh import IGBH_RELATIONS, IGBH_SPLIT, IGBH_TYPES, igbh_label_name
@@ -35,7 +36,10 @@ from train.graph.labels import num_outputs
 
 
 def saved_hetero(path: Path) -> bool:
-    """Whether a .pt file holds a PyG `HeteroData` (its pickle names the class), without loading it."""
+    """Whether a .pt file holds a PyG `HeteroData` (its pickle names the class), without loading it. Only a regular
+    file is opened (a FIFO would block the open forever): any other is the homogeneous reader's to name."""
+    if file_problem(path) is not None:
+        return False
     try:
         with zipfile.ZipFile(path) as archive:
             pickle = next((n for n in archive.namelist() if n.endswith("data.pkl")), None)
