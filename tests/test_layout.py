@@ -280,12 +280,13 @@ def test_the_login_node_s_config_check_imports_no_torch(tmp_path):
 
 
 def test_each_stand_in_fixture_has_a_name_of_its_own():
-    """The tests' stand-ins (tests/test_jobs.py's sbatch, tests/test_container_real.py's NGC image, ...) hold different
-    things: one name each, so that a test's parameter says which it gets."""
+    """The tests' stand-ins (tests/test_jobs.py's sbatch and its cluster, ...) hold different things: one name each, so
+    that a test's parameter says which it gets (the NGC image's is `ngc_image`, held once by test_harness's check of
+    the once-per-machine parts)."""
     where: dict[str, list[str]] = {}
     for path in sorted((ROOT / "tests").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.FunctionDef) and "standin" in node.name and any(
                     "fixture" in ast.unparse(d) for d in node.decorator_list):
                 where.setdefault(node.name, []).append(str(path.relative_to(ROOT)))
-    assert len(where) >= 3 and all(len(paths) == 1 for paths in where.values()), where
+    assert len(where) >= 2 and all(len(paths) == 1 for paths in where.values()), where

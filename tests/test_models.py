@@ -230,8 +230,9 @@ def check_with_preflight(config, overrides):
 
 def check_with_model_command(config, overrides):
     from train.cli.model import main
+    from train.config import CONFIG_OPTION
 
-    main(types.SimpleNamespace(config="tiny", overrides=overrides))
+    main(types.SimpleNamespace(config="tiny", overrides=overrides, config_knob=CONFIG_OPTION))  # as the parser gives
 
 
 @pytest.mark.parametrize("check", [check_with_preflight, check_with_model_command])
