@@ -72,6 +72,7 @@ def test_cora_through_the_cli_on_two_ranks_reports_the_best_validation_epoch(tmp
 
 
 @needs_cora
+@pytest.mark.long
 def test_every_builtin_model_reaches_its_published_accuracy_mean_over_three_seeds(cora_root, capsys):
     """GCN, GAT, GraphSAGE and the MLP with their configs (train/configs/cora*.yaml), 3 seeds each, all in one
     process group of 2 ranks (bench/accuracy.py, what `make bench BENCH=accuracy` prints)."""
@@ -88,6 +89,7 @@ def test_every_builtin_model_reaches_its_published_accuracy_mean_over_three_seed
     assert rows["MLP"]["mean"] <= rows["GCN"]["mean"] - 0.15, rows  # the graph is worth 15 points at least
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("label, dataset", [("GAE", "Cora"), ("GAE-CiteSeer", "CiteSeer")])
 def test_gae_reaches_the_published_auc_and_ap_mean_over_three_seeds(label, dataset, tmp_path, capsys):
     """cora-link and citeseer-link (GAE's setting) from 3 seeds in one process group of 2 ranks (bench/accuracy.py,
