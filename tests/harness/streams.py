@@ -4,7 +4,8 @@ and the rest, then one verdict.
 The cluster's tests (markers `slurm`, `container`) mostly wait on the cluster (jobs starting, ranks meeting,
 containers unpacking) while the rest keep the CPUs busy: run one after the other on CI's 2 cores they took 28
 minutes; side by side the wait overlaps the work. The `long` tests (minutes of CPU each: the published figures)
-run in the cluster's session too, after its waits, so that neither session sets the suite's time alone. What the two would otherwise share, and how each is kept apart:
+run in the cluster's session too, so that neither session sets the suite's time alone. What the two would
+otherwise share, and how each is kept apart:
 
 - the /dev/shm leak check: each session's end would see the other's live segments, so the sessions leave it to
   this runner (shm_entries.CHECKED_OUTSIDE), which compares /dev/shm before both started and after both ended;
