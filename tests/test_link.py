@@ -135,6 +135,18 @@ def test_link_prediction_on_two_ranks_learns_and_reports_auc_and_ap(tmp_path):
     assert any(k.startswith("head.") for k in state) and any(k.startswith("encoder.") for k in state)  # mlp head
 
 
+def test_a_link_run_of_an_edge_feature_model_trains_on_two_ranks(tmp_path):
+    """GINE reads the edges' features: the split keeps each training edge's (train/graph/edge_split.py), the batches
+    and the exact evaluation read them (a link run of it was refused: the split dropped them)."""
+    out = tmp_path / "run"
+    job = run_local_job(["fit", "--config", "synthetic-edges", "task.name=link", "data.num_nodes=1500",
+                         "trainer.epochs=2", f"output.dir={out}"], world_size=2)
+    assert job.returncodes == [0, 0], job.outputs[0][-3000:] + job.outputs[1][-3000:]
+    summary = final_summary(out)
+    assert summary["task"] == "link" and summary["model"] == "gine" and summary["eval_mode"] == "full"
+    assert summary["test_auc_at_best_val"] is not None and summary["final_test_ap"] is not None
+
+
 def test_a_resumed_link_run_equals_an_uninterrupted_one(tmp_path):
     args = [*LINK, "sampler.batch_size=256", "trainer.epochs=2"]
     baseline = run([*args, f"output.dir={tmp_path / 'baseline'}"], 2, tmp_path / "logs-0")

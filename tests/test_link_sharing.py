@@ -144,6 +144,21 @@ def test_a_link_run_on_two_ranks_maps_the_message_passing_csc_and_the_split_from
         assert seen["held_out"] == held_out and seen["undirected"], seen["rank"]
 
 
+def test_the_split_keeps_each_training_edges_own_values_in_either_direction():
+    """synthetic-edges' features tell the target's class, so an edge and its reverse differ: each message-passing
+    edge keeps its own (RandomLinkSplit's would give a reverse edge its edge's)."""
+    from train.graph.data import load_graph
+
+    config = load_config("synthetic-edges", ["task.name=link", "data.num_nodes=500"])
+    graph = load_graph(config.data)
+    data = split_on_loading(graph, config)
+    position = {edge: i for i, edge in enumerate(zip(*graph.edge_index.tolist()))}
+    rows = torch.tensor([position[edge] for edge in zip(*data.edge_index.tolist())])
+    assert data.edge_index.size(1) < graph.edge_index.size(1) and torch.equal(data.edge_attr, graph.edge_attr[rows])
+    reverse = torch.tensor([position[(b, a)] for a, b in zip(*data.edge_index.tolist())])
+    assert not torch.equal(graph.edge_attr[reverse], graph.edge_attr[rows])  # the direction matters in this graph
+
+
 def test_the_memory_plan_counts_a_link_tasks_graph_as_the_node_shares_it_and_the_split_while_loading():
     """The node shares the training edges' CSC and the split's ids (not the loaded graph's edges); the process that
     loads holds the split's arrays at its peak (plan.held LINK_SPLIT_ARRAYS)."""
@@ -153,14 +168,35 @@ def test_the_memory_plan_counts_a_link_tasks_graph_as_the_node_shares_it_and_the
     from train.plan.terms import make_plan
 
     shared = "graph, shared once (/dev/shm or node-local disk)"
-    for extra in ([], ["data.num_nodes=20000", "data.avg_degree=20"]):
-        node, link = load_config("tiny", extra), load_config("tiny", ["task.name=link", *extra])
+    # (config, overrides, the least ratio of the link graph's shared bytes to the node graph's): the split's ids
+    # beside the training edges; with edge features (synthetic-edges), the training edges keep theirs
+    for name, extra, more in (("tiny", [], 1.5), ("tiny", ["data.num_nodes=20000", "data.avg_degree=20"], 1.5),
+                              ("synthetic-edges", ["data.num_nodes=3000"], 1.0)):
+        node, link = load_config(name, extra), load_config(name, ["task.name=link", *extra])
         real = graph_tensors(split_on_loading(load_graph(link.data), link))[1]
         planned = make_plan(link, graph_size(link), 1, 2, gpus=False).rows["node"][shared]
         assert real <= planned <= 1.01 * real, (planned, real)  # synthetic sizes count the edges before repeats go
-        assert planned > 1.5 * make_plan(node, graph_size(node), 1, 2, gpus=False).rows["node"][shared]
+        assert planned > more * make_plan(node, graph_size(node), 1, 2, gpus=False).rows["node"][shared]
     loading = "while loading (local rank 0): graph, CSC build, loader"
     size = dataset_kind("Cora").plan_size(load_config("cora-gcn").data)
     plans = {task: make_plan(load_config("cora-gcn", [f"task.name={task}"]), size, 1, 2, gpus=False)
              for task in ("node", "link")}
     assert plans["link"].rows["rank"][loading] > plans["node"].rows["rank"][loading]
+
+
+def test_the_memory_plan_counts_the_edge_values_a_link_split_holds_while_loading():
+    """With edge features the process that splits holds them as loaded and the training edges' own, beside the
+    lookup's index arrays (plan.held LINK_VALUE_ARRAYS): the loading peak is at least that split's."""
+    from train.cli.plan import graph_size
+    from train.plan.held import LINK_SPLIT_ARRAYS, LINK_VALUE_ARRAYS, held_size
+    from train.plan.terms import make_plan
+
+    config = load_config("synthetic-edges", ["task.name=link", "data.num_nodes=200000", "data.avg_degree=20"])
+    loaded = graph_size(config)
+    held = held_size(config, loaded)
+    assert held.edge_features == loaded.edge_features == 8 and held.edges < loaded.edges
+    split = (loaded.nodes * loaded.features * 4 + (2 + LINK_SPLIT_ARRAYS + LINK_VALUE_ARRAYS) * loaded.edges * 8
+             + (loaded.edges + held.edges) * 8 * 4)
+    loading = "while loading (local rank 0): graph, CSC build, loader"
+    peak = make_plan(config, loaded, 1, 2, gpus=False).rows["rank"][loading]
+    assert split <= peak <= 1.05 * split, (peak, split)  # the split sets the peak here: the loader's own is below

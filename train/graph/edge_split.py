@@ -25,6 +25,7 @@ from torch_geometric.data import Data
 
 from train.config import Config
 from train.errors import UserError
+from train.graph.edge_rows import edge_values
 from train.graph.epoch_split import derive_seed
 from train.graph.form import SPLITS
 from train.graph.hetero_meta import graph_meta
@@ -99,7 +100,8 @@ def _seeded_globals(seed: int) -> Iterator[None]:
 
 def random_split(data: Data, config: Config) -> Data:
     """PyG's RandomLinkSplit of the graph's edges (seeded by trainer.seed): the graph's nodes (features, labels,
-    node split) with the training edges as its edges, and the split in link_split.py's fields."""
+    node split) with the training edges as its edges, each with its own values (edge_attr, edge_weight:
+    `values_of_edges`), and the split in link_split.py's fields."""
     from torch_geometric.transforms import RandomLinkSplit
     from torch_geometric.utils import is_undirected
 
@@ -118,7 +120,21 @@ def random_split(data: Data, config: Config) -> Data:
         fields[pos_edges_key(name)] = held_out.edge_label_index[:, positive]
         fields[neg_edges_key(name)] = held_out.edge_label_index[:, ~positive]
     nodes = {name: data[name] for name in ("x", "y", *SPLITS) if data.get(name) is not None}
-    return Data(**nodes, edge_index=train.edge_index, num_nodes=data.num_nodes, **fields)
+    values = values_of_edges(data, train.edge_index)
+    return Data(**nodes, edge_index=train.edge_index, **values, num_nodes=data.num_nodes, **fields)
+
+
+def values_of_edges(data: Data, edges: Tensor) -> dict[str, Tensor]:
+    """The graph's values (edge_attr, edge_weight) of `edges`, each an edge of the graph, looked up by its ends.
+    Not RandomLinkSplit's own: of an undirected graph it keeps one direction of each edge and gives the reverse the
+    same values, where a graph's values may depend on the direction (synthetic-edges: the target's class)."""
+    values = edge_values(data)
+    if not values:
+        return {}
+    keys = data.edge_index[0] * data.num_nodes + data.edge_index[1]
+    order = torch.argsort(keys)
+    rows = order[torch.searchsorted(keys[order], edges[0] * data.num_nodes + edges[1])]
+    return {name: value[rows] for name, value in values.items()}
 
 
 def split_on_loading(data: Data, config: Config) -> Data:

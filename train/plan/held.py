@@ -23,6 +23,10 @@ CSC_BUILD_ARRAYS = 5
 # LINK_SPLIT_ARRAYS more of its E: the undirected half and its permutation, each of the three splits' message-passing
 # edges and pairs (measured: 12.8 at 200k nodes, 8M edges).
 LINK_SPLIT_ARRAYS = 13
+# Where the graph has edge values, the split also holds them as loaded and looks up the training edges' own
+# (edge_split.values_of_edges): the loaded edges' keys, their order and the keys sorted, then each training edge's
+# key, position and row (counted from the code, not measured), and the values those rows take.
+LINK_VALUE_ARRAYS = 6
 LOADING_FIXED_BYTES = 8 * 2**20  # what a small graph's loading holds beyond its arrays (measured: 20k nodes)
 LOADER_PEAK = {"synthetic": lambda x, e, n: max(17 * e, 2 * e + 3 * x),
                "ogb": lambda x, e, n: x + 2 * e + 3 * n * INDEX,
@@ -69,7 +73,11 @@ def loading_bytes(size: GraphSize, source: str, loaded: GraphSize | None = None)
     held (`size`, see CSC_BUILD_ARRAYS), whichever is larger."""
     x_bytes, edge_array = size.nodes * size.features * FLOAT, size.edges * INDEX
     loaded_edges = (loaded or size).edges * INDEX
-    split = x_bytes + (2 + LINK_SPLIT_ARRAYS) * loaded_edges if loaded is not None else 0
+    split = 0
+    if loaded is not None:
+        values = (loaded.edges + size.edges) * size.edge_floats * FLOAT  # as loaded, and the training edges'
+        lookup = LINK_VALUE_ARRAYS * loaded_edges if size.edge_floats else 0
+        split = x_bytes + (2 + LINK_SPLIT_ARRAYS) * loaded_edges + lookup + values
     loaded = shared_graph_bytes(size) + edge_array  # the shared CSC keeps one id per edge, edge_index two
     # edge values: the node-shared graph's writer keeps the int64 perm and one value permuted at a time
     widest = max(size.edge_features * FLOAT, int(size.edge_weight) * FLOAT, size.type_bytes)  # edge_type: typed
@@ -88,7 +96,7 @@ def loader_kind(name: str) -> str:
 def held_size(config: Config, size: GraphSize) -> GraphSize:
     """The graph a run holds (and a node shares), where `size` is the graph loaded: a link task splits a graph
     without its own split where it is loaded (train/graph/edge_split.py: RandomLinkSplit), so its edges are the
-    training edges, without edge values, and the split's ids lie beside them: each training pair once, each
+    training edges, with their values, and the split's ids lie beside them: each training pair once, each
     held-out pair and its negative. Counted as undirected, as the sizes count edges (both directions of each)."""
     from train.graph.kinds import dataset_kind  # here: it imports torch (see shared_graph_bytes)
 
@@ -97,4 +105,4 @@ def held_size(config: Config, size: GraphSize) -> GraphSize:
     pairs = size.edges // 2
     held_out = int(pairs * config.task.val_fraction) + int(pairs * config.task.test_fraction)
     train = pairs - held_out
-    return replace(size, edges=2 * train, edge_features=0, edge_weight=False, link_ids=2 * train + 4 * held_out)
+    return replace(size, edges=2 * train, link_ids=2 * train + 4 * held_out)
