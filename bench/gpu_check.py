@@ -8,6 +8,9 @@ GPU must tell first (issue 30's figures, then the checks that passed before):
   training       `python -m train fit` on one GPU at the seed's settings with the defaults (configs/reddit.yaml:
                  SAGE 256, [25, 10], batch 1024, 4 loader workers): seeds/s, epoch time, where the time goes,
                  where sampler.device=auto put the graph (goal: 150,000 seeds/s)
+  profile        the training check's run for a few steps under torch.profiler (bench/gpu_profile.py): per step,
+                 the host's ops per thread, host reads of device values, waits for the device, kernels and the
+                 GPU's busy fraction, the busiest ops and kernels
   products       an ogbn-products-sized synthetic graph under configs/ogbn-products.yaml with the defaults: a full
                  epoch (goal 1.0 s) and the exact evaluation of every node (goal 2 s)
   determinism    the training step with trainer.deterministic=true against false, and the ratio that decides
@@ -53,6 +56,7 @@ from bench.gpu_forms import (  # noqa: F401 - Skip is this module's too (its che
     need_gpus,
 )
 from bench.gpu_numerics import check_determinism, check_feature_dtype, placement_line
+from bench.gpu_profile import check_profile
 
 ROOT = Path(__file__).resolve().parents[1]
 REDDIT_NODES, REDDIT_FEATURES, REDDIT_CLASSES = 232_965, 602, 41
@@ -306,14 +310,16 @@ def check_products(args, budget: float) -> dict:
 
 
 # In order of what a lent GPU must tell first: the figures issue 30 asks, then the checks that passed before.
-CHECKS = {"env": check_env, "sampler": check_sampler, "training": check_training, "products": check_products,
+CHECKS = {"env": check_env, "sampler": check_sampler, "training": check_training, "profile": check_profile,
+          "products": check_products,
           "determinism": check_determinism, "feature_dtype": check_feature_dtype, "cuda_tests": check_cuda_tests,
           "nccl": check_nccl, "pinned": check_pinned, "resume_layout": check_resume_layout,
           "shared_gpu": check_shared_gpu, "late_node": check_late_node, "dead_rank": check_dead_rank}
 # Seconds each check may take at most (the overall --budget caps them all together). On one H200 with 16 cores
 # the checks that run there (late_node and dead_rank need two GPUs) add up to well under the budget.
 LIMITS = {"env": 30, "cuda_tests": 150, "nccl": 60, "shared_gpu": 60, "resume_layout": 120, "late_node": 120,
-          "dead_rank": 100, "pinned": 30, "sampler": 90, "training": 150, "products": 120, "determinism": 90,
+          "dead_rank": 100, "pinned": 30, "sampler": 90, "training": 150, "profile": 60, "products": 120,
+          "determinism": 90,
           "feature_dtype": 80}
 
 

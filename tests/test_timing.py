@@ -270,6 +270,52 @@ def test_every_rank_of_a_real_run_records_the_phases(tmp_path):
         assert row["phase_seconds"]["eval"] > 0  # tiny evaluates every epoch
 
 
+class _StreamStandIn:
+    """Stand-in for a CUDA stream on a machine without one: counts the waits on it."""
+
+    def __init__(self):
+        self.waits = 0
+
+    def synchronize(self):
+        self.waits += 1
+
+
+def test_a_gpu_phase_boundary_waits_for_the_training_threads_stream_not_the_device(monkeypatch):
+    """A device-wide wait would also wait for the prefetching thread's side stream (issue 30); the CUDA calls are
+    stood in for here (no GPU), the test below checks the same on a real one."""
+    stream = _StreamStandIn()
+    asked = []
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: asked.append(device) or stream)
+
+    def device_wide(device=None):
+        raise AssertionError("the timer waited for the whole device")
+
+    monkeypatch.setattr(torch.cuda, "synchronize", device_wide)
+    timer = PhaseTimer("cuda:0", clock=FakeClock())
+    with timer.phase("compute"):
+        with timer.phase("gather"):
+            pass
+    assert stream.waits == 4  # each boundary: entering and leaving both phases
+    assert asked == [torch.device("cuda:0")] * 4  # asked at each boundary: the stream current then
+    assert PhaseTimer("cpu").wait is None  # no device work to wait for
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device: a side stream beside the step's")
+def test_a_side_streams_kernels_are_not_waited_for_at_a_phase_boundary():
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(2_000_000_000)  # a second or more of GPU time on the prefetching thread's kind of stream
+    done = torch.cuda.Event()
+    done.record(side)
+    timer = PhaseTimer("cuda")
+    with timer.phase("compute"):
+        torch.ones(1, device="cuda").add_(1)
+    assert not done.query(), "the phase boundary waited for the side stream's kernels"
+    assert timer.seconds["compute"] < 0.5
+    side.synchronize()
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(),
                     reason="needs a CUDA device: the all-reduce wait is timed with CUDA events")

@@ -18,11 +18,16 @@ Phases (seconds per epoch, exclusive, measured on the training thread):
 The phases add up to the epoch's wall time (`other` is the remainder, never negative). Nested
 phases are exclusive: the time of `gather` inside `sample` counts once, in `gather`.
 
-On a GPU, kernels run asynchronously; the timer synchronizes the device at every phase boundary
-(`torch.cuda.synchronize`), so each phase holds the GPU work it launched. The all-reduce wait is
-measured with CUDA events on the stream backward runs on (last gradient ready -> backward done),
-because NCCL's wait is a stream wait, not a host wait. The synchronizations cost a little overlap
-(a few microseconds per boundary); that is the price of attributing time honestly.
+On a GPU, kernels run asynchronously; at every phase boundary the timer waits for the training thread's
+stream (`stream_wait`), so each phase holds the GPU work it launched. It waits for that stream only, not
+for the device: the prefetching thread samples the next batches on a side stream (train/loop/prefetch.py),
+and a device-wide `torch.cuda.synchronize` would wait for that work too, at every boundary, and undo the
+overlap the side stream exists for (issue 30: on an H200 the step's `compute` held the sampler's kernels).
+The wait for a prefetched batch's kernels shows in `sample`: the step's stream waits on the batch's event
+when the batch is taken. The all-reduce wait is measured with CUDA events on the stream backward runs on
+(last gradient ready -> backward done), because NCCL's wait is a stream wait, not a host wait. The waits
+cost a little overlap within the training thread (a few microseconds per boundary); that is the price of
+attributing time honestly.
 """
 
 from __future__ import annotations
@@ -48,6 +53,15 @@ def _torch():
     return torch
 
 
+def stream_wait(device: torch.device):
+    """What a phase boundary waits for on `device`: on a GPU, the work launched so far on the calling thread's
+    current stream (not the device's other streams: see the module's docstring); None where work is synchronous."""
+    if device.type != "cuda":
+        return None
+    cuda = _torch().cuda
+    return lambda: cuda.current_stream(device).synchronize()
+
+
 class PhaseTimer:
     """Exclusive wall-clock time per phase for one epoch, on the thread that created it.
 
@@ -57,7 +71,7 @@ class PhaseTimer:
 
     def __init__(self, device: torch.device | str = "cpu", clock=time.perf_counter):
         self.device = _torch().device(device)
-        self.sync = self.device.type == "cuda"
+        self.wait = stream_wait(self.device)
         self.clock = clock
         self._owner = (os.getpid(), threading.get_ident())
         self.reset()
@@ -72,8 +86,8 @@ class PhaseTimer:
         return (os.getpid(), threading.get_ident()) == self._owner
 
     def _now(self) -> float:
-        if self.sync:
-            _torch().cuda.synchronize(self.device)
+        if self.wait is not None:
+            self.wait()
         return self.clock()
 
     def _charge(self, now: float) -> None:
