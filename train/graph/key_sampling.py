@@ -28,25 +28,27 @@ def key_positions(colptr: Tensor, frontier: Tensor, fanout: int,
                   generator: torch.Generator | None) -> tuple[Tensor, Tensor]:
     """CSC positions of the sampled in-edges of `frontier` (without replacement, at most `fanout` each; all of
     them for fanout -1) and the index in `frontier` of each one's target, grouped by target in frontier order,
-    CSC order within a target."""
+    CSC order within a target. One wait for the device: the candidates' and the kept edges' counts, together."""
     device = frontier.device
     start = colptr.index_select(0, frontier).long()  # int64: the node-shared CSC may hold int32 ids
     degree = colptr.index_select(0, frontier + 1).long() - start
-    num_candidates = int(degree.sum())
+    if fanout < 0:
+        num_candidates = num_kept = int(degree.sum())
+    else:  # the sizes of the draw and of the output, read in one transfer: min(degree, fanout) are kept
+        num_candidates, num_kept = torch.stack((degree, degree.clamp(max=fanout))).sum(1).tolist()
     target = torch.repeat_interleave(torch.arange(frontier.numel(), device=device), degree,
                                      output_size=num_candidates)
     first = torch.cumsum(degree, 0) - degree  # each target's first candidate
-    position = torch.arange(num_candidates, device=device) + (start - first).index_select(0, target)
+    rank = torch.arange(num_candidates, device=device) - first.index_select(0, target)  # its rank in CSC order
+    position = rank + start.index_select(0, target)
     if fanout < 0:
         return position, target
     random_bits = 63 - max(int(frontier.numel()).bit_length(), 1)
     keys = torch.randint(0, 1 << random_bits, (num_candidates,), device=device, generator=generator)
     keys |= target << random_bits
     order = torch.sort(keys, stable=True).indices  # targets stay in their places, their edges shuffled
-    # Sorted by target first, slot i holds a candidate of target[i]: its rank there is i - first[target[i]].
-    rank = torch.arange(num_candidates, device=device) - first.index_select(0, target)
+    # Sorted by target first, slot i holds a candidate of target[i], of rank i - first[target[i]] there: `rank`.
     keep = torch.empty(num_candidates, dtype=torch.bool, device=device)
     keep.scatter_(0, order, rank < fanout)  # back to CSC order
-    chosen = torch.nonzero(keep).view(-1)  # the hop's one wait for the device besides its count
+    chosen = torch.nonzero_static(keep, size=num_kept).view(-1)  # its size known: no wait (CUDA, torch >= 2.6)
     return position.index_select(0, chosen), target.index_select(0, chosen)
-
