@@ -30,8 +30,11 @@ def key_positions(colptr: Tensor, frontier: Tensor, fanout: int,
     them for fanout -1) and the index in `frontier` of each one's target, grouped by target in frontier order,
     CSC order within a target. One wait for the device: the candidates' and the kept edges' counts, together."""
     device = frontier.device
-    start = colptr.index_select(0, frontier).long()  # int64: the node-shared CSC may hold int32 ids
-    degree = colptr.index_select(0, frontier + 1).long() - start
+    # Each target's (start, end) in one gather from overlapping pairs of colptr; int64: the node-shared CSC
+    # may hold int32 ids.
+    bounds = colptr.unfold(0, 2, 1).index_select(0, frontier).long()
+    start = bounds[:, 0]
+    degree = bounds[:, 1] - start
     if fanout < 0:
         num_candidates = num_kept = int(degree.sum())
     else:  # the sizes of the draw and of the output, read in one transfer: min(degree, fanout) are kept

@@ -316,7 +316,7 @@ class TorchNeighborSampler(BaseSampler):
         to_local = self._to_local
         # Each source offers _FIRST_SEEN + its index: between any local id and _UNSEEN, so amin leaves a seen
         # node's local id and gives an unseen one its first occurrence's mark, which only that occurrence matches.
-        mark = _FIRST_SEEN + torch.arange(source.numel(), device=device)
+        mark = torch.arange(_FIRST_SEEN, _FIRST_SEEN + source.numel(), device=device)
         to_local.scatter_reduce_(0, source, mark, "amin")
         new_nodes = source.masked_select(to_local.index_select(0, source) == mark)
         to_local.scatter_(0, new_nodes, torch.arange(num_local, num_local + new_nodes.numel(), device=device))
