@@ -135,6 +135,19 @@ def test_a_typed_graph_samples_as_the_frozen_algorithm_did(sampler_class, refere
         assert_same(outputs(new, seeds), outputs(old, seeds))
 
 
+def test_a_torch_without_nonzero_static_on_the_device_samples_the_same(monkeypatch):
+    """torch 2.1 to 2.5 have no CUDA `nonzero_static`: the hop takes `nonzero` there, with the same result."""
+    data = mixed_graph()
+    expected = outputs(FusedNeighborSampler(data, [25, 10], seed=4), seed_sets(data.num_nodes)[0])
+
+    def missing(*args, **kwargs):
+        raise NotImplementedError("Could not run 'aten::nonzero_static' with arguments from the 'CUDA' backend")
+
+    monkeypatch.setattr(torch, "nonzero_static", missing)
+    assert_same(outputs(FusedNeighborSampler(data, [25, 10], seed=4), seed_sets(data.num_nodes)[0]), expected)
+    assert_same(expected, outputs(ReferenceFusedSampler(data, [25, 10], seed=4), seed_sets(data.num_nodes)[0]))
+
+
 # ---- the counts -----------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

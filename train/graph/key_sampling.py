@@ -7,9 +7,10 @@ node, whatever its degree); on a GPU the launches dominate (issue 30: 50.7M samp
 Here a hop gives every in-edge of the frontier one random key, with its target's index in the high bits, and
 sorts the keys once: each target's edges come out together, in random order, and the first
 min(degree, k) of them are a uniform sample without replacement. One sort, one random draw and a few
-gathers per hop, whatever k is. The work is O(sum of the frontier's in-degrees) per hop, against Floyd's
-O(k^2) per node: on a GPU a sort of millions of keys costs less than k rounds of launches; on the CPU Floyd
-stays (make run's weights come from it).
+gathers per hop, whatever k is, and one wait for the device: the draw's and the output's sizes, read
+together (the kept edges are then selected at a known size, `nonzero_static`). The work is O(sum of the
+frontier's in-degrees) per hop, against Floyd's O(k^2) per node: on a GPU a sort of millions of keys costs
+less than k rounds of launches; on the CPU Floyd stays (make run's weights come from it).
 
 The contract is `TorchNeighborSampler`'s: the same output layout and relabelling (it keeps that class's
 node map), seeded per batch by (seed, epoch, first seed node), and each target's sampled edges in CSC
@@ -53,5 +54,14 @@ def key_positions(colptr: Tensor, frontier: Tensor, fanout: int,
     # Sorted by target first, slot i holds a candidate of target[i], of rank i - first[target[i]] there: `rank`.
     keep = torch.empty(num_candidates, dtype=torch.bool, device=device)
     keep.scatter_(0, order, rank < fanout)  # back to CSC order
-    chosen = torch.nonzero_static(keep, size=num_kept).view(-1)  # its size known: no wait (CUDA, torch >= 2.6)
+    chosen = _true_indices(keep, num_kept)
     return position.index_select(0, chosen), target.index_select(0, chosen)
+
+
+def _true_indices(mask: Tensor, count: int) -> Tensor:
+    """The indices of `mask`'s `count` True entries, in order: at a known size no wait for the device, where torch
+    has `nonzero_static` there (CUDA: torch 2.6 and newer; the project takes torch 2.1 on)."""
+    try:
+        return torch.nonzero_static(mask, size=count).view(-1)
+    except NotImplementedError:  # an older torch on this device: `nonzero` counts them again, and waits
+        return torch.nonzero(mask).view(-1)
