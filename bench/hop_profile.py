@@ -3,9 +3,9 @@ times it waits for the device (host syncs), from torch's profiler.
 
 For small batches a GPU sampler is bound by these, not by its work (issue 30: 146M sampled edges/s on an H200
 for [25, 10], batch 1024): each op is at least one kernel launch, and each host sync drains the queue, so the
-launches after it no longer overlap the kernels before it. Both counts depend on the code alone, not on the
-device, so the CPU counts them as a GPU would see them; on CUDA, torch's sync debug mode counts the real
-waits beside them (`cuda_syncs`), a check of the op-name count.
+launches after it no longer overlap the kernels before it. Both counts depend on the code, not on the device
+(but for `.tolist()`'s copy to the host, one more op on a GPU), so the CPU counts them as a GPU would see them;
+on CUDA, torch's sync debug mode counts the real waits beside them (`cuda_syncs`), a check of the op-name count.
 
 `python -m bench.hop_profile [--device cuda]` prints both samplers' counts on a synthetic graph; gpu-check can
 print `hop_profile(sampler, seeds)` beside its edges/s.
@@ -33,9 +33,9 @@ TOLIST_MARK = "aten::resolve_conj"
 # Ops that launch nothing on a GPU: views, allocations, tolist's marks. An `aten::to` launches a copy only
 # where it converts (an `_to_copy` inside it).
 FREE_OPS = frozenset({"aten::view", "aten::as_strided", "aten::select", "aten::slice", "aten::narrow",
-                      "aten::unsqueeze", "aten::squeeze", "aten::expand", "aten::t", "aten::transpose",
-                      "aten::alias", "aten::detach", "aten::lift_fresh", "aten::empty", "aten::empty_strided",
-                      "aten::resolve_conj", "aten::resolve_neg"})
+                      "aten::unsqueeze", "aten::squeeze", "aten::expand", "aten::unfold", "aten::t",
+                      "aten::transpose", "aten::alias", "aten::detach", "aten::lift_fresh", "aten::empty",
+                      "aten::empty_strided", "aten::resolve_conj", "aten::resolve_neg"})
 
 
 def _ancestors(event):
