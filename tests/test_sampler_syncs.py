@@ -17,6 +17,7 @@ from bench.hop_profile import count_events, hop_profile
 from tests.test_hetero_data import small_hetero
 from train.graph.form import HETEROGENEOUS
 from train.graph.hetero_graph import typed_graph
+from train.graph.in_edges import in_edge_positions
 from train.graph.sampler import _FIRST_SEEN, _UNSEEN, FusedNeighborSampler, TorchNeighborSampler, build_csc
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,21 +26,16 @@ ROOT = Path(__file__).resolve().parents[1]
 # ---- the algorithm as it was (the reference; not in train/) --------------------------------------------
 
 def reference_key_positions(colptr, frontier, fanout, generator):
-    device = frontier.device
-    start = colptr.index_select(0, frontier).long()
-    degree = colptr.index_select(0, frontier + 1).long() - start
-    num_candidates = int(degree.sum())
-    target = torch.repeat_interleave(torch.arange(frontier.numel(), device=device), degree,
-                                     output_size=num_candidates)
-    first = torch.cumsum(degree, 0) - degree
-    position = torch.arange(num_candidates, device=device) + (start - first).index_select(0, target)
+    # Its first lines were the in-edges of the evaluation's chunks, op for op (in_edges.py, the same numbers).
+    position, target = in_edge_positions(colptr, frontier)
     if fanout < 0:
         return position, target
+    device, num_candidates = frontier.device, position.numel()
     random_bits = 63 - max(int(frontier.numel()).bit_length(), 1)
     keys = torch.randint(0, 1 << random_bits, (num_candidates,), device=device, generator=generator)
     keys |= target << random_bits
     order = torch.sort(keys, stable=True).indices
-    rank = torch.arange(num_candidates, device=device) - first.index_select(0, target)
+    rank = position - colptr.index_select(0, frontier).long().index_select(0, target)
     keep = torch.empty(num_candidates, dtype=torch.bool, device=device)
     keep.scatter_(0, order, rank < fanout)
     chosen = torch.nonzero(keep).view(-1)
