@@ -84,6 +84,14 @@ def _first_node(inputs: NodeSamplerInput) -> int:
     return int(inputs.node[0]) if inputs.node.numel() else -1
 
 
+def _on_device(nodes: Tensor, device: torch.device) -> Tensor:
+    """A batch's seeds on the sampler's device, in int64; to a GPU through pinned memory, queued behind the stream's
+    work: a copy from pageable memory would first wait for all of it (a host sync per batch)."""
+    if device.type == "cuda" and nodes.device.type == "cpu":
+        return nodes.to(torch.long).pin_memory().to(device, non_blocking=True)
+    return nodes.to(device, torch.long)
+
+
 def _floyd_positions(degree: Tensor, fanout: int, generator: torch.Generator | None) -> Tensor:
     """``fanout`` distinct uniform positions in ``[0, degree)`` per node (all degree > fanout).
 
@@ -211,7 +219,7 @@ class TorchNeighborSampler(BaseSampler):
         if self.seed is not None:
             generator = torch.Generator(device=self.device)
             generator.manual_seed(_batch_seed(self.seed, self.epoch, _first_node(inputs)))
-        seeds = inputs.node.to(self.device, torch.long)
+        seeds = _on_device(inputs.node, self.device)
         with self._scratch_lock, torch.profiler.record_function(SAMPLE_SCOPE):
             node, row, col, edge, num_sampled_nodes, num_sampled_edges = self._sample(seeds, generator)
         return SamplerOutput(
