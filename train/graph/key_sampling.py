@@ -7,9 +7,10 @@ node, whatever its degree); on a GPU the launches dominate (issue 30: 50.7M samp
 Here a hop gives every in-edge of the frontier one random key, with its target's index in the high bits, and
 sorts the keys once: each target's edges come out together, in random order, and the first
 min(degree, k) of them are a uniform sample without replacement. One sort, one random draw and a few
-gathers per hop, whatever k is. The work is O(sum of the frontier's in-degrees) per hop, against Floyd's
-O(k^2) per node: on a GPU a sort of millions of keys costs less than k rounds of launches; on the CPU Floyd
-stays (make run's weights come from it).
+gathers per hop, whatever k is, and one wait for the device: the draw's and the output's sizes, read
+together (the kept edges are then selected at a known size, `nonzero_static`). The work is O(sum of the
+frontier's in-degrees) per hop, against Floyd's O(k^2) per node: on a GPU a sort of millions of keys costs
+less than k rounds of launches; on the CPU Floyd stays (make run's weights come from it).
 
 The contract is `TorchNeighborSampler`'s: the same output layout and relabelling (it keeps that class's
 node map), seeded per batch by (seed, epoch, first seed node), and each target's sampled edges in CSC
@@ -28,25 +29,39 @@ def key_positions(colptr: Tensor, frontier: Tensor, fanout: int,
                   generator: torch.Generator | None) -> tuple[Tensor, Tensor]:
     """CSC positions of the sampled in-edges of `frontier` (without replacement, at most `fanout` each; all of
     them for fanout -1) and the index in `frontier` of each one's target, grouped by target in frontier order,
-    CSC order within a target."""
+    CSC order within a target. One wait for the device: the candidates' and the kept edges' counts, together."""
     device = frontier.device
-    start = colptr.index_select(0, frontier).long()  # int64: the node-shared CSC may hold int32 ids
-    degree = colptr.index_select(0, frontier + 1).long() - start
-    num_candidates = int(degree.sum())
+    # Each target's (start, end) in one gather from overlapping pairs of colptr; int64: the node-shared CSC
+    # may hold int32 ids.
+    bounds = colptr.unfold(0, 2, 1).index_select(0, frontier).long()
+    start = bounds[:, 0]
+    degree = bounds[:, 1] - start
+    if fanout < 0:
+        num_candidates = num_kept = int(degree.sum())
+    else:  # the sizes of the draw and of the output, read in one transfer: min(degree, fanout) are kept
+        num_candidates, num_kept = torch.stack((degree, degree.clamp(max=fanout))).sum(1).tolist()
     target = torch.repeat_interleave(torch.arange(frontier.numel(), device=device), degree,
                                      output_size=num_candidates)
     first = torch.cumsum(degree, 0) - degree  # each target's first candidate
-    position = torch.arange(num_candidates, device=device) + (start - first).index_select(0, target)
+    rank = torch.arange(num_candidates, device=device) - first.index_select(0, target)  # its rank in CSC order
+    position = rank + start.index_select(0, target)
     if fanout < 0:
         return position, target
     random_bits = 63 - max(int(frontier.numel()).bit_length(), 1)
     keys = torch.randint(0, 1 << random_bits, (num_candidates,), device=device, generator=generator)
     keys |= target << random_bits
     order = torch.sort(keys, stable=True).indices  # targets stay in their places, their edges shuffled
-    # Sorted by target first, slot i holds a candidate of target[i]: its rank there is i - first[target[i]].
-    rank = torch.arange(num_candidates, device=device) - first.index_select(0, target)
+    # Sorted by target first, slot i holds a candidate of target[i], of rank i - first[target[i]] there: `rank`.
     keep = torch.empty(num_candidates, dtype=torch.bool, device=device)
     keep.scatter_(0, order, rank < fanout)  # back to CSC order
-    chosen = torch.nonzero(keep).view(-1)  # the hop's one wait for the device besides its count
+    chosen = _true_indices(keep, num_kept)
     return position.index_select(0, chosen), target.index_select(0, chosen)
 
+
+def _true_indices(mask: Tensor, count: int) -> Tensor:
+    """The indices of `mask`'s `count` True entries, in order: at a known size no wait for the device, where torch
+    has `nonzero_static` there (CUDA: torch 2.6 and newer; the project takes torch 2.1 on)."""
+    try:
+        return torch.nonzero_static(mask, size=count).view(-1)
+    except NotImplementedError:  # an older torch on this device: `nonzero` counts them again, and waits
+        return torch.nonzero(mask).view(-1)

@@ -53,6 +53,9 @@ _FLOYD_MAX_FANOUT = 64
 _UNSEEN = 1 << 62
 _FIRST_SEEN = 1 << 48
 
+# The profiler's name for a batch's sampling on the sampler's device (bench/hop_profile.py counts its ops and syncs).
+SAMPLE_SCOPE = "sampler.sample"
+
 
 def build_csc(edge_index: Tensor, num_nodes: int) -> tuple[Tensor, Tensor, Tensor]:
     """Return ``(colptr, row, perm)`` exactly as PyG's samplers build them.
@@ -79,6 +82,14 @@ def _batch_seed(seed: int, epoch: int, first_node: int) -> int:
 
 def _first_node(inputs: NodeSamplerInput) -> int:
     return int(inputs.node[0]) if inputs.node.numel() else -1
+
+
+def _on_device(nodes: Tensor, device: torch.device) -> Tensor:
+    """A batch's seeds on the sampler's device, in int64; to a GPU through pinned memory, queued behind the stream's
+    work: a copy from pageable memory would first wait for all of it (a host sync per batch)."""
+    if device.type == "cuda" and nodes.device.type == "cpu":
+        return nodes.to(torch.long).pin_memory().to(device, non_blocking=True)
+    return nodes.to(device, torch.long)
 
 
 def _floyd_positions(degree: Tensor, fanout: int, generator: torch.Generator | None) -> Tensor:
@@ -208,8 +219,8 @@ class TorchNeighborSampler(BaseSampler):
         if self.seed is not None:
             generator = torch.Generator(device=self.device)
             generator.manual_seed(_batch_seed(self.seed, self.epoch, _first_node(inputs)))
-        seeds = inputs.node.to(self.device, torch.long)
-        with self._scratch_lock:
+        seeds = _on_device(inputs.node, self.device)
+        with self._scratch_lock, torch.profiler.record_function(SAMPLE_SCOPE):
             node, row, col, edge, num_sampled_nodes, num_sampled_edges = self._sample(seeds, generator)
         return SamplerOutput(
             node=node,
@@ -308,15 +319,14 @@ class TorchNeighborSampler(BaseSampler):
 
     def _assign_new_ids(self, source: Tensor, num_local: int) -> Tensor:
         """Give unseen nodes in ``source`` the next local ids in order of first
-        appearance; return them (global ids) in that order. O(len(source))."""
+        appearance; return them (global ids) in that order. O(len(source)), one wait for the device."""
         device = self.device
         to_local = self._to_local
-        unseen = source.masked_select(to_local.index_select(0, source) == _UNSEEN)
-        # Each unseen node briefly holds _FIRST_SEEN + (its first index in `unseen`):
-        # between any local id and _UNSEEN, so amin keeps the first occurrence.
-        mark = _FIRST_SEEN + torch.arange(unseen.numel(), device=device)
-        to_local.scatter_reduce_(0, unseen, mark, "amin")
-        new_nodes = unseen.masked_select(to_local.index_select(0, unseen) == mark)
+        # Each source offers _FIRST_SEEN + its index: between any local id and _UNSEEN, so amin leaves a seen
+        # node's local id and gives an unseen one its first occurrence's mark, which only that occurrence matches.
+        mark = torch.arange(_FIRST_SEEN, _FIRST_SEEN + source.numel(), device=device)
+        to_local.scatter_reduce_(0, source, mark, "amin")
+        new_nodes = source.masked_select(to_local.index_select(0, source) == mark)
         to_local.scatter_(0, new_nodes, torch.arange(num_local, num_local + new_nodes.numel(), device=device))
         return new_nodes
 
