@@ -4,7 +4,8 @@ Checks, each bounded in time and isolated (a failure is recorded, the next check
 GPU must tell first (issue 30's figures, then the checks that passed before):
   env            python, torch, CUDA, GPU, PyG, pyg-lib, NCCL as this interpreter sees them
   sampler        sampled edges/s, fanouts [25, 10], batch 1024: the CPU sampler, Floyd's hops on the GPU, and the
-                 fused hops `sampler.device=cuda` uses (goal: 250M edges/s, issue 30)
+                 fused hops `sampler.device=cuda` uses (goal: 250M edges/s, issue 30), with the fused hops' ops
+                 and host syncs per batch (bench/hop_profile.py)
   training       `python -m train fit` on one GPU at the seed's settings with the defaults (configs/reddit.yaml:
                  SAGE 256, [25, 10], batch 1024, 4 loader workers): seeds/s, epoch time, where the time goes,
                  where sampler.device=auto put the graph (goal: 150,000 seeds/s)
@@ -167,18 +168,24 @@ def _graph(args):
     return args._graph
 
 
-def _sampler_rate(data, csc, device: str, seeds, batches: int, batch_size: int, fused: bool = False) -> float:
-    """Sampled edges/s of the project's sampler on `device`: Floyd's hops (TorchNeighborSampler), or the fused
-    hops that sampler.device=cuda uses (FusedNeighborSampler)."""
-    import torch
+def _sampler(data, csc, device: str, fused: bool = False):
+    """The project's sampler on `device`: Floyd's hops (TorchNeighborSampler), or the fused hops that
+    sampler.device=cuda uses (FusedNeighborSampler)."""
     from torch_geometric.data import Data
-    from torch_geometric.sampler import NodeSamplerInput
 
     from train.graph.sampler import FusedNeighborSampler, TorchNeighborSampler
 
     placed = tuple(t.to(device) if t is not None else None for t in csc)
     sampler_class = FusedNeighborSampler if fused else TorchNeighborSampler
-    sampler = sampler_class(Data(num_nodes=data.num_nodes), FANOUTS, seed=1, csc=placed)
+    return sampler_class(Data(num_nodes=data.num_nodes), FANOUTS, seed=1, csc=placed)
+
+
+def _sampler_rate(data, csc, device: str, seeds, batches: int, batch_size: int, fused: bool = False) -> float:
+    """Sampled edges/s of `_sampler(...)`, its seeds passed from the host as a loader passes them."""
+    import torch
+    from torch_geometric.sampler import NodeSamplerInput
+
+    sampler = _sampler(data, csc, device, fused)
     chunks = list(seeds.split(batch_size))[: batches + 2]
     edges, started = 0, 0.0
     for i, batch in enumerate(chunks):
@@ -186,7 +193,7 @@ def _sampler_rate(data, csc, device: str, seeds, batches: int, batch_size: int, 
             if device == "cuda":
                 torch.cuda.synchronize()
             started = time.perf_counter()
-        out = sampler.sample_from_nodes(NodeSamplerInput(input_id=None, node=batch.to(device)))
+        out = sampler.sample_from_nodes(NodeSamplerInput(input_id=None, node=batch))
         if i >= 2:
             edges += sum(out.num_sampled_edges)
     if device == "cuda":
@@ -210,6 +217,12 @@ def check_sampler(args, budget: float) -> dict:
         result["cuda_fused_edges_per_s"] = _sampler_rate(data, csc, "cuda", seeds, args.batches, args.batch_size,
                                                          fused=True)  # what sampler.device=cuda samples with
         result["fused_over_floyd"] = result["cuda_fused_edges_per_s"] / result["cuda_edges_per_s"]
+        from bench.hop_profile import hop_profile  # imports torch: not before a check runs
+
+        # what each batch launches and waits for (bench/hop_profile.py): the counts the edges/s stand on
+        fused = hop_profile(_sampler(data, csc, "cuda", fused=True), seeds, args.batch_size)
+        result.update(fused_ops_per_batch=fused["ops"], fused_host_syncs_per_batch=fused["host_syncs"],
+                      fused_cuda_syncs_per_batch=fused["cuda_syncs"])
     else:
         result["cuda"] = "skipped: no CUDA device"
     return result
