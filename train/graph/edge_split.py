@@ -25,6 +25,7 @@ from torch_geometric.data import Data
 
 from train.config import Config
 from train.errors import UserError
+from train.graph.edge_keys import edge_keys
 from train.graph.edge_rows import edge_values
 from train.graph.epoch_split import derive_seed
 from train.graph.form import SPLITS
@@ -131,9 +132,9 @@ def values_of_edges(data: Data, edges: Tensor) -> dict[str, Tensor]:
     values = edge_values(data)
     if not values:
         return {}
-    keys = data.edge_index[0] * data.num_nodes + data.edge_index[1]
+    keys = edge_keys(data.edge_index, data.num_nodes)
     order = torch.argsort(keys)
-    rows = order[torch.searchsorted(keys[order], edges[0] * data.num_nodes + edges[1])]
+    rows = order[torch.searchsorted(keys[order], edge_keys(edges, data.num_nodes))]
     return {name: value[rows] for name, value in values.items()}
 
 
