@@ -9,6 +9,7 @@ from dataclasses import replace
 
 from train.config import Config
 from train.graph.graphsize import FLOAT, INDEX, GraphSize
+from train.graph.link_split import HELD_OUT_SPLITS
 
 # Loading, in int64 arrays of E entries (E x 8 bytes) and copies of x alive at the peak of the process that
 # loads. The CSC build (build_csc: PyG's sort of the targets, its permutation, the sources permuted) holds
@@ -27,6 +28,12 @@ LINK_SPLIT_ARRAYS = 13
 # (edge_split.values_of_edges): the loaded edges' keys, their order and the keys sorted, then each training edge's
 # key, position and row (counted from the code, not measured), and the values those rows take.
 LINK_VALUE_ARRAYS = 6
+# A dataset's own link split (ogbl-citation2: train/graph/ogbl.py) is held beside the graph as its ids
+# (GraphSize.link_ids: its training pairs, its held-out pairs and their ranked negatives), read from OGB's pickled
+# split files before the graph is made undirected: while a file is read its arrays are held OWN_SPLIT_READ_COPIES
+# times (the zip's record, the unpickler's bytes, the arrays rebuilt from them: measured 3.1 x the 15 MiB of a
+# held-out file's), so the last held-out file adds that many less one copies of its split to the split's ids held.
+OWN_SPLIT_READ_COPIES = 3
 LOADING_FIXED_BYTES = 8 * 2**20  # what a small graph's loading holds beyond its arrays (measured: 20k nodes)
 LOADER_PEAK = {"synthetic": lambda x, e, n: max(17 * e, 2 * e + 3 * x),
                "ogb": lambda x, e, n: x + 2 * e + 3 * n * INDEX,
@@ -73,17 +80,26 @@ def loading_bytes(size: GraphSize, source: str, loaded: GraphSize | None = None)
     held (`size`, see CSC_BUILD_ARRAYS), whichever is larger."""
     x_bytes, edge_array = size.nodes * size.features * FLOAT, size.edges * INDEX
     loaded_edges = (loaded or size).edges * INDEX
-    split = 0
+    split, own_split = 0, own_split_bytes(size) if loaded is None else 0
     if loaded is not None:
         values = (loaded.edges + size.edges) * size.edge_floats * FLOAT  # as loaded, and the training edges'
         lookup = LINK_VALUE_ARRAYS * loaded_edges if size.edge_floats else 0
         split = x_bytes + (2 + LINK_SPLIT_ARRAYS) * loaded_edges + lookup + values
-    loaded = shared_graph_bytes(size) + edge_array  # the shared CSC keeps one id per edge, edge_index two
+    held = shared_graph_bytes(size) + edge_array  # the shared CSC keeps one id per edge, edge_index two
     # edge values: the node-shared graph's writer keeps the int64 perm and one value permuted at a time
     widest = max(size.edge_features * FLOAT, int(size.edge_weight) * FLOAT, size.type_bytes)  # edge_type: typed
     values = (edge_array + size.edges * widest) if widest else 0
-    csc_build = loaded + CSC_BUILD_ARRAYS * edge_array + values
-    return int(max(LOADER_PEAK[source](x_bytes, loaded_edges, size.nodes), csc_build, split)) + LOADING_FIXED_BYTES
+    csc_build = held + CSC_BUILD_ARRAYS * edge_array + values
+    loader = LOADER_PEAK[source](x_bytes, loaded_edges, size.nodes) + own_split
+    return int(max(loader, csc_build, split)) + LOADING_FIXED_BYTES
+
+
+def own_split_bytes(size: GraphSize) -> int:
+    """What a graph's own link split adds to its loader's peak (OWN_SPLIT_READ_COPIES): its ids, and a held-out
+    file's arrays twice more while the last is read. The held-out splits are taken as of one size (OGB's: 86,596 each):
+    their ids are what the training pairs (as many ids as the graph has edges) leave of the split's."""
+    held_out = max(size.link_ids - size.edges, 0) / len(HELD_OUT_SPLITS)  # ids of one held-out split
+    return int((size.link_ids + (OWN_SPLIT_READ_COPIES - 1) * held_out) * INDEX) if size.link_ids else 0
 
 
 def loader_kind(name: str) -> str:
@@ -97,7 +113,8 @@ def held_size(config: Config, size: GraphSize) -> GraphSize:
     """The graph a run holds (and a node shares), where `size` is the graph loaded: a link task splits a graph
     without its own split where it is loaded (train/graph/edge_split.py: RandomLinkSplit), so its edges are the
     training edges, with their values, and the split's ids lie beside them: each training pair once, each
-    held-out pair and its negative. Counted as undirected, as the sizes count edges (both directions of each)."""
+    held-out pair and its negative. Counted as undirected, as the sizes count edges (both directions of each). A
+    graph with its own split holds it as loaded, its ids in its size (GraphSize.link_ids)."""
     from train.graph.kinds import dataset_kind  # here: it imports torch (see shared_graph_bytes)
 
     if config.task.name != "link" or dataset_kind(config.data.name).own_link_split:
