@@ -35,15 +35,35 @@ LINK_VALUE_ARRAYS = 6
 # held-out file's), so the last held-out file adds that many less one copies of its split to the split's ids held.
 OWN_SPLIT_READ_COPIES = 3
 LOADING_FIXED_BYTES = 8 * 2**20  # what a small graph's loading holds beyond its arrays (measured: 20k nodes)
-LOADER_PEAK = {"synthetic": lambda x, e, n: max(17 * e, 2 * e + 3 * x),
-               "ogb": lambda x, e, n: x + 2 * e + 3 * n * INDEX,
-               "pyg": lambda x, e, n: x + 8 * e + n * INDEX,
-               "files": lambda x, e, n: 1.25 * x + 2 * e + n * INDEX,
+# The synthetic generator's edge values (train/graph/synthetic.py, data.edge_features) are drawn last, while it still
+# holds edge_index (2 arrays of E) and the arrays it drew the edge pairs from (src, dst_class, offset, dst: E / 2
+# each, 2 arrays of E; same_class, a byte each), with x: the noise, the centroids gathered by each edge's target
+# class and their product with edge_signal are 3 [E, F] float arrays at once (the sum then replaces the last two).
+# Beside them the loading step holds SYNTHETIC_VALUES_KEPT more than LOADING_FIXED_BYTES of what is no array of the
+# graph: its imports, the heap's freed temporaries (measured: 33-41 MiB in all at 20k, 100k and 200k nodes).
+SYNTHETIC_VALUES_ARRAYS = 4  # int64 arrays of E held while the values are drawn
+SYNTHETIC_VALUES_COPIES = 3  # [E, F] float arrays at once
+SYNTHETIC_VALUES_KEPT = 32 * 2**20
+
+
+def _synthetic_peak(x: float, e: float, n: int, v: float) -> float:
+    """The generator's peak: its edges' (to_undirected and coalesce, 17 arrays of E), its features', or its edge
+    values' (`v`: the bytes of one [E, F] float array; 0 without)."""
+    values = SYNTHETIC_VALUES_ARRAYS * e + x + SYNTHETIC_VALUES_COPIES * v + SYNTHETIC_VALUES_KEPT if v else 0
+    return max(17 * e, 2 * e + 3 * x, values)
+
+
+# Each loader's peak from x's bytes, one int64 array of E (the graph as loaded), N and one [E, F] float array of its
+# edge values (0: none; counted where the loader's own peak is measured with them: the synthetic generator's)
+LOADER_PEAK = {"synthetic": _synthetic_peak,
+               "ogb": lambda x, e, n, v: x + 2 * e + 3 * n * INDEX,
+               "pyg": lambda x, e, n, v: x + 8 * e + n * INDEX,
+               "files": lambda x, e, n, v: 1.25 * x + 2 * e + n * INDEX,
                # a heterogeneous graph turned typed (train/graph/hetero_graph.py): its types' arrays (x, each
                # relation and its reverse), the padded x, the relations offset and concatenated, edge_type, then the
                # typed CSC's sort and segments, with what the heap keeps of them (measured: 267 MiB for
                # hetero-synthetic of 100k papers, tests/test_plan_measured.py)
-               "hetero": lambda x, e, n: 3 * x + 13 * e + 2 * n * INDEX}
+               "hetero": lambda x, e, n, v: 3 * x + 13 * e + 2 * n * INDEX}
 
 
 def shared_graph_bytes(size: GraphSize) -> int:
@@ -90,7 +110,8 @@ def loading_bytes(size: GraphSize, source: str, loaded: GraphSize | None = None)
     widest = max(size.edge_features * FLOAT, int(size.edge_weight) * FLOAT, size.type_bytes)  # edge_type: typed
     values = (edge_array + size.edges * widest) if widest else 0
     csc_build = held + CSC_BUILD_ARRAYS * edge_array + values
-    loader = LOADER_PEAK[source](x_bytes, loaded_edges, size.nodes) + own_split
+    value_array = (loaded or size).edges * size.edge_floats * FLOAT  # one [E, F] array of the values as loaded
+    loader = LOADER_PEAK[source](x_bytes, loaded_edges, size.nodes, value_array) + own_split
     return int(max(loader, csc_build, split)) + LOADING_FIXED_BYTES
 
 
