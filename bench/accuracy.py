@@ -119,11 +119,11 @@ def worker(args) -> None:
 
 
 def graph_key(config) -> tuple:
-    """What the loaded graph depends on: the data section, and for a link task its split (made where the graph
-    loads, from the fractions and trainer.seed: each seed's run gets its own, as in GAE's protocol)."""
-    task = config.task
-    split = (task.val_fraction, task.test_fraction, config.trainer.seed) if task.name == "link" else None
-    return config.data, task.name, split
+    """What the loaded graph depends on: the data section, and for a link task what its split reads (made where
+    the graph loads, edge_split.split_inputs: each seed's run gets its own, as in GAE's protocol)."""
+    from train.graph.edge_split import split_inputs
+
+    return config.data, config.task.name, split_inputs(config) if config.task.name == "link" else None
 
 
 def measure(models: list[str], seeds: int, data_root: Path, ranks: int = 2, timeout: float = 1800,

@@ -124,8 +124,9 @@ def test_published_sizes_are_consistent(name):
     assert size.edges > size.nodes and size.features > 0
     if "node" in DATASETS[name].tasks:  # a split of labelled nodes
         assert sum(size.split) <= size.nodes and size.classes > 1
-    else:  # no labels; a split of positive edges, the training ones each in the graph both ways
-        assert size.classes == 0 and 2 * size.split[0] == size.edges
+    else:  # no labels and no node split; its own split's ids: the training edges' (each in the graph both ways:
+        # as many ids as the graph's edges) and the held-out ones'
+        assert size.classes == 0 and size.split == (0, 0, 0) and size.link_ids > size.edges
 
 
 # ---- prepared or not: what the submit checks before sbatch -----------------------------------------

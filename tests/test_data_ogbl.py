@@ -123,7 +123,8 @@ def test_it_is_a_link_dataset_only(tmp_path):
     assert kind.origin(tmp_path / INFO.folder)[0] == \
         "Its files come from http://snap.stanford.edu/ogb/data/linkproppred/citation-v2.zip (one zip)"
     size = kind.plan_size(config(tmp_path))
-    assert (size.nodes, size.features, size.classes, sum(size.split)) == (2_927_963, 128, 0, 30_561_187)
+    assert (size.nodes, size.features, size.classes, size.split) == (2_927_963, 128, 0, (0, 0, 0))  # seeds: edges
+    assert size.link_ids == 2 * 30_561_187 + 2 * 86_596 * 1_000  # each citation's ends, each held-out's negatives
 
 
 def test_missing_ogb_package_says_how_to_install_it(tmp_path, monkeypatch):

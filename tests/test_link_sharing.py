@@ -200,3 +200,46 @@ def test_the_memory_plan_counts_the_edge_values_a_link_split_holds_while_loading
     loading = "while loading (local rank 0): graph, CSC build, loader"
     peak = make_plan(config, loaded, 1, 2, gpus=False).rows["rank"][loading]
     assert split <= peak <= 1.05 * split, (peak, split)  # the split sets the peak here: the loader's own is below
+
+
+# a change of each input RandomLinkSplit's split reads (edge_split.SplitInputs), as a config override
+SPLIT_INPUT_CHANGES = {"val_fraction": "task.val_fraction=0.07", "test_fraction": "task.test_fraction=0.11",
+                       "seed": "trainer.seed=7"}
+
+
+def test_a_split_graphs_key_follows_every_split_input_and_nothing_else():
+    """bench/accuracy.py loads a graph once per key: a link graph's key changes with each input of its split (one
+    function, edge_split.split_inputs, names them) and stays equal across changes the split does not read."""
+    from dataclasses import fields
+
+    from bench.accuracy import graph_key
+    from train.graph.edge_split import SplitInputs
+
+    assert set(SPLIT_INPUT_CHANGES) == {field.name for field in fields(SplitInputs)}
+    base = load_config("cora-link")
+    for name, change in SPLIT_INPUT_CHANGES.items():
+        assert graph_key(load_config("cora-link", [change])) != graph_key(base), name
+    for change in ("optim.lr=0.1", "trainer.epochs=3", "task.neg_ratio=2", "model.hidden=8"):
+        assert graph_key(load_config("cora-link", [change])) == graph_key(base), change
+    node = load_config("cora-link", ["task.name=node"])
+    assert graph_key(load_config("cora-link", ["task.name=node", "trainer.seed=7"])) == graph_key(node)
+
+
+def test_the_random_split_reads_its_settings_through_split_inputs_alone(monkeypatch):
+    """Given another config's split inputs, the split is that config's split, whatever else its own config says:
+    it reads the fractions and the seed through edge_split.split_inputs and nothing else of the config."""
+    import train.graph.edge_split as edge_split
+
+    wanted = load_config("tiny", [*LINK, *SPLIT_INPUT_CHANGES.values()])
+    other = load_config("tiny", [*LINK, "task.neg_ratio=3", "optim.lr=0.5", "trainer.epochs=9"])
+    data = loaded(wanted, directed=False)
+    expected = edge_split.random_split(data, wanted)
+    inputs_of = edge_split.split_inputs
+    monkeypatch.setattr(edge_split, "split_inputs", lambda config: inputs_of(wanted))
+    made = edge_split.random_split(data, other)
+    assert set(made.keys()) == set(expected.keys())
+    for name in expected.keys():
+        assert torch.equal(made[name], expected[name]) if isinstance(expected[name], torch.Tensor) else \
+            made[name] == expected[name], name
+    monkeypatch.undo()
+    assert not torch.equal(edge_split.random_split(data, other).edge_index, expected.edge_index)

@@ -25,6 +25,7 @@ from torch_geometric.data import Data
 
 from train.config import Config
 from train.errors import UserError
+from train.graph.edge_keys import edge_keys
 from train.graph.edge_rows import edge_values
 from train.graph.epoch_split import derive_seed
 from train.graph.form import SPLITS
@@ -98,20 +99,35 @@ def _seeded_globals(seed: int) -> Iterator[None]:
         random.setstate(state)
 
 
+@dataclass(frozen=True)
+class SplitInputs:
+    """Every setting RandomLinkSplit's split of a graph reads (`random_split` reads them from here alone), so what
+    keys a split graph (bench/accuracy.py's graph_key) follows when an input is added."""
+
+    val_fraction: float  # task.val_fraction
+    test_fraction: float  # task.test_fraction
+    seed: int  # trainer.seed
+
+
+def split_inputs(config: Config) -> SplitInputs:
+    return SplitInputs(config.task.val_fraction, config.task.test_fraction, config.trainer.seed)
+
+
 def random_split(data: Data, config: Config) -> Data:
     """PyG's RandomLinkSplit of the graph's edges (seeded by trainer.seed): the graph's nodes (features, labels,
     node split) with the training edges as its edges, each with its own values (edge_attr, edge_weight:
-    `values_of_edges`), and the split in link_split.py's fields."""
+    `values_of_edges`), and the split in link_split.py's fields. It reads the config's `split_inputs` (and
+    data.name, to name a graph it refuses)."""
     from torch_geometric.transforms import RandomLinkSplit
     from torch_geometric.utils import is_undirected
 
     edges = data.edge_index
     _refuse_edgeless(config, edges.size(1), "no edges")
     undirected = is_undirected(edges, num_nodes=data.num_nodes)
-    task = config.task
-    split = RandomLinkSplit(num_val=task.val_fraction, num_test=task.test_fraction, is_undirected=undirected,
+    inputs = split_inputs(config)
+    split = RandomLinkSplit(num_val=inputs.val_fraction, num_test=inputs.test_fraction, is_undirected=undirected,
                             add_negative_train_samples=False)
-    with _seeded_globals(derive_seed(config.trainer.seed, 3)):
+    with _seeded_globals(derive_seed(inputs.seed, 3)):
         train, val, test = split(Data(edge_index=edges, num_nodes=data.num_nodes))
     _refuse_edgeless(config, train.edge_label_index.size(1), "too few edges to keep any for training")
     fields = {pos_edges_key("train"): train.edge_label_index, UNDIRECTED: torch.tensor(undirected)}
@@ -131,9 +147,9 @@ def values_of_edges(data: Data, edges: Tensor) -> dict[str, Tensor]:
     values = edge_values(data)
     if not values:
         return {}
-    keys = data.edge_index[0] * data.num_nodes + data.edge_index[1]
+    keys = edge_keys(data.edge_index, data.num_nodes)
     order = torch.argsort(keys)
-    rows = order[torch.searchsorted(keys[order], edges[0] * data.num_nodes + edges[1])]
+    rows = order[torch.searchsorted(keys[order], edge_keys(edges, data.num_nodes))]
     return {name: value[rows] for name, value in values.items()}
 
 

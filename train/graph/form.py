@@ -181,7 +181,7 @@ class Homogeneous(GraphForm):
         return num_outputs(graph.y) if graph.y is not None else 0  # no labels: a graph for link prediction only
 
     def multilabel(self, graph: Data) -> bool:
-        return is_multilabel(graph.y)
+        return graph.y is not None and is_multilabel(graph.y)  # no labels: a graph for link prediction only
 
     def split_nodes(self, graph: Data, split: str) -> Tensor:
         nodes = graph.get(f"{split}_idx")  # none: a graph for link prediction only, whose seeds are edges

@@ -20,6 +20,7 @@ from train.files import check_dir
 from train.graph.graphsize import GraphSize
 from train.graph.igbh import IGBH_TYPES, igbh_full, igbh_label_name
 from train.graph.labels import is_multilabel, num_outputs
+from train.graph.link_split import ranked_split_ids
 from train.graph.ogbl import OGB_LINK_DATASETS, open_ogbl
 from train.graph.ogbn import OGB_NODE_DATASETS, mag_size, ogb_source, open_ogb
 from train.graph.rawfiles import prepare_again, problems
@@ -476,9 +477,11 @@ DATASETS: dict[str, DatasetKind] = {kind.name: kind for kind in (
     OgbNode("ogbn-proteins", GraphSize(132_534, 79_122_504, 8, 112, (86_619, 21_236, 24_679),  # 112 tasks
                                        edge_features=8, multilabel=True)),
     OgbNode("ogbn-mag", mag_size()),
-    # No node classes. Edges: the training citations in both directions, as the graph loads (an upper bound: a
-    # pair citing each other is one edge twice). Split: the positive edges (train, val, test), not nodes.
-    OgbLink("ogbl-citation2", GraphSize(2_927_963, 2 * 30_387_995, 128, 0, (30_387_995, 86_596, 86_596))),
+    # No node classes and no node split (its seeds are edges). Edges: the training citations in both directions,
+    # as the graph loads (an upper bound: a pair citing each other is one edge twice). Beside them its own split's
+    # ids: the training citations, and the 86,596 validation and test citations each with its 1,000 negatives.
+    OgbLink("ogbl-citation2", GraphSize(2_927_963, 2 * 30_387_995, 128, 0, (0, 0, 0),
+                                        link_ids=ranked_split_ids(30_387_995, (86_596, 86_596), 1_000))),
     Files(),
     HeteroSynthetic(),
     Igbh("igbh"),

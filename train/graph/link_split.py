@@ -99,3 +99,15 @@ def ids_problem(ids: Tensor, num_nodes: int) -> str | None:
 # every field a link split may carry: what the node-shared graph keeps beside the features
 LINK_FIELDS = (*map(pos_edges_key, LINK_SPLITS), *map(neg_dst_key, HELD_OUT_SPLITS),
                *map(neg_edges_key, HELD_OUT_SPLITS), UNDIRECTED)
+
+
+def split_ids(data) -> int:
+    """The node ids a graph's link split holds (every field but the flag `link_undirected`): what the memory plan
+    counts beside the graph (GraphSize.link_ids)."""
+    return sum(data[key].numel() for key in LINK_FIELDS if key != UNDIRECTED and key in data)
+
+
+def ranked_split_ids(train: int, held_out: tuple[int, ...], negatives: int) -> int:
+    """`split_ids` of a dataset's own split with ranked negatives, from its counts: `train` positive pairs, and per
+    held-out split its positive pairs, each with `negatives` targets of its own ([M, K] `{split}_neg_dst`)."""
+    return 2 * train + sum(positives * (2 + negatives) for positives in held_out)

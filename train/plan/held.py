@@ -9,6 +9,7 @@ from dataclasses import replace
 
 from train.config import Config
 from train.graph.graphsize import FLOAT, INDEX, GraphSize
+from train.graph.link_split import HELD_OUT_SPLITS
 
 # Loading, in int64 arrays of E entries (E x 8 bytes) and copies of x alive at the peak of the process that
 # loads. The CSC build (build_csc: PyG's sort of the targets, its permutation, the sources permuted) holds
@@ -27,16 +28,42 @@ LINK_SPLIT_ARRAYS = 13
 # (edge_split.values_of_edges): the loaded edges' keys, their order and the keys sorted, then each training edge's
 # key, position and row (counted from the code, not measured), and the values those rows take.
 LINK_VALUE_ARRAYS = 6
+# A dataset's own link split (ogbl-citation2: train/graph/ogbl.py) is held beside the graph as its ids
+# (GraphSize.link_ids: its training pairs, its held-out pairs and their ranked negatives), read from OGB's pickled
+# split files before the graph is made undirected: while a file is read its arrays are held OWN_SPLIT_READ_COPIES
+# times (the zip's record, the unpickler's bytes, the arrays rebuilt from them: measured 3.1 x the 15 MiB of a
+# held-out file's), so the last held-out file adds that many less one copies of its split to the split's ids held.
+OWN_SPLIT_READ_COPIES = 3
 LOADING_FIXED_BYTES = 8 * 2**20  # what a small graph's loading holds beyond its arrays (measured: 20k nodes)
-LOADER_PEAK = {"synthetic": lambda x, e, n: max(17 * e, 2 * e + 3 * x),
-               "ogb": lambda x, e, n: x + 2 * e + 3 * n * INDEX,
-               "pyg": lambda x, e, n: x + 8 * e + n * INDEX,
-               "files": lambda x, e, n: 1.25 * x + 2 * e + n * INDEX,
+# The synthetic generator's edge values (train/graph/synthetic.py, data.edge_features) are drawn last, while it still
+# holds edge_index (2 arrays of E) and the arrays it drew the edge pairs from (src, dst_class, offset, dst: E / 2
+# each, 2 arrays of E; same_class, a byte each), with x: the noise, the centroids gathered by each edge's target
+# class and their product with edge_signal are 3 [E, F] float arrays at once (the sum then replaces the last two).
+# Beside them the loading step holds SYNTHETIC_VALUES_KEPT more than LOADING_FIXED_BYTES of what is no array of the
+# graph: its imports, the heap's freed temporaries (measured: 33-41 MiB in all at 20k, 100k and 200k nodes).
+SYNTHETIC_VALUES_ARRAYS = 4  # int64 arrays of E held while the values are drawn
+SYNTHETIC_VALUES_COPIES = 3  # [E, F] float arrays at once
+SYNTHETIC_VALUES_KEPT = 32 * 2**20
+
+
+def _synthetic_peak(x: float, e: float, n: int, v: float) -> float:
+    """The generator's peak: its edges' (to_undirected and coalesce, 17 arrays of E), its features', or its edge
+    values' (`v`: the bytes of one [E, F] float array; 0 without)."""
+    values = SYNTHETIC_VALUES_ARRAYS * e + x + SYNTHETIC_VALUES_COPIES * v + SYNTHETIC_VALUES_KEPT if v else 0
+    return max(17 * e, 2 * e + 3 * x, values)
+
+
+# Each loader's peak from x's bytes, one int64 array of E (the graph as loaded), N and one [E, F] float array of its
+# edge values (0: none; counted where the loader's own peak is measured with them: the synthetic generator's)
+LOADER_PEAK = {"synthetic": _synthetic_peak,
+               "ogb": lambda x, e, n, v: x + 2 * e + 3 * n * INDEX,
+               "pyg": lambda x, e, n, v: x + 8 * e + n * INDEX,
+               "files": lambda x, e, n, v: 1.25 * x + 2 * e + n * INDEX,
                # a heterogeneous graph turned typed (train/graph/hetero_graph.py): its types' arrays (x, each
                # relation and its reverse), the padded x, the relations offset and concatenated, edge_type, then the
                # typed CSC's sort and segments, with what the heap keeps of them (measured: 267 MiB for
                # hetero-synthetic of 100k papers, tests/test_plan_measured.py)
-               "hetero": lambda x, e, n: 3 * x + 13 * e + 2 * n * INDEX}
+               "hetero": lambda x, e, n, v: 3 * x + 13 * e + 2 * n * INDEX}
 
 
 def shared_graph_bytes(size: GraphSize) -> int:
@@ -73,17 +100,27 @@ def loading_bytes(size: GraphSize, source: str, loaded: GraphSize | None = None)
     held (`size`, see CSC_BUILD_ARRAYS), whichever is larger."""
     x_bytes, edge_array = size.nodes * size.features * FLOAT, size.edges * INDEX
     loaded_edges = (loaded or size).edges * INDEX
-    split = 0
+    split, own_split = 0, own_split_bytes(size) if loaded is None else 0
     if loaded is not None:
         values = (loaded.edges + size.edges) * size.edge_floats * FLOAT  # as loaded, and the training edges'
         lookup = LINK_VALUE_ARRAYS * loaded_edges if size.edge_floats else 0
         split = x_bytes + (2 + LINK_SPLIT_ARRAYS) * loaded_edges + lookup + values
-    loaded = shared_graph_bytes(size) + edge_array  # the shared CSC keeps one id per edge, edge_index two
+    held = shared_graph_bytes(size) + edge_array  # the shared CSC keeps one id per edge, edge_index two
     # edge values: the node-shared graph's writer keeps the int64 perm and one value permuted at a time
     widest = max(size.edge_features * FLOAT, int(size.edge_weight) * FLOAT, size.type_bytes)  # edge_type: typed
     values = (edge_array + size.edges * widest) if widest else 0
-    csc_build = loaded + CSC_BUILD_ARRAYS * edge_array + values
-    return int(max(LOADER_PEAK[source](x_bytes, loaded_edges, size.nodes), csc_build, split)) + LOADING_FIXED_BYTES
+    csc_build = held + CSC_BUILD_ARRAYS * edge_array + values
+    value_array = (loaded or size).edges * size.edge_floats * FLOAT  # one [E, F] array of the values as loaded
+    loader = LOADER_PEAK[source](x_bytes, loaded_edges, size.nodes, value_array) + own_split
+    return int(max(loader, csc_build, split)) + LOADING_FIXED_BYTES
+
+
+def own_split_bytes(size: GraphSize) -> int:
+    """What a graph's own link split adds to its loader's peak (OWN_SPLIT_READ_COPIES): its ids, and a held-out
+    file's arrays twice more while the last is read. The held-out splits are taken as of one size (OGB's: 86,596 each):
+    their ids are what the training pairs (as many ids as the graph has edges) leave of the split's."""
+    held_out = max(size.link_ids - size.edges, 0) / len(HELD_OUT_SPLITS)  # ids of one held-out split
+    return int((size.link_ids + (OWN_SPLIT_READ_COPIES - 1) * held_out) * INDEX) if size.link_ids else 0
 
 
 def loader_kind(name: str) -> str:
@@ -97,7 +134,8 @@ def held_size(config: Config, size: GraphSize) -> GraphSize:
     """The graph a run holds (and a node shares), where `size` is the graph loaded: a link task splits a graph
     without its own split where it is loaded (train/graph/edge_split.py: RandomLinkSplit), so its edges are the
     training edges, with their values, and the split's ids lie beside them: each training pair once, each
-    held-out pair and its negative. Counted as undirected, as the sizes count edges (both directions of each)."""
+    held-out pair and its negative. Counted as undirected, as the sizes count edges (both directions of each). A
+    graph with its own split holds it as loaded, its ids in its size (GraphSize.link_ids)."""
     from train.graph.kinds import dataset_kind  # here: it imports torch (see shared_graph_bytes)
 
     if config.task.name != "link" or dataset_kind(config.data.name).own_link_split:

@@ -70,6 +70,7 @@ CUDA_CACHE_SLACK = 1.25
 def graph_size_of(data) -> GraphSize:
     """The size of a loaded graph (a run's own figures for the terms it shares with the plan)."""
     from train.graph.form import form_of, graph_meta
+    from train.graph.link_split import split_ids
     from train.graph.shared_graph import num_edges
 
     form = form_of(data)
@@ -77,7 +78,8 @@ def graph_size_of(data) -> GraphSize:
     values = edges.values if (edges := form.edge_rows(data)) is not None else {}
     return GraphSize(form.num_nodes(data), num_edges(data), form.feature_width(data), form.num_classes(data), split,
                      form=form.name, edge_features=values["edge_attr"].size(1) if "edge_attr" in values else 0,
-                     edge_weight="edge_weight" in values, meta=graph_meta(data), multilabel=form.multilabel(data))
+                     edge_weight="edge_weight" in values, meta=graph_meta(data), multilabel=form.multilabel(data),
+                     link_ids=split_ids(data))
 
 
 def layer_widths(config: Config, size: GraphSize) -> list[tuple[int, int]]:

@@ -23,6 +23,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
+from train.graph.edge_keys import edge_keys
 from train.graph.edge_rows import EDGE_VALUES
 from train.graph.epoch_split import derive_seed
 from train.graph.sampling_plan import SamplingPlan
@@ -73,11 +74,11 @@ def without_edges(batch: Data, pairs: Tensor, undirected: bool) -> Data:
         return batch
     size = int(batch.n_id.max()) + 1 if batch.n_id.numel() else 1
     size = max(size, int(pairs.max()) + 1)
-    src, dst = batch.n_id[batch.edge_index[0]], batch.n_id[batch.edge_index[1]]
-    removed = pairs[0] * size + pairs[1]
+    ends = batch.n_id[batch.edge_index]  # [2, E] global ids
+    removed = edge_keys(pairs, size)
     if undirected:
-        removed = torch.cat([removed, pairs[1] * size + pairs[0]])
-    keep = ~torch.isin(src * size + dst, removed.to(src.device))
+        removed = torch.cat([removed, edge_keys(pairs.flip(0), size)])
+    keep = ~torch.isin(edge_keys(ends, size), removed.to(ends.device))
     if bool(keep.all()):
         return batch
     batch.edge_index = batch.edge_index[:, keep]
