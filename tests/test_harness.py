@@ -17,7 +17,7 @@ from tests.harness import ngc_standin, pyxis_setup, slurm_conf, standin_bin
 from tests.harness.conftest_slurm import MACHINE_PARTS
 from tests.harness.localjob import ROOT, WORKERS, srun_env
 from tests.harness.prepare import Preparation
-from tests.harness.slurm_cluster import SlurmCluster
+from tests.harness.slurm_cluster import SlurmCluster, settled_info
 
 STANDINS = ROOT / "tests" / "harness" / "standins"
 SHELLCHECK = ROOT / ".venv" / "bin" / "shellcheck"
@@ -236,3 +236,19 @@ def test_installed_standin_answers_under_the_name_it_was_installed_as(tmp_path):
                           "STANDIN_DIR": str(tmp_path)}, capture_output=True, text=True)
     assert done.returncode == 0 and done.stdout == "2048\n"
     assert (tmp_path / "nvidia-smi.argv").read_text() == "--query-gpu=memory.total\n"
+
+
+def test_a_completing_jobs_partial_node_list_is_waited_out():
+    """A COMPLETING job lists only its nodes still completing: job_nodes reads the node list once that is over (a CI
+    run caught the block placement of a 2-node salloc checked against one node)."""
+    states = iter([{"JobId": "4", "JobState": "COMPLETING", "NodeList": "n1"},
+                   {"JobId": "4", "JobState": "COMPLETING", "NodeList": "n1"},
+                   {"JobId": "4", "JobState": "COMPLETED", "NodeList": "n[1-2]"}])
+    naps = []
+    assert settled_info(lambda: next(states), 60, clock=lambda: 0.0, sleep=naps.append)["NodeList"] == "n[1-2]"
+    assert len(naps) == 2
+    running = {"JobId": "5", "JobState": "RUNNING", "NodeList": "n[1-2]"}
+    assert settled_info(lambda: running, 60, sleep=naps.append) is running and len(naps) == 2  # no wait
+    times = iter([0.0, 61.0])
+    with pytest.raises(TimeoutError, match="job 4 still COMPLETING after 60 s"):
+        settled_info(lambda: {"JobId": "4", "JobState": "COMPLETING"}, 60, clock=lambda: next(times), sleep=naps.append)

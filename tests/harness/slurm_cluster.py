@@ -87,6 +87,18 @@ def _pyxis_setup():
 
 # --------------------------------------------------------------------------- the cluster
 
+def settled_info(job_info, timeout: float, clock=time.monotonic, sleep=time.sleep) -> dict[str, str]:
+    """`job_info()` once the job is no longer COMPLETING (where its NodeList is partial), within `timeout` seconds."""
+    deadline = clock() + timeout
+    while True:
+        info = job_info()
+        if "COMPLETING" not in info.get("JobState", ""):
+            return info
+        if clock() > deadline:
+            raise TimeoutError(f"job {info.get('JobId')} still COMPLETING after {timeout:.0f} s")
+        sleep(0.1)
+
+
 class SlurmCluster:
     """A SLURM cluster of ``nodes`` network-namespace nodes n1..nN, started by ``start()``
     or ``with``; ``stop()`` (also from ``__exit__`` and atexit) removes every trace."""
@@ -475,9 +487,11 @@ class SlurmCluster:
             raise LookupError(f"job {job_id}: {(p.stderr or p.stdout).strip()}")
         return parse_scontrol_oneliner(line)
 
-    def job_nodes(self, job_id) -> list[str]:
-        """The job's nodes in SLURM's order: its NodeList expanded by ``scontrol show hostnames``."""
-        nodelist = self.job_info(job_id)["NodeList"]
+    def job_nodes(self, job_id, timeout: float = 60.0) -> list[str]:
+        """The job's nodes in SLURM's order: its NodeList expanded by ``scontrol show hostnames``. A COMPLETING job
+        lists only the nodes not yet returned to service (squeue(1), %N), so that state is waited out first: a
+        test that asks right after `salloc` returned would otherwise see some of its nodes."""
+        nodelist = settled_info(lambda: self.job_info(job_id), timeout)["NodeList"]
         p = self.run(["scontrol", "show", "hostnames", nodelist], timeout=30)
         if p.returncode != 0 or not p.stdout.split():
             raise SlurmClusterError(f"job {job_id}: cannot expand NodeList={nodelist!r}: {p.stderr.strip()}")
