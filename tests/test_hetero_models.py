@@ -18,6 +18,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
 
+from tests.harness.gloo_ranks import join_gloo
 from train.cluster.distenv import free_port
 from train.config import ModelConfig
 from train.errors import UserError
@@ -371,7 +372,7 @@ def _train_on_hetero_synthetic(rank: int, world: int, name: str) -> dict:
 
 def _worker(rank, world, port, out_dir, user_dir, user_module):
     sys.path.insert(0, user_dir)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    join_gloo(rank, world, port)
     try:
         users = {"user": f"{user_module}:Net", "user-to-hetero": f"{user_module}_to_hetero:Net"}
         names = {name: users.get(name, name) for name in DDP_MODELS}
@@ -431,6 +432,7 @@ def test_the_model_check_names_a_broken_dict_model_with_exit_status_2_and_passes
     assert "on a heterogeneous graph reads node and edge types" in good.stdout  # eval.mode=full: sampled instead
 
 
+@pytest.mark.long  # reads the `long` test's fixture above: in the rest's session it would run the 2 ranks again
 @pytest.mark.parametrize("name", ["rgcn", "hetero-sage"])
 def test_trained_on_the_data_sides_typed_batches_a_model_reads_the_papers_class_through_their_authors(two_ranks, name):
     """hetero-synthetic's papers show their class through their authors (a feature-only model stays under 0.55)."""
