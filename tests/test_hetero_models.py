@@ -398,7 +398,7 @@ def two_ranks(tmp_path_factory) -> list[dict]:
     return _two_ranks(str(tmp_path_factory.mktemp("hetero-2-ranks")))
 
 
-@pytest.mark.long  # its fixture: every DDP model on 2 spawned ranks (about 100 s on CI's 2 cores)
+@pytest.mark.long  # its fixture: every DDP model, and the typed batches trained 4 epochs, on 2 spawned ranks
 @pytest.mark.parametrize("name", DDP_MODELS)
 def test_ddp_trains_with_a_relation_absent_from_one_ranks_batch_and_lazy_layers(two_ranks, name):
     first, second = (ranks[name] for ranks in two_ranks)
