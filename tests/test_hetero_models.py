@@ -18,6 +18,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
 
+from tests.harness.gloo_ranks import join_gloo
 from train.cluster.distenv import free_port
 from train.config import ModelConfig
 from train.errors import UserError
@@ -371,7 +372,7 @@ def _train_on_hetero_synthetic(rank: int, world: int, name: str) -> dict:
 
 def _worker(rank, world, port, out_dir, user_dir, user_module):
     sys.path.insert(0, user_dir)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    join_gloo(rank, world, port)
     try:
         users = {"user": f"{user_module}:Net", "user-to-hetero": f"{user_module}_to_hetero:Net"}
         names = {name: users.get(name, name) for name in DDP_MODELS}
@@ -397,7 +398,7 @@ def two_ranks(tmp_path_factory) -> list[dict]:
     return _two_ranks(str(tmp_path_factory.mktemp("hetero-2-ranks")))
 
 
-@pytest.mark.long  # its fixture: every DDP model on 2 spawned ranks (about 100 s on CI's 2 cores)
+@pytest.mark.long  # its fixture: every DDP model, and the typed batches trained 4 epochs, on 2 spawned ranks
 @pytest.mark.parametrize("name", DDP_MODELS)
 def test_ddp_trains_with_a_relation_absent_from_one_ranks_batch_and_lazy_layers(two_ranks, name):
     first, second = (ranks[name] for ranks in two_ranks)
@@ -431,6 +432,7 @@ def test_the_model_check_names_a_broken_dict_model_with_exit_status_2_and_passes
     assert "on a heterogeneous graph reads node and edge types" in good.stdout  # eval.mode=full: sampled instead
 
 
+@pytest.mark.long  # reads the `long` test's fixture above: in the rest's session it would run the 2 ranks again
 @pytest.mark.parametrize("name", ["rgcn", "hetero-sage"])
 def test_trained_on_the_data_sides_typed_batches_a_model_reads_the_papers_class_through_their_authors(two_ranks, name):
     """hetero-synthetic's papers show their class through their authors (a feature-only model stays under 0.55)."""

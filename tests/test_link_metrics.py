@@ -13,6 +13,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from tests.harness.gloo_ranks import join_gloo
 from train.cluster.distenv import free_port
 from train.loop.link_metrics import (
     HITS_AT,
@@ -138,7 +139,7 @@ def _shares(count: int, rank: int) -> list[torch.Tensor]:
 
 
 def _worker(rank: int, port: int, out_dir: str) -> None:
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    join_gloo(rank, 2, port)
     try:
         tallies = {"val": LinkTally(), "test": LinkTally()}
         if rank == 0:  # the val split's pairs are all on rank 0; rank 1's share of them is empty

@@ -16,6 +16,7 @@ import torch.multiprocessing as mp
 from torch import nn
 from torch_geometric.data import Data
 
+from tests.harness.gloo_ranks import join_gloo
 from train.cluster.distenv import free_port
 from train.config import ModelConfig, load_config
 from train.errors import UserError
@@ -287,7 +288,7 @@ def _train_two_steps(rank: int, classes: int) -> dict:
 
 
 def _worker(rank, world, port, out_dir):
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    join_gloo(rank, world, port)
     try:
         from train.graph.sampling_plan import plan_sampling
         from train.loop.evaluate import evaluate

@@ -73,6 +73,7 @@ def test_sharded_evaluation_equals_single_process(tmp_path):
     assert final_summary(tmp_path / "one")["weights_sha256"] == final_summary(tmp_path / "three")["weights_sha256"]
 
 
+@pytest.mark.long  # two 2-rank runs of the default config (about 37 s of CPU on CI's 2 cores): the cluster's session
 def test_graph_model_beats_feature_only_model(tmp_path):
     """The default synthetic graph needs the neighbours: GraphSAGE >= 0.85, the MLP >= 0.15 lower."""
     sage = run_local_job(["fit", f"output.dir={tmp_path / 'sage'}"], 2, timeout=400)

@@ -13,6 +13,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
 
+from tests.harness.gloo_ranks import join_gloo
 from train.cluster.distenv import free_port
 from train.config import DataConfig, load_config
 from train.graph.data import synthetic_graph
@@ -132,7 +133,7 @@ def _worker(rank, ports, out_dir):
     for world, port in zip((3, 2), ports):
         if rank >= world:
             return
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+        join_gloo(rank, world, port)
         try:
             (Path(out_dir) / f"{world}-{rank}.json").write_text(json.dumps(_cases(rank, world)))
         finally:

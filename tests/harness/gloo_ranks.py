@@ -8,6 +8,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
@@ -16,8 +17,16 @@ from train.cluster.distenv import free_port
 Work = Callable[[int, int], dict]  # (rank, world size) -> what the rank found, JSON-serialisable
 
 
-def _rank(rank: int, work: Work, world: int, port: int, out_dir: str) -> None:
+def join_gloo(rank: int, world: int, port: int) -> None:
+    """A spawned rank joins its gloo group on this machine, on one thread: the ranks outnumber the cores (CI has
+    2), and torch's default (a thread per core in each rank) made them contend: tests/test_eval.py took 44 s of
+    CPU, 27 s on one thread each (the suite's local jobs run with OMP_NUM_THREADS=1 for the same reason)."""
+    torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+
+
+def _rank(rank: int, work: Work, world: int, port: int, out_dir: str) -> None:
+    join_gloo(rank, world, port)
     try:
         (Path(out_dir) / f"{rank}.json").write_text(json.dumps(work(rank, world)))
     finally:
