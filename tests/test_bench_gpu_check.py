@@ -28,6 +28,7 @@ def make(*args, env=None, timeout=600):
                           capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.long  # about 30 s of CPU: beside the cluster's tests (tests/harness/streams.py)
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU behaviour (CUDA parts skipped); a GPU is here")
 def test_make_gpu_check_runs_on_cpu_and_writes_one_json(tmp_path):
     out = tmp_path / "check.json"

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 import torch
 
 from bench.common import local_ranks, machine_summary
@@ -16,6 +17,7 @@ from tests.harness.localjob import ROOT
 from train.loop.timing import PHASES
 
 
+@pytest.mark.long  # about 28 s of CPU: beside the cluster's tests (tests/harness/streams.py)
 def test_quick_training_bench_names_its_baseline_splits_the_time_and_times_to_target(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "BENCH_RESULTS": str(tmp_path), "BENCH_ANCHOR": "none"}
     proc = subprocess.run([sys.executable, "-m", "bench", "training", "--nodes", "4000", "--features", "16",

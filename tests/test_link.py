@@ -147,6 +147,7 @@ def test_a_link_run_of_an_edge_feature_model_trains_on_two_ranks(tmp_path):
     assert summary["test_auc_at_best_val"] is not None and summary["final_test_ap"] is not None
 
 
+@pytest.mark.long  # about 20 s of CPU: beside the cluster's tests (tests/harness/streams.py)
 def test_a_resumed_link_run_equals_an_uninterrupted_one(tmp_path):
     args = [*LINK, "sampler.batch_size=256", "trainer.epochs=2"]
     baseline = run([*args, f"output.dir={tmp_path / 'baseline'}"], 2, tmp_path / "logs-0")
