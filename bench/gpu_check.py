@@ -10,7 +10,7 @@ GPU must tell first (issue 30's figures, then the checks that passed before):
                  SAGE 256, [25, 10], batch 1024, 4 loader workers): seeds/s, epoch time, where the time goes,
                  where sampler.device=auto put the graph (goal: 150,000 seeds/s)
   profile        the training check's run for a few steps under torch.profiler (bench/gpu_profile.py): per step,
-                 the host's ops per thread, host reads of device values, waits for the device, kernels and the
+                 the host's ops and syncs per thread, waits for the device, kernels and the
                  GPU's busy fraction, the busiest ops and kernels
   products       an ogbn-products-sized synthetic graph under configs/ogbn-products.yaml with the defaults: a full
                  epoch (goal 1.0 s) and the exact evaluation of every node (goal 2 s)

@@ -11,8 +11,8 @@ gpu-check's graph under torch.profiler and reports per step:
                         `training` (the thread that steps the optimizer), `sampling` (threads that draw from the
                         loader: the prefetching one), `other` (e.g. autograd's backward thread on a GPU)
   host_ms               host time spent in those ops, per thread
-  host_reads            aten::_local_scalar_dense calls (a tensor's value read on the host: `int(t)`, `.item()`),
-                        per thread: on a GPU each waits for the device
+  host_syncs            ops that read device values on the host (`int(t)`, `.item()`, `.tolist()`, nonzero,
+                        masked_select: bench/hop_profile.py's `host_sync`), per thread: on a GPU each waits for it
   device_waits          CUDA runtime calls that block the host until the device catches up
                         (cudaStreamSynchronize, cudaDeviceSynchronize, cudaEventSynchronize, cudaMemcpy)
   kernels, device_busy  kernels run, and the fraction of the wall time in which at least one ran
@@ -71,7 +71,9 @@ def thread_roles(events) -> dict[int, str]:
 def summarise(events, steps: int, wall_seconds: float) -> dict:
     """Per-step figures from the profiler's events (`profile.events()`): see the module's docstring."""
     roles = thread_roles(events)
-    ops, host_us, reads = Counter(), defaultdict(float), Counter()
+    from bench.hop_profile import ancestors, host_sync  # imports torch: not when gpu-check loads this module
+
+    ops, host_us, syncs = Counter(), defaultdict(float), Counter()
     busiest_ops, kernel_us, kernel_calls = defaultdict(float), defaultdict(float), Counter()
     waits = 0
     intervals = []
@@ -83,12 +85,14 @@ def summarise(events, steps: int, wall_seconds: float) -> dict:
             intervals.append((event.time_range.start, event.time_range.end))
             continue
         role = roles.get(event.thread, "other")
-        if name == "aten::_local_scalar_dense":
-            reads[role] += 1
         if name in DEVICE_WAITS:
             waits += 1
-        parent = event.cpu_parent
-        if name.startswith("aten::") and (parent is None or not parent.name.startswith("aten::")):
+        if not name.startswith("aten::"):
+            continue
+        outer = [a.name for a in ancestors(event) if a.name.startswith("aten::")]
+        if host_sync(event, outer) is not None:
+            syncs[role] += 1
+        if not outer:
             ops[role] += 1
             host_us[role] += event.cpu_time_total
             busiest_ops[name] += event.cpu_time_total
@@ -97,7 +101,7 @@ def summarise(events, steps: int, wall_seconds: float) -> dict:
         "steps": steps, "wall_ms": wall_seconds * 1000 / per_step,
         "host_ops": {role: ops[role] / per_step for role in THREADS},
         "host_ms": {role: host_us[role] / 1000 / per_step for role in THREADS},
-        "host_reads": {role: reads[role] / per_step for role in THREADS},
+        "host_syncs": {role: syncs[role] / per_step for role in THREADS},
         "busiest_ops_ms": {name: us / 1000 / per_step
                            for name, us in sorted(busiest_ops.items(), key=lambda kv: -kv[1])[:TOP]},
     }

@@ -38,7 +38,7 @@ FREE_OPS = frozenset({"aten::view", "aten::as_strided", "aten::select", "aten::s
                       "aten::empty_strided", "aten::resolve_conj", "aten::resolve_neg"})
 
 
-def _ancestors(event):
+def ancestors(event):
     parent = event.cpu_parent
     while parent is not None:
         yield parent
@@ -51,22 +51,31 @@ def _launches(event) -> bool:
     return event.name not in FREE_OPS
 
 
+def host_sync(event, outer: list[str]) -> str | None:
+    """Which host sync `event` is (an op's name, or `tolist`), where `outer` names the aten ops enclosing it; None
+    where it is none: a sync op inside another one (masked_select's own nonzero) is its enclosing op's."""
+    if event.name == TOLIST_MARK and not outer:
+        return "tolist"
+    if event.name in SYNC_OPS and not any(name in SYNC_OPS for name in outer):
+        return event.name.removeprefix("aten::")
+    return None
+
+
 def count_events(events, scope: str) -> dict:
     """Ops (aten ops called from Python, not from inside another op, that launch work: FREE_OPS left out) and
     host syncs (a sync op not inside another one: masked_select's own nonzero counts once) among the profiler
     events inside `scope`, by name."""
     ops, syncs = 0, Counter()
     for event in events:
-        enclosing = [a.name for a in _ancestors(event)]
+        enclosing = [a.name for a in ancestors(event)]
         if not event.name.startswith("aten::") or scope not in enclosing:
             continue
         outer = [name for name in enclosing if name.startswith("aten::")]
         if not outer:
             ops += _launches(event)
-            if event.name == TOLIST_MARK:
-                syncs["tolist"] += 1
-        if event.name in SYNC_OPS and not any(name in SYNC_OPS for name in outer):
-            syncs[event.name.removeprefix("aten::")] += 1
+        sync = host_sync(event, outer)
+        if sync is not None:
+            syncs[sync] += 1
     return {"ops": ops, "host_syncs": sum(syncs.values()), "syncs_by_op": dict(sorted(syncs.items()))}
 
 

@@ -53,7 +53,7 @@ def test_make_gpu_check_runs_on_cpu_and_writes_one_json(tmp_path):
     profile = checks["profile"]  # the CPU run profiled: the step's and the prefetching thread's ops, no kernels
     assert profile["status"] == "ok" and profile["steps"] > 0 and profile["prefetch"] == 1, profile
     assert profile["host_ops"]["training"] > 0 and profile["host_ops"]["sampling"] > 0
-    assert profile["host_reads"]["sampling"] > 0 and "kernels" not in profile
+    assert profile["host_syncs"]["sampling"] > 0 and "kernels" not in profile
     # the printed table: one line per check with its status
     for name, result in checks.items():
         assert any(line.split()[:2] == [name, result["status"]] for line in proc.stdout.splitlines()), name

@@ -26,7 +26,7 @@ def _sampling(count: int) -> None:
             int(values.sum())  # a host read: aten::item -> aten::_local_scalar_dense
 
 
-def test_ops_and_host_reads_are_counted_per_thread_and_per_step():
+def test_ops_and_host_syncs_are_counted_per_thread_and_per_step():
     weight = torch.nn.Parameter(torch.ones(4))
     optimizer = torch.optim.SGD([weight], lr=0.1)
     config, _note = _all_threads_config()
@@ -43,7 +43,7 @@ def test_ops_and_host_reads_are_counted_per_thread_and_per_step():
     assert sorted(roles.values()) == ["sampling", "sampling", "training"]  # one training thread, two loader threads
     figures = summarise(events, steps=2, wall_seconds=0.5)
     assert figures["wall_ms"] == 250.0
-    assert figures["host_reads"] == {"training": 1.0, "sampling": 3.0, "other": 0.0}
+    assert figures["host_syncs"] == {"training": 1.0, "sampling": 3.0, "other": 0.0}
     assert figures["host_ops"]["sampling"] == 1 + 2 * 3  # arange, then (sum, item) per read
     assert figures["host_ops"]["training"] > 0
     assert "kernels" not in figures and "device_waits" not in figures  # no CUDA activity recorded
