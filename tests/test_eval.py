@@ -1,5 +1,6 @@
-"""Evaluation: full mode, each hidden layer sharded over the ranks, equals a single-process pass;
-sampled mode with full fanouts equals it too; the rows a rank fetches are exactly the ones it asks for."""
+"""Evaluation: full mode, each hidden layer sharded over the ranks, equals a single-process pass (on a typed graph
+too, for the relational models); sampled mode with full fanouts equals it too; the rows a rank fetches are exactly
+the ones it asks for."""
 
 from __future__ import annotations
 
@@ -41,13 +42,65 @@ CASES = {  # name -> config overrides, all evaluated in the same processes
 }
 
 
+# The relational models on a typed graph (hetero-synthetic: papers classified through their authors, a featureless
+# type among them), whose exact pass reads each chunk's edge types and its nodes' types and ids.
+TYPED = {"rgcn": [], "rgat": ["model.kwargs.heads=2"]}
+
+
+def _typed_config(name: str, *overrides: str):
+    return load_config("hetero-synthetic", [f"model.name={name}", "data.num_nodes=600", "data.share=process",
+                                            "model.hidden=16", "sampler.eval_batch_size=50", *TYPED[name], *overrides])
+
+
+def _typed_logits(config, data) -> torch.Tensor:
+    """The reference: the whole typed graph through the model at once, one process, on the CPU."""
+    with torch.no_grad():
+        return _typed_step(config, data).eval()(data.x, data.edge_index, edge_type=data.edge_type,
+                                                node_type=data.node_type, n_id=torch.arange(data.num_nodes))
+
+
+def _typed_step(config, data) -> ModelStep:
+    from train.graph.form import form_of, graph_meta
+
+    form = form_of(data)
+    return ModelStep(build_model(config.model, form.feature_width(data), form.num_classes(data), seed=3,
+                                 meta=graph_meta(data)))
+
+
+def _typed_work(rank: int, world: int) -> dict:
+    """Each relational model's exact evaluation on the typed graph, and its logits of this rank's test nodes, from
+    the rank's own graph and from the node-shared one (its edge types stored in the CSC's order)."""
+    from tests.test_hetero_data import shared_copy
+    from train.graph.data import load_graph
+    from train.graph.epoch_split import rank_shard
+    from train.graph.form import form_of
+    from train.graph.sampling_plan import plan_sampling
+    from train.loop.evaluate import LayerWisePass, evaluate
+    from train.loop.models import layerwise
+
+    data, cpu, env, result = load_graph(_typed_config("rgcn").data), torch.device("cpu"), _Env(rank, world), {}
+    for name in TYPED:
+        config = _typed_config(name)
+        step = _typed_step(config, data).eval()
+        api, note = layerwise(step)
+        nodes = rank_shard(form_of(data).split_nodes(data, "test"), rank, world)
+        rows = {}
+        for share, graph in (("process", data), ("node", shared_copy(data))):
+            with torch.no_grad():
+                rows[share] = LayerWisePass(api, graph, config, env, cpu, plan_sampling(graph, config.sampler, cpu)
+                                            ).last_rows(nodes).tolist()
+        result[f"typed {name}"] = {"note": note, "nodes": nodes.tolist(), "rows": rows,
+                                   **evaluate(step, data, config, env, cpu, plan_sampling(data, config.sampler, cpu))}
+    return result
+
+
 def _work(rank: int, world: int) -> dict:
     """Every case evaluated by this rank, and a fetch of rows from their owners."""
     from train.graph.sampling_plan import plan_sampling
     from train.loop.evaluate import RowOwners, evaluate, fetch_rows
 
+    result = _typed_work(rank, world)
     data = _graph()
-    result = {}
     for name, overrides in CASES.items():
         config = load_config("tiny", ["sampler.eval_batch_size=64", *overrides])
         model = ModelStep(build_model(config.model, data.num_features, 5, seed=3))
@@ -93,6 +146,32 @@ def single_process_accuracy(overrides, feature_dtype=torch.float32):
 def test_full_evaluation_equals_a_single_process_pass(tmp_path_factory, world, model):
     expected = single_process_accuracy(CASES[model])
     assert [r[model] for r in ranks(tmp_path_factory, world)] == [expected] * world
+
+
+@pytest.mark.parametrize("world", [1, 2, 3])
+@pytest.mark.parametrize("name", TYPED)
+def test_a_relational_models_exact_evaluation_on_a_typed_graph_is_its_whole_graph_forward(tmp_path_factory, world,
+                                                                                           name):
+    """rgcn and rgat evaluate exactly (no note of sampling): each rank's logits are the whole typed graph's forward
+    in one process (every node type's inputs, every relation), and so are the figures."""
+    from train.graph.data import load_graph
+    from train.graph.form import form_of
+
+    config = _typed_config(name)
+    data = load_graph(config.data)
+    form = form_of(data)
+    logits = _typed_logits(config, data)
+    pred = logits.argmax(-1)
+    expected = {f"{s}_acc": float((pred[form.split_nodes(data, s)] == form.labels(data, form.split_nodes(data, s)))
+                                  .double().mean()) for s in ("val", "test")}
+    results = [r[f"typed {name}"] for r in ranks(tmp_path_factory, world)]
+    assert sum(len(r["nodes"]) for r in results) == form.split_nodes(data, "test").numel() > 50
+    for result in results:
+        assert result["note"] == ""
+        for share in ("process", "node"):  # data.share: the rank's own graph, the node's shared one
+            assert torch.allclose(torch.tensor(result["rows"][share]), logits[result["nodes"]], atol=1e-5), share
+        assert result["val_acc"] == pytest.approx(expected["val_acc"]), (result, expected)
+        assert result["test_acc"] == pytest.approx(expected["test_acc"]), (result, expected)
 
 
 @pytest.mark.parametrize("world", [1, 3])
@@ -178,5 +257,35 @@ def test_evaluation_on_cuda_repeats_exactly_and_matches_the_cpu_up_to_near_ties(
             for split in ("val", "test"):
                 allowed = ties[split] / data[f"{split}_idx"].numel()
                 assert abs(first[f"{split}_acc"] - reference[f"{split}_acc"]) <= allowed + 1e-12, (case, split, first)
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (a typed graph's exact pass on cuda)")
+def test_a_relational_models_exact_evaluation_runs_on_the_gpu_that_holds_the_typed_graph(torch_switches):
+    """sampler.device=cuda: the typed CSC, its edge types and the features on the GPU; the pass reads its chunks
+    there (the node types from the host) and gives the CPU's whole-graph logits, to float32's rounding."""
+    from train.graph.data import load_graph
+    from train.graph.form import form_of
+    from train.graph.sampling_plan import plan_sampling
+    from train.loop.evaluate import LayerWisePass
+    from train.loop.models import layerwise
+    from train.loop.numerics import set_gpu_numerics
+
+    set_gpu_numerics(True)
+    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
+    try:
+        device = torch.device("cuda", 0)
+        for name in TYPED:
+            config = _typed_config(name, "sampler.device=cuda")
+            data = load_graph(config.data)
+            step = _typed_step(config, data).to(device).eval()
+            sampling = plan_sampling(data, config.sampler, device)
+            assert sampling.csc[0].is_cuda, name
+            nodes = form_of(data).split_nodes(data, "test")
+            with torch.no_grad():
+                rows = LayerWisePass(layerwise(step)[0], data, config, _Env(0, 1), device, sampling).last_rows(nodes)
+            assert torch.allclose(rows.cpu(), _typed_logits(config, data)[nodes], atol=1e-4), name
     finally:
         dist.destroy_process_group()

@@ -20,7 +20,9 @@ rank asks for, chunk by chunk; the node task asks for its splits' nodes, the lin
 for each chunk's endpoints, whose embeddings it scores with its head.
 
 The full mode needs the model's per-layer API (train/loop/models/layerwise.py: PyG's BasicGNN
-models have one); a model without it is evaluated as in sampled mode, and the run says so.
+models have one, and on a typed graph the relational ones, whose layers also read each chunk's edge types and,
+in the first layer, its nodes' types and ids); a model without it is evaluated as in sampled mode, and the run
+says so.
 
 `eval.mode: sampled` runs the model on NeighborLoader mini-batches over each rank's share of the
 split's nodes with `eval.fanouts` (default: sampler.num_neighbors), seeded, for graphs where the
@@ -39,7 +41,7 @@ from torch_geometric.data import Data
 
 from train.cluster.distenv import DistEnv
 from train.config import Config
-from train.graph.edge_rows import EdgeRows
+from train.graph.edge_rows import EDGE_TYPE, EdgeRows
 from train.graph.epoch_split import derive_seed, rank_shard, shard_sizes
 from train.graph.form import form_of
 from train.graph.in_edges import ChunkCost, in_edge_batch, in_edge_chunks, in_edge_positions
@@ -205,16 +207,26 @@ class GraphAt:
     x: Tensor  # the features the first layer reads, where they are
     rows: torch.device  # where each layer's rows are kept
     edges: EdgeRows | None = None  # the edges' features and weights by CSC position (None: the graph has none)
+    node_type: Tensor | None = None  # a typed graph's node types (on the host), for a relational model's inputs
 
     @classmethod
     def of(cls, data: Data, sampling: SamplingPlan) -> "GraphAt":
         features_on_device = sampling.host_features is None and sampling.data.x is not None
         x = sampling.data.x if features_on_device else data.x
-        return cls(sampling.csc, x, x.device, sampling.edges)
+        return cls(sampling.csc, x, x.device, sampling.edges, getattr(data, "node_type", None))
 
     def read(self, api: LayerWise) -> list[str]:
-        """The edge values the model reads that the graph has."""
-        return [name for name in api.edge_arguments if self.edges is not None and name in self.edges.values]
+        """The edge values the model reads that the graph has (and a relational model's `edge_type`)."""
+        typed = [EDGE_TYPE] if api.typed else []
+        return typed + [name for name in api.edge_arguments if self.edges is not None and name in self.edges.values]
+
+    def chunk_nodes(self, api: LayerWise, index: int, n_id: Tensor, device: torch.device) -> dict[str, Tensor]:
+        """What a relational model's first layer reads of a chunk's nodes besides their features: their types and
+        ids (`TypeInputs`: a featureless type's embedding by id); nothing for any other layer or model."""
+        if not api.typed or index > 0:
+            return {}
+        return {"node_type": self.node_type.index_select(0, n_id.to(self.node_type.device)).to(device),
+                "n_id": n_id.to(device)}
 
     def csc_weight(self, api: LayerWise) -> Tensor | None:
         """Every CSC position's edge weight when the model reads them (a GCN's weighted in-degree), else None."""
@@ -258,7 +270,7 @@ def _layer_rows(api: LayerWise, index: int, graph: GraphAt, nodes: Tensor, batch
             continue
         start, stop = bounds[number], bounds[number + 1]
         n_id, edge_index, seeds = in_edge_batch(colptr, row, nodes[start:stop])
-        edges = graph.chunk_edges(api, nodes[start:stop], device)
+        edges = {**graph.chunk_edges(api, nodes[start:stop], device), **graph.chunk_nodes(api, index, n_id, device)}
         h = inputs(n_id).to(device, non_blocking=True)
         # One hop: every edge points at a target (the first `seeds` of n_id), so the layer is
         # computed for the targets alone. The other nodes' in-edges are not in the batch: a layer

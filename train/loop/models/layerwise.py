@@ -9,20 +9,29 @@ None or "last" (the others combine every layer's outputs, which a layer-at-a-tim
 The edges' features and weights the layers read come from the graph's copies in the CSC's order
 (models/edges.py), sliced with each chunk's in-edges: a graph that has them in no such copy is evaluated
 on sampled neighbourhoods. Any other model is evaluated on sampled neighbourhoods (eval.mode=sampled),
-and the run says so; so is a heterogeneous graph's model (models/hetero.py), whose layers read node and edge
-types that this per-layer API does not carry.
+and the run says so.
+
+On a heterogeneous graph (a typed one: models/hetero.py), the relational models (rgcn, rgat: models/relational.py)
+have the API too (`RelationalLayerWise`): their layers take one node set and each edge's relation, so a chunk's
+targets get their layer from their typed in-edges (`edge_type` from the graph's copy in the CSC's order), and the
+first layer reads each node type's input (`TypeInputs`: its columns, its projection or its embedding by id) for the
+chunk's nodes. A dict model (HeteroConv's, PyG's to_hetero, the user's) is evaluated on sampled neighbourhoods.
 """
 
 from __future__ import annotations
 
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 import train.loop.models.trim as trim
+from train.loop.models.relational import RelationalGNN
 from train.loop.models.step import ModelStep, edge_arguments, widened
 
 
 class LayerWise:
     """Layer `index` of a BasicGNN for a batch's seeds; the last layer includes the output head."""
+
+    typed = False  # its layers read no node or edge types
 
     def __init__(self, model: nn.Module):
         self.model = model
@@ -44,16 +53,44 @@ class LayerWise:
         return trim.head(self.model, [], out) if index == self.num_layers - 1 else out
 
 
-def layerwise(step: ModelStep) -> tuple[LayerWise | None, str]:
+class RelationalLayerWise:
+    """Layer `index` of a relational model (R-GCN, R-GAT) for a chunk's targets on a typed graph: the first layer
+    reads each node's type input, each layer its edges' relations; ReLU between layers, as its forward (dropout
+    is off in evaluation)."""
+
+    typed = True  # `rows` takes edge_type, and for the first layer node_type and n_id
+    edge_arguments = ()  # the relational layers read no edge features or weights
+
+    def __init__(self, model: RelationalGNN):
+        self.model = model
+        self.num_layers = model.num_layers
+        # each layer's output width: an RGAT hidden layer concatenates its heads
+        self.widths = [conv.out_channels * (conv.heads if getattr(conv, "concat", False) else 1)
+                       for conv in model.convs]
+
+    def source_degree_kind(self, index: int) -> str | None:
+        return None  # no layer reads its sources' degrees in the whole graph
+
+    def rows(self, index: int, x: Tensor, edge_index: Tensor, seeds: int, source_degree=None, *,
+             edge_type: Tensor, node_type: Tensor | None = None, n_id: Tensor | None = None) -> Tensor:
+        if index == 0:  # the chunk's nodes' features (padded to the widest type) -> each type's input
+            x = self.model.inputs(widened(x), node_type, n_id)
+        out = self.model.layer(index, x, edge_index, edge_type, seeds)
+        return out if index == self.num_layers - 1 else F.relu(out)
+
+
+def layerwise(step: ModelStep) -> tuple[LayerWise | RelationalLayerWise | None, str]:
     """The model's per-layer API, or None and why the evaluation falls back to sampled neighbourhoods. The edge
     values a model reads need no fallback: the graph keeps them by CSC position (train/graph/edge_rows.py)."""
     model = step.model
     if not step.uses_graph:
         return None, ""  # a feature-only model: evaluated row by row, exactly, without layers
+    if isinstance(model, RelationalGNN):
+        return RelationalLayerWise(model), ""
     if step.typed_arguments:  # models/hetero.py's TypedModel says which model it holds
-        return None, (f"eval.mode=full needs the per-layer API of PyG's BasicGNN models and "
-                      f"{getattr(model, 'shown', type(model).__name__)} on a heterogeneous graph reads node and edge "
-                      "types, which that API does not carry: evaluating on sampled neighbourhoods (eval.mode=sampled) "
+        return None, (f"eval.mode=full needs a per-layer API (PyG's BasicGNN models', or the relational rgcn and "
+                      f"rgat) and {getattr(model, 'shown', type(model).__name__)} on a heterogeneous graph is a dict "
+                      "model, called on whole batches: evaluating on sampled neighbourhoods (eval.mode=sampled) "
                       "instead")
     reason = step.not_target_trimmed
     if reason is None and model.jk_mode not in (None, "last"):
