@@ -91,7 +91,22 @@ def _typed_work(rank: int, world: int) -> dict:
                                             ).last_rows(nodes).tolist()
         result[f"typed {name}"] = {"note": note, "nodes": nodes.tolist(), "rows": rows,
                                    **evaluate(step, data, config, env, cpu, plan_sampling(data, config.sampler, cpu))}
+        # types of several feature widths (each projected by its own Linear) and a featureless one, in chunks of 7
+        small, config = _several_widths(), _typed_config(name, "sampler.eval_batch_size=7")
+        nodes = rank_shard(torch.arange(small.num_nodes), rank, world)
+        with torch.no_grad():
+            rows = LayerWisePass(layerwise(_typed_step(config, small).eval())[0], small, config, env, cpu,
+                                 plan_sampling(small, config.sampler, cpu)).last_rows(nodes)
+        result[f"typed {name} several widths"] = {"nodes": nodes.tolist(), "rows": rows.tolist()}
     return result
+
+
+def _several_widths():
+    """tests/test_hetero_data.py's small typed graph: papers of 5 features, authors of 3, featureless topics."""
+    from tests.test_hetero_data import small_hetero
+    from train.graph.hetero_graph import typed_graph
+
+    return typed_graph(small_hetero(), "paper")
 
 
 def _work(rank: int, world: int) -> dict:
@@ -172,6 +187,10 @@ def test_a_relational_models_exact_evaluation_on_a_typed_graph_is_its_whole_grap
             assert torch.allclose(torch.tensor(result["rows"][share]), logits[result["nodes"]], atol=1e-5), share
         assert result["val_acc"] == pytest.approx(expected["val_acc"]), (result, expected)
         assert result["test_acc"] == pytest.approx(expected["test_acc"]), (result, expected)
+    small = _several_widths()
+    logits = _typed_logits(_typed_config(name), small)
+    for result in (r[f"typed {name} several widths"] for r in ranks(tmp_path_factory, world)):
+        assert torch.allclose(torch.tensor(result["rows"]), logits[result["nodes"]], atol=1e-5)
 
 
 @pytest.mark.parametrize("world", [1, 3])
