@@ -207,13 +207,13 @@ class GraphAt:
     x: Tensor  # the features the first layer reads, where they are
     rows: torch.device  # where each layer's rows are kept
     edges: EdgeRows | None = None  # the edges' features and weights by CSC position (None: the graph has none)
-    node_type: Tensor | None = None  # a typed graph's node types (on the host), for a relational model's inputs
+    node_type: Tensor | None = None  # a typed graph's node types, where the features are: a relational model's input
 
     @classmethod
     def of(cls, data: Data, sampling: SamplingPlan) -> "GraphAt":
         features_on_device = sampling.host_features is None and sampling.data.x is not None
-        x = sampling.data.x if features_on_device else data.x
-        return cls(sampling.csc, x, x.device, sampling.edges, getattr(data, "node_type", None))
+        source = sampling.data if features_on_device else data  # the node types are placed with the features
+        return cls(sampling.csc, source.x, source.x.device, sampling.edges, getattr(source, "node_type", None))
 
     def read(self, api: LayerWise) -> list[str]:
         """The edge values the model reads that the graph has (and a relational model's `edge_type`)."""
