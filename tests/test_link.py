@@ -209,7 +209,8 @@ def test_the_memory_plan_counts_a_link_batchs_endpoints_and_its_evaluation_exact
     sampled = load_config("cora-gcn", ["task.name=link", "eval.mode=sampled"])
     assert batch_seeds(node) == 140 and batch_seeds(link) == 140 * (2 + 3)  # 2 endpoints and 3 negative targets
     assert batch_seeds(sampled, evaluation=True) == 2 * sampled.sampler.eval_batch_size  # 2 endpoints per pair
-    assert evaluation_sampled(sampled) and not evaluation_sampled(link) and not evaluation_sampled(node)
+    assert evaluation_sampled(sampled, size) and not evaluation_sampled(link, size)
+    assert not evaluation_sampled(node, size)
     assert gpu_working_bytes(link, size) > gpu_working_bytes(node, size)
 
 

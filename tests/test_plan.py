@@ -339,6 +339,35 @@ def test_a_typed_graph_s_plan_trims_only_what_its_model_trims():
     assert untrimmed > forward_bytes(load_config("hetero-synthetic", ["model.name=hetero-sage"]), size, hops, True)
 
 
+@pytest.mark.parametrize("config, overrides, exact", [
+    ("hetero-synthetic", ["model.name=rgcn"], True),  # the relational models have the per-layer API
+    ("hetero-synthetic", ["model.name=rgat", "model.kwargs.heads=2"], True),
+    ("hetero-synthetic", ["model.name=hetero-sage"], False),  # dict models: called on whole batches
+    ("hetero-synthetic", [], False),  # sage through to_hetero
+    ("tiny", [], True),
+    ("tiny", ["model.kwargs.jk=cat"], False),  # combines every layer's outputs
+    ("tiny", ["model.name=mlp"], True),  # a feature-only model: its own features, exactly
+])
+def test_the_plan_counts_the_evaluation_the_run_makes(config, overrides, exact):
+    """eval.mode=full with a model the exact pass cannot take is planned as the run evaluates it: a sampled batch,
+    the same row as eval.mode=sampled's, and the plan says why (train/loop/models/layerwise.py decides for both)."""
+    from train.graph.kinds import DATASETS
+    from train.loop.models import ModelStep, build_model, layerwise
+    from train.plan.terms import evaluation_sampled
+
+    full = load_config(config, overrides)
+    size = DATASETS[full.data.name].plan_size(full.data)
+    assert evaluation_sampled(full, size) is not exact
+    step = ModelStep(build_model(full.model, size.features, size.classes, seed=0, meta=size.meta))
+    assert (not step.uses_graph or layerwise(step)[0] is not None) is exact  # the run's own decision
+    rows = make_plan(full, size, 1, 2, gpus=False).rows["rank"]
+    sampled = make_plan(load_config(config, [*overrides, "eval.mode=sampled"]), size, 1, 2, gpus=False).rows["rank"]
+    label = next(name for name in rows if name.startswith("evaluation"))
+    assert (label == "evaluation: one sampled batch (no per-layer API)") is not exact, label
+    if not exact:
+        assert rows[label] == sampled["evaluation: one sampled batch"]
+
+
 def test_gine_s_step_holds_each_layer_s_projection_of_the_edges_features():
     """GINEConv turns every edge's edge_attr into a row of the layer's input width (its `lin`), adds it to the
     source's row and keeps the ReLU's output for the backward pass: a training step holds E x width floats of every

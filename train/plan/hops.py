@@ -36,12 +36,6 @@ def batch_seeds(config: Config, evaluation: bool = False) -> int:
     return 2 * size if evaluation else size * (2 + (2 if task.neg_sampling == "binary" else 1) * task.neg_ratio)
 
 
-def evaluation_sampled(config: Config) -> bool:
-    """Whether an evaluation samples its batches (eval.mode=sampled), else it is the exact layer-wise pass, of nodes or
-    of a link task's endpoints (train/loop/evaluate.py's LayerWisePass)."""
-    return config.eval.mode == "sampled"
-
-
 def sampled_hops(seeds: int, fanouts: list[int], size: GraphSize) -> Hops:
     """Expected nodes and edges of one batch. The seeds are uniform over the split, so the first hop takes
     min(fanout, mean degree) each; later frontiers are reached along edges (higher degrees), so they take the

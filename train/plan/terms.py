@@ -24,7 +24,7 @@ from train.plan.held import (
     private_graph_bytes,
     shared_graph_bytes,
 )
-from train.plan.hops import Hops, batch_seeds, evaluation_sampled, full_neighbourhood, sampled_hops
+from train.plan.hops import Hops, batch_seeds, full_neighbourhood, sampled_hops
 
 GIB = 2**30
 MIB = 2**20
@@ -96,6 +96,20 @@ def parameter_count(config: Config, size: GraphSize) -> int:
     from train.loop.models import parameter_count as built_count  # torch and PyG: only once a plan is made
 
     return built_count(config.model, size.features, size.classes, meta=size.meta)  # a typed graph: its types
+
+
+def evaluation_sampled(config: Config, size: GraphSize) -> bool:
+    """Whether an evaluation samples its batches, else it is the exact layer-wise pass, of nodes or of a link task's
+    endpoints (train/loop/evaluate.py's LayerWisePass): eval.mode=sampled, or a node task's model without the pass's
+    per-layer API (a dict model on a typed graph, jk=cat: train/loop/models/layerwise.py decides, for the run and the
+    plan). A link task's encoder is planned at the mode's word."""
+    if config.eval.mode == "sampled":
+        return True
+    if config.task.name == "link":
+        return False
+    from train.loop.models import evaluates_exactly  # torch and PyG: only once a plan is made
+
+    return not evaluates_exactly(config.model, size.features, size.classes, meta=size.meta)
 
 
 def reads_graph(config: Config) -> bool:
@@ -250,7 +264,7 @@ def gpu_working_bytes(config: Config, size: GraphSize) -> int:
     what the graph placed on the GPU must leave free (the run and the plan place it alike)."""
     train = forward_bytes(config, size, sampled_hops(batch_seeds(config), config.sampler.num_neighbors, size),
                           backward=True)
-    if evaluation_sampled(config):
+    if evaluation_sampled(config, size):
         fanouts = list(config.eval.fanouts or config.sampler.num_neighbors)
         evaluation = forward_bytes(config, size, sampled_hops(batch_seeds(config, evaluation=True), fanouts, size),
                                    backward=False)
@@ -330,13 +344,14 @@ def batch_host_bytes(setting: Setting, size: GraphSize, hops: Hops) -> int:
 def evaluation_bytes(setting: Setting, size: GraphSize) -> tuple[str, int, int]:
     """(label, host bytes, GPU working set) of one evaluation; on the CPU the working set is the host's."""
     config = setting.config
-    if evaluation_sampled(config):
+    if evaluation_sampled(config, size):
         fanouts = list(config.eval.fanouts or config.sampler.num_neighbors)
         hops = sampled_hops(batch_seeds(config, evaluation=True), fanouts, size)
         work = forward_bytes(config, size, hops, backward=False)
+        label = "evaluation: one sampled batch" + ("" if config.eval.mode == "sampled" else " (no per-layer API)")
         if not setting.gpus:
-            return "evaluation: one sampled batch", work, 0
-        return "evaluation: one sampled batch", batch_host_bytes(setting, size, hops), work
+            return label, work, 0
+        return label, batch_host_bytes(setting, size, hops), work
     kept, gathered, work = full_eval_bytes(config, size, setting.ranks)
     host = kept + gathered + size.nodes * INDEX  # and its loader's own node map (train/graph/sampler.py)
     label = f"evaluation: {math.ceil(size.nodes / setting.ranks):,} layer rows, 1 neighbourhood"

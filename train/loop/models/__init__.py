@@ -20,9 +20,9 @@ The loop imports the model from here, its one door.
 """
 
 from train.loop.models.edges import edge_inputs, graph_edge_values, graph_edge_width
-from train.loop.models.layerwise import LayerWise, layerwise
+from train.loop.models.layerwise import LayerWise, evaluates_exactly, layerwise
 from train.loop.models.spec import ModelSpec, build_model, parameter_count, resolve
 from train.loop.models.step import ModelStep, batch_norms, hop_counts
 
-__all__ = ["LayerWise", "ModelSpec", "ModelStep", "batch_norms", "build_model", "edge_inputs", "graph_edge_values",
-           "graph_edge_width", "hop_counts", "layerwise", "parameter_count", "resolve"]
+__all__ = ["LayerWise", "ModelSpec", "ModelStep", "batch_norms", "build_model", "edge_inputs", "evaluates_exactly",
+           "graph_edge_values", "graph_edge_width", "hop_counts", "layerwise", "parameter_count", "resolve"]

@@ -24,7 +24,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 import train.loop.models.trim as trim
+from train.config import ModelConfig
+from train.graph.hetero_meta import HeteroMeta
 from train.loop.models.relational import RelationalGNN
+from train.loop.models.spec import meta_model
 from train.loop.models.step import ModelStep, edge_arguments, widened
 
 
@@ -100,3 +103,10 @@ def layerwise(step: ModelStep) -> tuple[LayerWise | RelationalLayerWise | None, 
                       f"does not provide it ({reason}): evaluating on sampled neighbourhoods (eval.mode=sampled) "
                       "instead")
     return LayerWise(model), ""
+
+
+def evaluates_exactly(config: ModelConfig, in_channels: int, out_channels: int, meta: HeteroMeta | None = None) -> bool:
+    """Whether eval.mode=full runs the exact pass for model `config` (not sampled neighbourhoods), as `layerwise`
+    decides it for the run, asked of the model built on the meta device: the memory plan's question."""
+    step = ModelStep(meta_model(config, in_channels, out_channels, meta), config.input_dropout)
+    return not step.uses_graph or layerwise(step)[0] is not None

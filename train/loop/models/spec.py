@@ -164,12 +164,16 @@ def build_model(config: ModelConfig, in_channels: int, out_channels: int, seed: 
     return resolve(config).build(in_channels, out_channels, seed, meta=meta)
 
 
-def parameter_count(config: ModelConfig, in_channels: int, out_channels: int, meta: HeteroMeta | None = None) -> int:
-    """The model's real number of parameters, built on the meta device (no memory, no initialisation cost)."""
+def meta_model(config: ModelConfig, in_channels: int, out_channels: int, meta: HeteroMeta | None = None) -> nn.Module:
+    """The model built on the meta device (no memory, no initialisation cost): what the memory plan counts and asks."""
     spec = resolve(config)
     try:
         with torch.device("meta"):
-            model = spec.build(in_channels, out_channels, meta=meta)
+            return spec.build(in_channels, out_channels, meta=meta)
     except UserError:
-        model = spec.build(in_channels, out_channels, meta=meta)  # a constructor that cannot run on meta tensors
-    return sum(p.numel() for p in model.parameters())
+        return spec.build(in_channels, out_channels, meta=meta)  # a constructor that cannot run on meta tensors
+
+
+def parameter_count(config: ModelConfig, in_channels: int, out_channels: int, meta: HeteroMeta | None = None) -> int:
+    """The model's real number of parameters."""
+    return sum(p.numel() for p in meta_model(config, in_channels, out_channels, meta).parameters())
