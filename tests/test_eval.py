@@ -79,25 +79,26 @@ def _typed_work(rank: int, world: int) -> dict:
     from train.loop.models import layerwise
 
     data, cpu, env, result = load_graph(_typed_config("rgcn").data), torch.device("cpu"), _Env(rank, world), {}
+    graphs = {"process": data, "node": shared_copy(data)}
+    nodes = rank_shard(form_of(data).split_nodes(data, "test"), rank, world)
     for name in TYPED:
         config = _typed_config(name)
         step = _typed_step(config, data).eval()
         api, note = layerwise(step)
-        nodes = rank_shard(form_of(data).split_nodes(data, "test"), rank, world)
+        samplings = {share: plan_sampling(graph, config.sampler, cpu) for share, graph in graphs.items()}
         rows = {}
-        for share, graph in (("process", data), ("node", shared_copy(data))):
+        for share, graph in graphs.items():
             with torch.no_grad():
-                rows[share] = LayerWisePass(api, graph, config, env, cpu, plan_sampling(graph, config.sampler, cpu)
-                                            ).last_rows(nodes).tolist()
+                rows[share] = LayerWisePass(api, graph, config, env, cpu, samplings[share]).last_rows(nodes).tolist()
         result[f"typed {name}"] = {"note": note, "nodes": nodes.tolist(), "rows": rows,
-                                   **evaluate(step, data, config, env, cpu, plan_sampling(data, config.sampler, cpu))}
+                                   **evaluate(step, data, config, env, cpu, samplings["process"])}
         # types of several feature widths (each projected by its own Linear) and a featureless one, in chunks of 7
         small, config = _several_widths(), _typed_config(name, "sampler.eval_batch_size=7")
-        nodes = rank_shard(torch.arange(small.num_nodes), rank, world)
+        small_nodes = rank_shard(torch.arange(small.num_nodes), rank, world)
         with torch.no_grad():
             rows = LayerWisePass(layerwise(_typed_step(config, small).eval())[0], small, config, env, cpu,
-                                 plan_sampling(small, config.sampler, cpu)).last_rows(nodes)
-        result[f"typed {name} several widths"] = {"nodes": nodes.tolist(), "rows": rows.tolist()}
+                                 plan_sampling(small, config.sampler, cpu)).last_rows(small_nodes)
+        result[f"typed {name} several widths"] = {"nodes": small_nodes.tolist(), "rows": rows.tolist()}
     return result
 
 
@@ -283,8 +284,8 @@ def test_evaluation_on_cuda_repeats_exactly_and_matches_the_cpu_up_to_near_ties(
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (a typed graph's exact pass on cuda)")
 def test_a_relational_models_exact_evaluation_runs_on_the_gpu_that_holds_the_typed_graph(torch_switches):
-    """sampler.device=cuda: the typed CSC, its edge types and the features on the GPU; the pass reads its chunks
-    there (the node types from the host) and gives the CPU's whole-graph logits, to float32's rounding."""
+    """sampler.device=cuda: the typed CSC, its edge types, the features and the node types on the GPU; the pass
+    reads its chunks there and gives the CPU's whole-graph logits, to float32's rounding."""
     from train.graph.data import load_graph
     from train.graph.form import form_of
     from train.graph.sampling_plan import plan_sampling

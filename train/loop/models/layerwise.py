@@ -67,9 +67,7 @@ class RelationalLayerWise:
     def __init__(self, model: RelationalGNN):
         self.model = model
         self.num_layers = model.num_layers
-        # each layer's output width: an RGAT hidden layer concatenates its heads
-        self.widths = [conv.out_channels * (conv.heads if getattr(conv, "concat", False) else 1)
-                       for conv in model.convs]
+        self.widths = model.widths
 
     def source_degree_kind(self, index: int) -> str | None:
         return None  # no layer reads its sources' degrees in the whole graph

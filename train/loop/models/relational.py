@@ -34,9 +34,9 @@ class RelationalGNN(nn.Module):
         super().__init__()
         self.meta, self.num_layers, self.dropout = meta, num_layers, dropout
         self.inputs = TypeInputs.common(meta, hidden_channels)
+        self.widths = [hidden_channels] * (num_layers - 1) + [out_channels]  # each layer's output width
         self.convs = nn.ModuleList(
-            self.init_conv(self.inputs.width if index == 0 else hidden_channels,
-                           out_channels if index == num_layers - 1 else hidden_channels,
+            self.init_conv(self.inputs.width if index == 0 else hidden_channels, self.widths[index],
                            last=index == num_layers - 1, **kwargs)
             for index in range(num_layers))
 
@@ -82,8 +82,7 @@ class RGAT(RelationalGNN):
     def __init__(self, *args, heads: int = 1, **kwargs):
         self.heads = heads  # read by init_conv, which the base's constructor calls
         super().__init__(*args, **kwargs)
-        self.roots = nn.ModuleList(nn.Linear(conv.in_channels, conv.out_channels * (conv.heads if conv.concat else 1))
-                                   for conv in self.convs)
+        self.roots = nn.ModuleList(nn.Linear(conv.in_channels, width) for conv, width in zip(self.convs, self.widths))
 
     def init_conv(self, in_channels: int, out_channels: int, last: bool, **kwargs) -> nn.Module:
         from torch_geometric.nn.conv import RGATConv
