@@ -86,7 +86,7 @@ def worker(args) -> None:
     from train.cluster.distenv import resolve
     from train.cluster.procgroup import process_group
     from train.config import load_config
-    from train.graph.shared_graph import shared_graphs
+    from train.graph.sharing.shared_graph import shared_graphs
     from train.loop.fit import Trainer
     from train.loop.run import obtain_graph
 
@@ -120,8 +120,8 @@ def worker(args) -> None:
 
 def graph_key(config) -> tuple:
     """What the loaded graph depends on: the data section, and for a link task what its split reads (made where
-    the graph loads, edge_split.split_inputs: each seed's run gets its own, as in GAE's protocol)."""
-    from train.graph.edge_split import split_inputs
+    the graph loads, link_split.split_inputs: each seed's run gets its own, as in GAE's protocol)."""
+    from train.graph.link_split import split_inputs
 
     return config.data, config.task.name, split_inputs(config) if config.task.name == "link" else None
 

@@ -1,7 +1,8 @@
 """Exact evaluation's batches: in-edges read from the CSC in chunks, against the host sampler's full neighbourhoods.
 
 The layer-wise evaluation (train/loop/evaluate.py) computes each layer for a chunk of target nodes from their
-full in-neighbourhoods. It reads them from the CSC (train/graph/in_edges.py) on the device that holds the graph;
+full in-neighbourhoods. It reads them from the CSC (train/graph/sampling/in_edges.py) on the device that holds the
+graph;
 before, it ran the host loader with fanout -1 (a sampler per batch). Both paths run here in the same process
 over every node of one synthetic graph, each batch followed by the same SAGE layer (the work the evaluation
 does per batch), alternating, best of `--rounds`; they must give the same rows.
@@ -17,9 +18,9 @@ from bench.common import bench_main, table, write_result
 
 def _graph(args):
     from train.config import DataConfig
-    from train.graph.data import synthetic_graph
-    from train.graph.sampler import build_csc
-    from train.graph.shared_graph import attach_csc
+    from train.graph.datasets.loading import synthetic_graph
+    from train.graph.sharing.shared_graph import attach_csc
+    from train.graph.typed_csc import build_csc
 
     data = synthetic_graph(DataConfig(num_nodes=args.nodes, num_features=args.features, num_classes=4,
                                       avg_degree=args.degree))
@@ -30,9 +31,9 @@ def _sampler_batches(data, nodes, batch_size):
     """The former path: full neighbourhoods from the host loader (one sampler, reused as the run did)."""
     import torch
 
-    from train.graph.sampler import make_node_loader, make_node_sampler
-    from train.graph.sampling_plan import batch_source
-    from train.graph.shared_graph import graph_csc
+    from train.graph.sampling.device_plan import batch_source
+    from train.graph.sampling.samplers import make_node_loader, make_node_sampler
+    from train.graph.sharing.shared_graph import graph_csc
 
     structure = batch_source(torch.device("cpu"), num_nodes=data.num_nodes)
     sampler = make_node_sampler(structure, [-1], csc=graph_csc(data))
@@ -45,8 +46,8 @@ def _sampler_batches(data, nodes, batch_size):
 
 def _chunk_batches(data, nodes, batch_size, hidden):
     """The evaluation's path: in-edges read from the CSC, chunked by the memory budget."""
-    from train.graph.in_edges import ChunkCost, in_edge_batch, in_edge_chunks
-    from train.graph.shared_graph import graph_csc
+    from train.graph.sampling.in_edges import ChunkCost, in_edge_batch, in_edge_chunks
+    from train.graph.sharing.shared_graph import graph_csc
 
     colptr, row, _perm = graph_csc(data)
     cost = ChunkCost.for_layer(data.num_features, hidden)

@@ -42,10 +42,10 @@ def anchor_evaluate(model, data, config, env, device) -> dict[str, float]:
     import torch
     import torch.distributed as dist
 
-    from train.graph.epoch_split import rank_shard, shard_sizes
-    from train.graph.sampler import make_node_loader
-    from train.graph.sampling_plan import batch_source
-    from train.graph.shared_graph import graph_csc
+    from train.graph.sampling.device_plan import batch_source
+    from train.graph.sampling.samplers import make_node_loader
+    from train.graph.seeds import rank_shard, shard_sizes
+    from train.graph.sharing.shared_graph import graph_csc
 
     structure = batch_source(torch.device("cpu"), num_nodes=data.num_nodes)
 
@@ -89,7 +89,7 @@ def worker(args) -> None:
     from train.cluster.distenv import resolve
     from train.cluster.procgroup import process_group
     from train.config import load_config
-    from train.graph.shared_graph import graph_csc, shared_graphs
+    from train.graph.sharing.shared_graph import graph_csc, shared_graphs
     from train.loop.evaluate import evaluate
     from train.loop.fit import Trainer
     from train.loop.run import obtain_graph

@@ -47,8 +47,8 @@ def run(args) -> dict:
     from train.cluster.distenv import resolve
     from train.cluster.procgroup import process_group
     from train.config import load_config
-    from train.graph.sampler import make_node_sampler
-    from train.graph.shared_graph import graph_csc, shared_graphs
+    from train.graph.sampling.samplers import make_node_sampler
+    from train.graph.sharing.shared_graph import graph_csc, shared_graphs
     from train.loop.fit import Trainer
     from train.loop.run import obtain_graph
 

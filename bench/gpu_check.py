@@ -158,8 +158,8 @@ def _graph(args):
     """The synthetic graph of the sampler and pinned checks (Reddit's nodes and features unless small), built once."""
     if getattr(args, "_graph", None) is None:
         from train.config import DataConfig
-        from train.graph.data import synthetic_graph
-        from train.graph.sampler import build_csc
+        from train.graph.datasets.loading import synthetic_graph
+        from train.graph.typed_csc import build_csc
 
         started = time.perf_counter()
         data = synthetic_graph(DataConfig(num_nodes=args.nodes, avg_degree=args.degree, num_features=args.features,
@@ -173,7 +173,7 @@ def _sampler(data, csc, device: str, fused: bool = False):
     sampler.device=cuda uses (FusedNeighborSampler)."""
     from torch_geometric.data import Data
 
-    from train.graph.sampler import FusedNeighborSampler, TorchNeighborSampler
+    from train.graph.sampling.samplers import FusedNeighborSampler, TorchNeighborSampler
 
     placed = tuple(t.to(device) if t is not None else None for t in csc)
     sampler_class = FusedNeighborSampler if fused else TorchNeighborSampler
@@ -232,7 +232,7 @@ def check_pinned(args, budget: float) -> dict:
     _need_cuda()
     import torch
 
-    from train.graph.sampling_plan import gather_pinned
+    from train.graph.sampling.device_plan import gather_pinned
 
     data, csc, _ = _graph(args)
     x = data.x

@@ -47,10 +47,10 @@ def measure(nodes: int, features: int, degree: float, batch_size: int, steps: in
     import torch.nn.functional as F
 
     from train.config import DataConfig, SamplerConfig, load_config
-    from train.graph.data import num_classes, synthetic_graph
-    from train.graph.sampling_plan import plan_sampling
-    from train.loop.models import ModelStep, build_model, hop_counts
+    from train.graph.datasets.loading import num_classes, synthetic_graph
+    from train.graph.sampling.device_plan import plan_sampling
     from train.loop.numerics import set_gpu_numerics
+    from train.models import ModelStep, build_model, hop_counts
 
     device = torch.device(device_name)
     numerics = set_gpu_numerics(deterministic) if device.type == "cuda" else "CPU: numerics as they stand"

@@ -134,7 +134,7 @@ def measure(overrides: list[str], steps: int) -> dict:
     from train.cluster.distenv import resolve
     from train.cluster.procgroup import process_group
     from train.config import load_config
-    from train.graph.shared_graph import shared_graphs
+    from train.graph.sharing.shared_graph import shared_graphs
     from train.loop.fit import Trainer
     from train.loop.numerics import set_gpu_numerics
     from train.loop.run import obtain_graph

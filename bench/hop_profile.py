@@ -22,7 +22,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 from torch_geometric.sampler import NodeSamplerInput
 
-from train.graph.sampler import SAMPLE_SCOPE
+from train.graph.sampling.samplers import SAMPLE_SCOPE
 
 # Ops that read device memory on the host. `_local_scalar_dense` is `int(t)`/`.item()` (also inside ops such as
 # `repeat_interleave` without `output_size`); nonzero, masked_select and unique size their output by what they
@@ -122,12 +122,13 @@ def _cuda_syncs(sample, chunks: list[torch.Tensor]) -> float:
 
 def profile_samplers(device: str, nodes: int, degree: float, fanouts: list[int], batch_size: int,
                      batches: int) -> dict:
-    """Both torch samplers' profiles on one synthetic graph (train/graph/synthetic.py)."""
+    """Both torch samplers' profiles on one synthetic graph (train/graph/datasets/synthetic.py)."""
     from torch_geometric.data import Data
 
     from train.config import DataConfig
-    from train.graph.data import synthetic_graph
-    from train.graph.sampler import FusedNeighborSampler, TorchNeighborSampler, build_csc
+    from train.graph.datasets.loading import synthetic_graph
+    from train.graph.sampling.samplers import FusedNeighborSampler, TorchNeighborSampler
+    from train.graph.typed_csc import build_csc
 
     data = synthetic_graph(DataConfig(num_nodes=nodes, avg_degree=degree, num_features=1, num_classes=2))
     csc = tuple(t.to(device) for t in build_csc(data.edge_index, data.num_nodes))

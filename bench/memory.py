@@ -57,7 +57,7 @@ def worker(args) -> None:
     from train.cluster.distenv import resolve
     from train.cluster.procgroup import process_group
     from train.config import load_config
-    from train.graph.shared_graph import graph_csc, shared_graphs
+    from train.graph.sharing.shared_graph import graph_csc, shared_graphs
     from train.loop.fit import Trainer
     from train.loop.run import obtain_graph
 

@@ -2,7 +2,7 @@
 
 A user who knows PyG trains `GraphSAGE`/`GAT`/`GIN` from `torch_geometric.nn.models` and passes the batch's
 `num_sampled_nodes_per_hop`/`num_sampled_edges_per_hop`: BasicGNN's forward then trims each layer's sources
-(`trim_to_layer`). The project trims each layer's targets too (train/loop/models/trim.py). Both loops here
+(`trim_to_layer`). The project trims each layer's targets too (train/models/trim.py). Both loops here
 train the same model class from the same initial weights on the same batches (the project's loader, same
 epoch, same seeds), in the same processes, A B A B:
 
@@ -39,8 +39,8 @@ def anchor_parts(trainer):
     import torch
     from torch.nn.parallel import DistributedDataParallel
 
-    from train.graph.data import num_classes
-    from train.loop.models import build_model
+    from train.graph.datasets.loading import num_classes
+    from train.models import build_model
 
     config, device = trainer.config, trainer.device
     model = build_model(config.model, trainer.data.num_features, num_classes(trainer.data), config.trainer.seed)
@@ -58,7 +58,7 @@ def anchor_steps(trainer, ddp, optimizer, epoch: int, steps: int | None) -> tupl
     import torch.nn.functional as F
     from torch.distributed.algorithms.join import Join
 
-    from train.graph.epoch_split import derive_seed
+    from train.graph.seeds import derive_seed
 
     ddp.train()
     total = trainer.steps_in_epoch(epoch) if steps is None else min(trainer.steps_in_epoch(epoch), steps + 1)
@@ -136,10 +136,10 @@ def worker(args) -> None:
     from train.cluster.distenv import resolve
     from train.cluster.procgroup import process_group
     from train.config import load_config
-    from train.graph.shared_graph import shared_graphs
+    from train.graph.sharing.shared_graph import shared_graphs
     from train.loop.fit import Trainer
-    from train.loop.models import ModelStep
     from train.loop.run import obtain_graph
+    from train.models import ModelStep
 
     models = [m for m in args.anchor_models.split(",") if m]
     target = args.target_acc > 0

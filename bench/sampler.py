@@ -141,7 +141,8 @@ def _uniformity_samplers(with_pyg_lib: bool, degree: int = 8, fanout: int = 3, s
     from torch_geometric.data import Data
     from torch_geometric.sampler import NodeSamplerInput
 
-    from train.graph.sampler import TorchNeighborSampler, build_csc
+    from train.graph.sampling.samplers import TorchNeighborSampler
+    from train.graph.typed_csc import build_csc
 
     edge_index, num_nodes = star_graph(stars, degree)
     csc = build_csc(edge_index, num_nodes)
@@ -197,8 +198,9 @@ def measure_graph(name: str, args, with_pyg_lib: bool) -> dict:
     from torch_geometric.sampler import NodeSamplerInput
 
     from train.config import DataConfig
-    from train.graph.data import synthetic_graph
-    from train.graph.sampler import TorchNeighborSampler, build_csc, make_node_loader
+    from train.graph.datasets.loading import synthetic_graph
+    from train.graph.sampling.samplers import TorchNeighborSampler, make_node_loader
+    from train.graph.typed_csc import build_csc
 
     nodes, degree, features = GRAPHS[name]
     nodes = max(int(nodes * args.scale), 1000)

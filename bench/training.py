@@ -51,8 +51,8 @@ def seed_model(data, config, device):
     import torch
     from torch.nn.parallel import DistributedDataParallel
 
-    from train.graph.data import num_classes
-    from train.loop.models import build_model
+    from train.graph.datasets.loading import num_classes
+    from train.models import build_model
 
     model = build_model(config.model, data.num_features, num_classes(data), config.trainer.seed).to(device)
     ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
@@ -66,7 +66,7 @@ def seed_graph(data):
     import torch
     from torch_geometric.data import Data
 
-    from train.graph.shared_graph import csc_targets, graph_csc
+    from train.graph.sharing.shared_graph import csc_targets, graph_csc
 
     if data.edge_index is not None:
         return data
@@ -79,7 +79,7 @@ def seed_loader(data, config, env, epoch: int):
     """The seed's loader: a shuffled NeighborLoader over this rank's part of train_idx, drop_last."""
     import torch
 
-    from train.graph.sampler import have_native_sampler, make_node_loader
+    from train.graph.sampling.samplers import have_native_sampler, make_node_loader
 
     train_idx = data.train_idx
     train_idx = train_idx.split(math.ceil(train_idx.size(0) / env.world_size))[env.rank]
@@ -145,10 +145,10 @@ def to_target(args) -> None:
     from train.cluster.distenv import resolve
     from train.cluster.procgroup import process_group
     from train.config import load_config
-    from train.graph.shared_graph import shared_graphs
+    from train.graph.sharing.shared_graph import shared_graphs
     from train.loop.fit import Trainer
-    from train.loop.models import ModelStep
     from train.loop.run import obtain_graph
+    from train.models import ModelStep
 
     config = load_config("synthetic", [*target_overrides(args)])
     env = resolve(os.environ)
@@ -179,7 +179,7 @@ def worker(args) -> None:
     from train.cluster.distenv import resolve
     from train.cluster.procgroup import process_group
     from train.config import load_config
-    from train.graph.shared_graph import shared_graphs
+    from train.graph.sharing.shared_graph import shared_graphs
     from train.loop.fit import Trainer
     from train.loop.run import obtain_graph
 
@@ -221,7 +221,7 @@ def worker(args) -> None:
 
 def run(args) -> dict:
     from bench.anchor import have_pyg_lib
-    from train.graph.sampler import have_native_sampler
+    from train.graph.sampling.samplers import have_native_sampler
 
     baseline_loader = ("PyG NeighborLoader on pyg-lib" if have_pyg_lib() else "PyG NeighborLoader (torch-sparse)"
                        if have_native_sampler() else

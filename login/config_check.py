@@ -9,7 +9,7 @@ nodes, and names the `make data` that prepares it. --value KEY prints the value 
 give KEY (section.name; make submit DRY_RUN=1 shows trainer.max_restarts), nothing where this Python cannot
 load the config. Exit status 0: valid, or not checkable with this Python
 (then one line on stdout says what was not checked and why); 2: not valid, the package's message on stderr.
-The config needs PyYAML; the dataset's check numpy too (train.graph.data: no shipped config's check imports
+The config needs PyYAML; the dataset's check numpy too (train.graph.datasets.loading: no shipped config's check imports
 torch, which only loading a graph needs; tests/test_layout.py), which a login node's python3 may lack.
 """
 
@@ -30,7 +30,7 @@ def check(config_name: str, overrides: list[str], dataset: bool, data_dir: str |
     config = load_config(config_name, overrides)
     if dataset or data_dir is not None:
         try:
-            from train.graph.data import dataset_kind, unprepared
+            from train.graph.datasets.loading import dataset_kind, unprepared
         except ModuleNotFoundError as exc:
             unchecked = "" if data_dir is None else f"; whether it is prepared in {data_dir or 'data'} was not checked"
             return f"{sys.executable} cannot import {exc.name}: the dataset name is checked in the image{unchecked}"

@@ -68,7 +68,7 @@ def check_input(command: str, rest: list[str]):
     config = config_of(args)  # before torch loads: a config error takes a moment
     if command == "fit":  # what every rank's preflight checks first that needs no rank (train/cli/preflight.py)
         from train.cli.preflight import check_model_input, check_outputs
-        from train.graph.data import dataset_kind
+        from train.graph.datasets.loading import dataset_kind
 
         dataset_kind(config.data)  # a known name, and what its kind needs (data.path for files)
         check_model_input(config)

@@ -1,7 +1,7 @@
 """A model with batch norm (model.kwargs.norm=batch_norm) trains: batch statistics refuse a batch of one row in
 training mode, so the loop never gives it one. The dummy pass that settles DDP's buckets runs the norms in eval
 mode (train/loop/run.py), and a rank whose share of an epoch would end on a batch of one node leaves that node out
-of the epoch, saying so in the log (train/loop/fit.py, train/graph/epoch_split.py)."""
+of the epoch, saying so in the log (train/loop/fit.py, train/graph/seeds.py)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from tests.harness.localjob import final_summary, run_local_job
 from train.cli.preflight import check_model_input
 from train.config import ModelConfig, load_config
 from train.errors import UserError
-from train.graph.epoch_split import lone_seed_ranks, rank_shard, shard_sizes, without_lone_seed
-from train.loop.models import ModelStep, batch_norms, build_model
-from train.loop.models.step import one_row_norm
+from train.graph.seeds import lone_seed_ranks, rank_shard, shard_sizes, without_lone_seed
 from train.loop.run import settle_gradient_buckets
+from train.models import ModelStep, batch_norms, build_model
+from train.models.step import one_row_norm
 
 
 @pytest.mark.parametrize("world", [1, 2, 3, 5])

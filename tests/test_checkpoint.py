@@ -110,7 +110,7 @@ def test_check_resumable_names_every_differing_field(tmp_path):
 
 
 def test_check_resumable_names_the_model_kwargs_and_arguments_that_differ(tmp_path):
-    from train.loop.models import resolve
+    from train.models import resolve
 
     before = load_config("tiny", ["model.name=gat", "model.kwargs.heads=8"])
     after = load_config("tiny", ["model.name=gat", "model.kwargs.heads=4", "model.kwargs.v2=true"])

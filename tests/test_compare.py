@@ -12,7 +12,7 @@ from PIL import Image
 
 from tests.test_report import row, write_run
 from train.config import dump_config, load_config
-from train.loop.compare import COMPARE, FIGSIZE, compare_table, differing_settings, draw_compare, labels
+from train.loop.compare import COMPARE, FIGSIZE, compare_table, differing_settings, draw_compare, run_labels
 from train.loop.report import DPI, summarize
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -82,7 +82,7 @@ def test_the_table_and_the_settings_that_differ():
     assert table[1] == "status               running or stopped  running or stopped"  # no summary.json
     assert "throughput           4000 seeds/s        1000 seeds/s" in table
     assert table[-1] == "settings             the same            the same"
-    assert labels([Path("runs/7"), Path("x/7"), Path("runs/8")]) == ["runs/7", "x/7", "8"]
+    assert run_labels([Path("runs/7"), Path("x/7"), Path("runs/8")]) == ["runs/7", "x/7", "8"]
 
 
 def test_each_run_has_one_colour_in_every_panel():

@@ -383,11 +383,11 @@ def test_submit_two_nodes_four_ranks_in_the_image_completes(pyxis_cluster, basel
 
 
 @pytest.mark.parametrize("kind, config, args, model_class, figure, least", [
-    ("edges", "synthetic-edges", "data.num_nodes=1500 sampler.batch_size=64", "train.loop.models.gine.GINE",
+    ("edges", "synthetic-edges", "data.num_nodes=1500 sampler.batch_size=64", "train.models.gine.GINE",
      "test_acc_at_best_val", 0.0),
     ("link", "synthetic", "task.name=link data.num_nodes=1500 sampler.batch_size=64",
      "torch_geometric.nn.models.basic_gnn.GraphSAGE", "test_auc_at_best_val", 0.6),  # chance: 0.5
-    ("hetero", "hetero-synthetic", "model.name=rgcn", "train.loop.models.relational.RGCN", "test_acc_at_best_val",
+    ("hetero", "hetero-synthetic", "model.name=rgcn", "train.models.relational.RGCN", "test_acc_at_best_val",
      0.6),  # chance: 1/6
 ])
 def test_each_kind_of_graph_and_task_trains_in_the_image_on_two_nodes(pyxis_cluster, built_image, login_env,

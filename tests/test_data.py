@@ -9,8 +9,8 @@ import torch
 from tests.harness.reddit_files import write_reddit_raw
 from train.config import DataConfig
 from train.errors import UserError
-from train.graph.data import DATASETS, load_graph, prepare_dataset, synthetic_graph
-from train.graph.epoch_split import epoch_order, rank_shard
+from train.graph.datasets.loading import DATASETS, load_graph, prepare_dataset, synthetic_graph
+from train.graph.seeds import epoch_order, rank_shard
 
 
 def test_synthetic_is_deterministic_and_split_is_a_partition():

@@ -12,8 +12,8 @@ from torch_geometric.data import Data
 from tests.harness.localjob import final_summary, run_local_job
 from train.config import DataConfig, load_config
 from train.errors import UserError
-from train.graph.data import load_graph
-from train.graph.graphfiles import validate_graph
+from train.graph.datasets.graph_files import validate_graph
+from train.graph.datasets.loading import load_graph
 
 N, F, C = 120, 6, 3
 
@@ -172,7 +172,7 @@ def test_pt_file_that_is_no_graph_is_refused(tmp_path):
 def test_missing_path_is_refused_by_the_dataset_kind_and_the_loader(tmp_path):
     """The files kind needs data.path: every door that asks the kind (fit's checks, the plan, the loader) says so."""
     from train.cli.plan import graph_size
-    from train.graph.data import dataset_kind
+    from train.graph.datasets.loading import dataset_kind
 
     config = load_config("tiny", ["data.name=files"])
     for refused in (lambda: dataset_kind(config.data), lambda: graph_size(config), lambda: load_graph(config.data)):

@@ -1,4 +1,5 @@
-"""Dataset kinds (train/graph/kinds.py): every data.name through the one interface, the registry and its refusal,
+"""Dataset kinds (train/graph/datasets/kinds.py): every data.name through the one interface, the registry and its
+refusal,
 the plan's sizes against what loading gives, and whether a data root holds a dataset prepared."""
 
 from __future__ import annotations
@@ -16,10 +17,8 @@ from tests.test_planetoid import SHARED_CORA, needs_cora
 from train.cli.plan import graph_size
 from train.config import DataConfig, load_config
 from train.errors import UserError
-from train.graph import kinds
-from train.graph.data import dataset_kind, load_graph, prepare_dataset, probe_dataset, unprepared
-from train.graph.graphsize import GraphSize
-from train.graph.kinds import (
+from train.graph.datasets import kinds
+from train.graph.datasets.kinds import (
     DATASETS,
     DatasetKind,
     Files,
@@ -30,6 +29,8 @@ from train.graph.kinds import (
     PygDataset,
     Synthetic,
 )
+from train.graph.datasets.loading import dataset_kind, load_graph, prepare_dataset, probe_dataset, unprepared
+from train.graph.sizes import GraphSize
 
 ON_DISK = [name for name, kind in DATASETS.items() if kind.in_data_root]
 

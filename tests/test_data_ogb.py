@@ -13,8 +13,8 @@ from tests.harness.localjob import ROOT, final_summary, make_data, run_local_job
 from tests.harness.ogb_files import write_ogb, write_ogbn_proteins
 from train.config import DataConfig, load_config
 from train.errors import UserError
-from train.graph.data import load_graph, num_classes
-from train.graph.ogbn import OGB_NODE_DATASETS, UNLABELED
+from train.graph.datasets.loading import load_graph, num_classes
+from train.graph.datasets.ogb_nodes import OGB_NODE_DATASETS, UNLABELED
 
 
 # ogbn-proteins: below; ogbn-mag (heterogeneous): tests/test_hetero_data.py
@@ -138,12 +138,12 @@ def test_shipped_ogb_configs_load_and_validate(name, layers):
 
 
 def test_importing_train_data_does_not_import_ogb():
-    code = "import sys, train.graph.data; assert 'ogb' not in sys.modules"
+    code = "import sys, train.graph.datasets.loading; assert 'ogb' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=120)
 
 
 def test_dataset_folder_names_where_each_dataset_lives(tmp_path):
-    from train.graph.data import dataset_folder
+    from train.graph.datasets.loading import dataset_folder
 
     assert dataset_folder(DataConfig(name="ogbn-products", root=str(tmp_path))) == tmp_path / "ogbn_products"
     assert dataset_folder(DataConfig(name="Cora", root=str(tmp_path))) == tmp_path / "Planetoid" / "Cora"

@@ -13,9 +13,9 @@ from tests.harness.localjob import make_data
 from tests.harness.ogb_files import write_ogbl_citation2
 from train.config import DataConfig
 from train.errors import UserError
-from train.graph.data import dataset_kind, load_graph, prepare_dataset, unprepared
-from train.graph.link_split import has_link_split, neg_dst, neg_dst_problem, pos_edges, pos_edges_problem
-from train.graph.ogbl import OGB_LINK_DATASETS
+from train.graph.datasets.loading import dataset_kind, load_graph, prepare_dataset, unprepared
+from train.graph.datasets.ogb_links import OGB_LINK_DATASETS
+from train.graph.link_fields import has_link_split, neg_dst, neg_dst_problem, pos_edges, pos_edges_problem
 
 NAME = "ogbl-citation2"
 INFO = OGB_LINK_DATASETS[NAME]

@@ -295,12 +295,13 @@ def test_probe_writable(tmp_path, path, detail):
     assert not (tmp_path / "new").exists()  # the probe creates nothing
 
 
-# ---- where the data check looks: train.graph.data.dataset_folder, the one home of that fact ------------
+# ---- where the data check looks: train.graph.datasets.loading.dataset_folder, the one home of that fact ------------
 @pytest.mark.parametrize("name, via", [("ogbn-products", "root"), ("Cora", "DATA_DIR"), ("Reddit", "root")])
 def test_dataset_check_looks_where_train_data_keeps_the_dataset(tmp_path, name, via):
-    """ogbn-products lives in ogbn_products/, Cora in Planetoid/Cora/: the doctor must agree with train.graph.data."""
+    """ogbn-products lives in ogbn_products/, Cora in Planetoid/Cora/: the doctor must agree with
+    train.graph.datasets.loading."""
     from train.config import DataConfig
-    from train.graph.data import dataset_folder
+    from train.graph.datasets.loading import dataset_folder
 
     config = DataConfig(name=name, root=str(tmp_path) if via == "root" else "")
     data_dir = str(tmp_path) if via == "DATA_DIR" else None  # DATA_DIR, as resolved at the entry
@@ -314,7 +315,7 @@ def test_dataset_check_looks_where_train_data_keeps_the_dataset(tmp_path, name, 
 
 def test_dataset_check_of_your_own_files_looks_at_data_path(tmp_path):
     from train.config import DataConfig
-    from train.graph.data import dataset_folder
+    from train.graph.datasets.loading import dataset_folder
 
     saved = tmp_path / "graph.pt"
     saved.write_bytes(b"x" * 7)

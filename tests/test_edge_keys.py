@@ -10,7 +10,7 @@ from torch_geometric.data import Data
 
 from train.errors import UserError
 from train.graph.edge_keys import MAX_KEYED_NODES, edge_keys
-from train.graph.edge_split import values_of_edges
+from train.graph.link_split import values_of_edges
 from train.loop.tasks.link_batches import without_edges
 
 

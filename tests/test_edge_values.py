@@ -24,14 +24,14 @@ from tests.test_data_files import N, good_arrays, write_folder
 from train.cli.plan import format_plan
 from train.config import DataConfig, SamplerConfig, load_config
 from train.errors import UserError
-from train.graph.data import load_graph
+from train.graph.datasets.kinds import dataset_kind
+from train.graph.datasets.loading import load_graph
 from train.graph.edge_rows import EdgeRows
 from train.graph.form import HOMOGENEOUS
-from train.graph.graphsize import GraphSize
-from train.graph.kinds import dataset_kind
-from train.graph.sampler import FusedNeighborSampler, TorchNeighborSampler, make_node_loader
-from train.graph.sampling_plan import GPU_HEADROOM, batch_source, gpu_structure_bytes, plan_sampling
-from train.graph.shared_graph import graph_from_tensors, graph_tensors
+from train.graph.sampling.device_plan import GPU_HEADROOM, batch_source, gpu_structure_bytes, plan_sampling
+from train.graph.sampling.samplers import FusedNeighborSampler, TorchNeighborSampler, make_node_loader
+from train.graph.sharing.shared_graph import graph_from_tensors, graph_tensors
+from train.graph.sizes import GraphSize
 from train.plan.terms import (
     gpu_feature_bytes_of,
     graph_size_of,

@@ -12,10 +12,10 @@ from tests.harness.gloo_ranks import GlooRanks
 from train.cluster.distenv import free_port
 from train.config import DataConfig, load_config
 from train.errors import UserError
-from train.graph.data import synthetic_graph
-from train.graph.sampler import build_csc
-from train.graph.shared_graph import attach_csc
-from train.loop.models import ModelStep, build_model
+from train.graph.datasets.loading import synthetic_graph
+from train.graph.sharing.shared_graph import attach_csc
+from train.graph.typed_csc import build_csc
+from train.models import ModelStep, build_model
 
 
 class _Env:
@@ -71,12 +71,12 @@ def _typed_work(rank: int, world: int) -> dict:
     """Each relational model's exact evaluation on the typed graph, and its logits of this rank's test nodes, from
     the rank's own graph and from the node-shared one (its edge types stored in the CSC's order)."""
     from tests.test_hetero_data import shared_copy
-    from train.graph.data import load_graph
-    from train.graph.epoch_split import rank_shard
+    from train.graph.datasets.loading import load_graph
     from train.graph.form import form_of
-    from train.graph.sampling_plan import plan_sampling
+    from train.graph.sampling.device_plan import plan_sampling
+    from train.graph.seeds import rank_shard
     from train.loop.evaluate import LayerWisePass, evaluate
-    from train.loop.models import layerwise
+    from train.models import layerwise
 
     data, cpu, env, result = load_graph(_typed_config("rgcn").data), torch.device("cpu"), _Env(rank, world), {}
     graphs = {"process": data, "node": shared_copy(data)}
@@ -105,14 +105,14 @@ def _typed_work(rank: int, world: int) -> dict:
 def _several_widths():
     """tests/test_hetero_data.py's small typed graph: papers of 5 features, authors of 3, featureless topics."""
     from tests.test_hetero_data import small_hetero
-    from train.graph.hetero_graph import typed_graph
+    from train.graph.typed_graph import typed_graph
 
     return typed_graph(small_hetero(), "paper")
 
 
 def _work(rank: int, world: int) -> dict:
     """Every case evaluated by this rank, and a fetch of rows from their owners."""
-    from train.graph.sampling_plan import plan_sampling
+    from train.graph.sampling.device_plan import plan_sampling
     from train.loop.evaluate import RowOwners, evaluate, fetch_rows
 
     result = _typed_work(rank, world)
@@ -170,7 +170,7 @@ def test_a_relational_models_exact_evaluation_on_a_typed_graph_is_its_whole_grap
                                                                                            name):
     """rgcn and rgat evaluate exactly (no note of sampling): each rank's logits are the whole typed graph's forward
     in one process (every node type's inputs, every relation), and so are the figures."""
-    from train.graph.data import load_graph
+    from train.graph.datasets.loading import load_graph
     from train.graph.form import form_of
 
     config = _typed_config(name)
@@ -251,7 +251,7 @@ def test_evaluation_on_cuda_repeats_exactly_and_matches_the_cpu_up_to_near_ties(
     """Exact on a GPU: the same evaluation twice (deterministic switches on, as `fit` sets them). Within a
     tolerance: the GPU against the float32 CPU reference, which may differ only on nodes whose two best
     classes tie within the last bits (near_ties); a GPU sums in another order (train/loop/numerics.py)."""
-    from train.graph.sampling_plan import plan_sampling
+    from train.graph.sampling.device_plan import plan_sampling
     from train.loop.evaluate import evaluate
     from train.loop.numerics import set_gpu_numerics
 
@@ -286,12 +286,12 @@ def test_evaluation_on_cuda_repeats_exactly_and_matches_the_cpu_up_to_near_ties(
 def test_a_relational_models_exact_evaluation_runs_on_the_gpu_that_holds_the_typed_graph(torch_switches):
     """sampler.device=cuda: the typed CSC, its edge types, the features and the node types on the GPU; the pass
     reads its chunks there and gives the CPU's whole-graph logits, to float32's rounding."""
-    from train.graph.data import load_graph
+    from train.graph.datasets.loading import load_graph
     from train.graph.form import form_of
-    from train.graph.sampling_plan import plan_sampling
+    from train.graph.sampling.device_plan import plan_sampling
     from train.loop.evaluate import LayerWisePass
-    from train.loop.models import layerwise
     from train.loop.numerics import set_gpu_numerics
+    from train.models import layerwise
 
     set_gpu_numerics(True)
     dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)

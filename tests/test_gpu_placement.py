@@ -13,8 +13,8 @@ from tests.harness.localjob import final_summary, run_local_job
 from train.cli.plan import graph_size
 from train.config import SamplerConfig, load_config
 from train.errors import UserError
-from train.graph.sampling_plan import gpu_placement, plan_sampling
-from train.loop.models import ModelStep
+from train.graph.sampling.device_plan import gpu_placement, plan_sampling
+from train.models import ModelStep
 from train.plan.terms import GIB, gpu_working_bytes, make_plan
 
 H200 = 141 * 10**9  # bytes of one H200 (nvidia-smi: 143,771 MiB; 141 GB as NVIDIA states it)
@@ -84,7 +84,7 @@ def test_the_working_sets_are_left_free_beside_the_graph():
 
 def _tiny_graph():
     from train.config import DataConfig
-    from train.graph.shared_graph import private_graph
+    from train.graph.sharing.shared_graph import private_graph
 
     return private_graph(DataConfig(num_nodes=600, num_features=8))
 

@@ -9,12 +9,12 @@ from torch_geometric.data import Data, HeteroData
 
 from tests.harness.localjob import free_port
 from train.config import load_config
-from train.graph.data import num_classes, synthetic_graph
+from train.graph.datasets.loading import num_classes, synthetic_graph
 from train.graph.form import FORMS, HOMOGENEOUS, GraphForm, Homogeneous, form_named, form_of, graph_csc
-from train.graph.graphsize import GraphSize
-from train.graph.sampler import build_csc
-from train.graph.shared_graph import graph_from_tensors, graph_tensors
-from train.loop.models.contract import tiny_batch
+from train.graph.sharing.shared_graph import graph_from_tensors, graph_tensors
+from train.graph.sizes import GraphSize
+from train.graph.typed_csc import build_csc
+from train.models.contract import tiny_batch
 from train.plan.terms import shared_graph_bytes
 
 
@@ -46,7 +46,7 @@ def tiny_graph() -> Data:
 
 def test_a_pyg_data_is_homogeneous_and_another_graph_is_named():
     assert form_of(tiny_graph()) is HOMOGENEOUS and form_named("homogeneous") is HOMOGENEOUS
-    # a HeteroData trains as its typed Data (train/graph/hetero_graph.py), which is the heterogeneous form
+    # a HeteroData trains as its typed Data (train/graph/typed_graph.py), which is the heterogeneous form
     with pytest.raises(TypeError, match="a graph of type HeteroData has no form here; the forms are: heterogeneous, "
                                         "homogeneous"):
         form_of(HeteroData())
@@ -108,7 +108,7 @@ def test_the_loop_and_the_evaluation_ask_the_form(recording, tmp_path):
     """One rank (world size 1, in this process): a graph model and a feature-only one, an epoch each, evaluated."""
     from train.cluster.distenv import resolve
     from train.cluster.procgroup import process_group
-    from train.graph.shared_graph import shared_graphs
+    from train.graph.sharing.shared_graph import shared_graphs
     from train.loop.fit import Trainer
     from train.loop.run import obtain_graph
 

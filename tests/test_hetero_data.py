@@ -20,16 +20,16 @@ from tests.harness.igbh_files import write_igbh
 from tests.harness.localjob import final_summary, run_local_job
 from train.config import DataConfig, SamplerConfig
 from train.errors import UserError
-from train.graph.data import load_graph
+from train.graph.datasets.hetero_files import read_hetero
+from train.graph.datasets.igbh import IGBH_TYPES, igbh_full
+from train.graph.datasets.kinds import DATASETS
+from train.graph.datasets.loading import load_graph
 from train.graph.form import HETEROGENEOUS, form_of, graph_meta
-from train.graph.graphsize import FLOAT, INDEX
-from train.graph.hetero_graph import typed_graph
-from train.graph.heterofiles import read_hetero
-from train.graph.igbh import IGBH_TYPES, igbh_full
-from train.graph.kinds import DATASETS
-from train.graph.sampler import FusedNeighborSampler, TorchNeighborSampler
-from train.graph.sampling_plan import plan_sampling
-from train.graph.shared_graph import graph_from_tensors, graph_tensors
+from train.graph.sampling.device_plan import plan_sampling
+from train.graph.sampling.samplers import FusedNeighborSampler, TorchNeighborSampler
+from train.graph.sharing.shared_graph import graph_from_tensors, graph_tensors
+from train.graph.sizes import FLOAT, INDEX
+from train.graph.typed_graph import typed_graph
 from train.plan.terms import graph_size_of, private_graph_bytes, shared_graph_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -361,7 +361,7 @@ def test_ogbn_mag_is_read_from_ogbs_raw_files_as_ogbs_rgcn_example_reads_it(tmp_
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (sampler.device=cuda)")
 @pytest.mark.parametrize("features_fit", [True, False], ids=["on-the-gpu", "host-features"])
 def test_cuda_sampling_of_a_typed_graph_draws_per_edge_type_and_carries_its_types(features_fit):
-    from train.graph.sampling_plan import GPU_HEADROOM, gpu_structure_bytes
+    from train.graph.sampling.device_plan import GPU_HEADROOM, gpu_structure_bytes
 
     shared = shared_copy(typed_graph(small_hetero(3), "paper"))
     device = torch.device("cuda", torch.cuda.current_device())
@@ -420,4 +420,4 @@ def test_mlperfs_r_gat_config_trains_on_a_tiny_igbh_on_two_ranks(tmp_path):
     summary = final_summary(tmp_path / "run")
     assert summary["dataset"] == "igbh" and summary["model"] == "hetero-gat" and summary["epochs"] == 1
     assert 0.0 <= summary["final_val_acc"] <= 1.0, summary
-    assert "model train.loop.models.heteroconv." in job.outputs[0], job.outputs[0][-3000:]
+    assert "model train.models.heteroconv." in job.outputs[0], job.outputs[0][-3000:]

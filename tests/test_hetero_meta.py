@@ -1,6 +1,6 @@
-"""HeteroMeta: the types of a heterogeneous graph in its typed homogeneous form (train/graph/hetero_meta.py)."""
+"""HeteroMeta: the types of a heterogeneous graph in its typed homogeneous form (train/graph/typed_meta.py)."""
 
-from train.graph.hetero_meta import HeteroMeta
+from train.graph.typed_meta import HeteroMeta
 
 META = HeteroMeta(("paper", "author"), (("author", "writes", "paper"), ("paper", "cites", "paper")), (5, 3), (4, 0),
                   "paper")

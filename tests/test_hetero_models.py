@@ -1,5 +1,5 @@
 """Heterogeneous graphs' models (issue 27 §2): rgcn, rgat, hetero-sage, hetero-gat, the built-ins through PyG's
-to_hetero and a user's forward(x_dict, edge_index_dict), on typed batches (train/loop/models/hetero.py); their
+to_hetero and a user's forward(x_dict, edge_index_dict), on typed batches (train/models/hetero.py); their
 contract's refusals; trim and the exact evaluation's fallback; DDP on 2 gloo ranks with a relation absent from one
 rank's batch and a lazy model."""
 
@@ -22,10 +22,10 @@ from tests.harness.gloo_ranks import join_gloo
 from train.cluster.distenv import free_port
 from train.config import ModelConfig
 from train.errors import UserError
-from train.graph.hetero_meta import HeteroMeta
-from train.loop.models import ModelStep, build_model, edge_inputs, layerwise, parameter_count, resolve
-from train.loop.models.contract import check_model
-from train.loop.models.hetero import STAND_IN, TypeInputs, tiny_typed_batch, type_rows, typed_dicts, typed_hop_counts
+from train.graph.typed_meta import HeteroMeta
+from train.models import ModelStep, build_model, edge_inputs, layerwise, parameter_count, resolve
+from train.models.contract import check_model
+from train.models.hetero import STAND_IN, TypeInputs, tiny_typed_batch, type_rows, typed_dicts, typed_hop_counts
 
 CLASSES = 3
 MODELS = {"rgcn": {}, "rgat": {"heads": 2}, "hetero-sage": {}, "hetero-gat": {"heads": 2},
@@ -160,7 +160,7 @@ def test_rgat_and_hetero_gat_keep_mlperfs_shapes():
 
 def test_the_igbh_rgat_config_builds_mlperfs_r_gat_on_igbhs_types():
     from train.config import load_config
-    from train.graph.igbh import IGBH_RELATIONS, IGBH_TYPES
+    from train.graph.datasets.igbh import IGBH_RELATIONS, IGBH_TYPES
 
     config = load_config("igbh-rgat", ["data.path=/nowhere"])
     assert (config.sampler.num_neighbors, config.sampler.batch_size) == ([15, 10, 5], 1024)
@@ -344,11 +344,11 @@ def _train_on_hetero_synthetic(rank: int, world: int, name: str) -> dict:
     DDP and evaluated as a run evaluates (eval.mode=full: exact for rgcn, sampled for a dict model, said in the
     note)."""
     from train.config import load_config
-    from train.graph.data import load_graph
+    from train.graph.datasets.loading import load_graph
     from train.graph.form import form_of, graph_meta
-    from train.graph.sampling_plan import plan_sampling
+    from train.graph.sampling.device_plan import plan_sampling
     from train.loop.evaluate import evaluate
-    from train.loop.models import hop_counts
+    from train.models import hop_counts
 
     config = load_config("hetero-synthetic", [f"model.name={name}", "data.num_nodes=1500", "sampler.batch_size=32",
                                               "data.share=process", "model.hidden=32"])

@@ -1,4 +1,4 @@
-"""The exact evaluation's batches read from the CSC (train/graph/in_edges.py): the same neighbourhoods as the
+"""The exact evaluation's batches read from the CSC (train/graph/sampling/in_edges.py): the same neighbourhoods as the
 sampler with fanout -1, in chunks that respect their bounds."""
 
 from __future__ import annotations
@@ -7,9 +7,10 @@ import pytest
 import torch
 
 from train.config import DataConfig
-from train.graph.data import synthetic_graph
-from train.graph.in_edges import ChunkCost, chunk_bounds, in_edge_batch, in_edge_chunks
-from train.graph.sampler import build_csc, make_node_loader
+from train.graph.datasets.loading import synthetic_graph
+from train.graph.sampling.in_edges import ChunkCost, chunk_bounds, in_edge_batch, in_edge_chunks
+from train.graph.sampling.samplers import make_node_loader
+from train.graph.typed_csc import build_csc
 
 
 def _graph_with_self_loops():

@@ -23,8 +23,8 @@ from train.cluster.distenv import resolve
 from train.config import DataConfig, load_config, load_yaml
 from train.errors import UserError
 from train.files import dir_problem, file_problem, read_text
-from train.graph.data import load_graph, prepare_dataset
-from train.graph.rawfiles import file_problem as dataset_file_problem
+from train.graph.datasets.loading import load_graph, prepare_dataset
+from train.graph.datasets.raw_files import file_problem as dataset_file_problem
 from train.loop.checkpoint import CHECKPOINT_DIR, Checkpointer, CorruptCheckpoint, find_latest_valid, load_checkpoint
 from train.loop.report import load_run, summarize
 from train.loop.rundir import choose, read_identity

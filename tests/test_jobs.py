@@ -489,9 +489,9 @@ def test_default_cpus_per_task_is_the_clusters():
 
 def prepared_stand_in(data_dir: Path, name: str) -> Path:
     """`data_dir` holding what a prepared dataset `name` holds, as empty files: enough for the check before
-    sbatch (train/graph/kinds.py is_prepared looks for the files, it does not read them)."""
+    sbatch (train/graph/datasets/kinds.py is_prepared looks for the files, it does not read them)."""
     from train.config import DataConfig
-    from train.graph.kinds import DATASETS
+    from train.graph.datasets.kinds import DATASETS
 
     kind = DATASETS[name]
     folder = kind.folder(DataConfig(name=name), data_dir)

@@ -76,7 +76,7 @@ def report(capsys, headline: str, text: str) -> None:
 
 def graph_copies_while_running(cluster, job: str, ranks: int) -> dict[int, set[str]]:
     """rank -> the names of the folders of node-shared graph files its training process maps (/proc/PID/maps),
-    the job's segments ("...j<job>-p<port>-n<node>-u<uid>", train/graph/shared_graph.py), once all `ranks` have
+    the job's segments ("...j<job>-p<port>-n<node>-u<uid>", train/graph/sharing/shared_graph.py), once all `ranks` have
     mapped theirs (the files may be unlinked by then: the mappings stay)."""
     segment = re.compile(rf"j{job}-p{port_for_job(job)}-n\d+-u{os.getuid()}$")
     deadline = time.monotonic() + JOB_TIMEOUT

@@ -89,7 +89,7 @@ def test_a_survivor_lists_the_likely_causes_with_the_figures_of_its_node():
 def test_the_figures_are_the_plans_rank_peak_and_this_machines_memory():
     config = load_config("tiny", [])
     figures = plan_figures(config, 1, 2, gpus=False)
-    from train.graph.data import dataset_kind
+    from train.graph.datasets.loading import dataset_kind
 
     planned = make_plan(config, dataset_kind(config.data).plan_size(config.data), 1, 2, gpus=False)
     assert figures.rank_peak == planned.rank_peak > 0

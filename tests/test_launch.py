@@ -15,7 +15,7 @@ import pytest
 
 from login.launch import exit_status, for_ranks, threads_per_rank
 from train.config import available_configs
-from train.loop.models.user import search_path
+from train.models.user import search_path
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = """

@@ -25,21 +25,26 @@ MAX_LINES = 500
 
 # The rooms of train/, lowest first: a module may import its own room and the rooms below it, never one
 # above. errors and config are what every room stands on; cluster resolves the job (ranks, rendezvous,
-# process group); graph holds the data (datasets, the node-shared copy, sampling); loop.models builds and
-# checks the model and says how a batch reaches it; loop trains on them, and plan (the memory model) sizes
-# a run from the config, the graph and the model; the entry (cli, doctor, `python -m train`) sits on top.
-# `train.distenv` is the public alias of train.cluster.distenv, kept for other projects, so it lives in
-# cluster's layer.
+# process group); graph's core holds the graph's form (typed CSC, edge rows, labels, sizes, splits), and its
+# three wings each point one way, down: datasets (kinds, loaders, files) load a graph, sharing keeps one copy
+# per node, sampling draws the batches; models builds and checks the model and says how a batch reaches it;
+# loop trains on them, and plan (the memory model) sizes a run from the config, the graph and the model; the
+# entry (cli, doctor, `python -m train`) sits on top. `train.distenv` is the public alias of
+# train.cluster.distenv, kept for other projects, so it lives in cluster's layer.
+GRAPH_WINGS = ("train.graph.datasets", "train.graph.sharing", "train.graph.sampling")
 LAYERS: tuple[tuple[str, ...], ...] = (
     # files: the checks every reader of a user's file makes; storage: how the run writes its files, and their faults
     ("train.errors", "train.files", "train.heap", "train.storage"),
     ("train.config", "train.builtin_models"),  # builtin_models: the built-in models' table, torch-free
     ("train.cluster", "train.distenv"),
-    ("train.graph",),
-    ("train.loop.models",),
+    ("train.graph",),  # the core: graph/'s top-level modules
+    *((wing,) for wing in GRAPH_WINGS),
+    ("train.models",),
     ("train.loop", "train.plan"),
     ("train.cli", "train.doctor", "train.__main__"),
 )
+# graph/'s top level is its core: a newcomer reads these names first, so they stay few.
+MAX_GRAPH_CORE_MODULES = 12
 
 
 def module_name(path: Path) -> str:
@@ -107,11 +112,14 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 
 def layer_of(module: str, layers=LAYERS) -> int | None:
-    """The index in `layers` of the room `module` belongs to (itself or a package above it), or None."""
+    """The index in `layers` of the room `module` belongs to (the innermost room that is itself or a package above
+    it: train.graph.sampling.x is in the sampling wing, not in graph's core), or None."""
+    best: tuple[int, int] | None = None  # (length of the room's name, its layer)
     for index, rooms in enumerate(layers):
-        if any(module == room or module.startswith(room + ".") for room in rooms):
-            return index
-    return None
+        for room in rooms:
+            if (module == room or module.startswith(room + ".")) and (best is None or len(room) > best[0]):
+                best = (len(room), index)
+    return None if best is None else best[1]
 
 
 def layer_breaches(graph: dict[str, set[str]], layers=LAYERS) -> list[str]:
@@ -152,6 +160,59 @@ def test_the_layer_rule_sees_an_upward_import_and_a_module_without_a_room(tmp_pa
         "train.cluster.env (room train.cluster) imports train.loop.fit (room train.loop, above)",
         "train.stray is in no room of LAYERS (place it in one)",
     ]
+
+
+def test_a_wing_of_graph_is_its_own_room_above_the_core():
+    """graph's core may not import a wing, and a lower wing may not import a higher one."""
+    assert layer_of("train.graph.form") < layer_of("train.graph.datasets.kinds") < \
+        layer_of("train.graph.sharing.segments") < layer_of("train.graph.sampling.samplers")
+    graph = {"train.graph.form": {"train.graph.sampling.samplers"}, "train.graph.sampling.samplers": set(),
+             "train.graph.sharing.segments": {"train.graph.form"}}
+    assert layer_breaches(graph) == ["train.graph.form (room train.graph) imports train.graph.sampling.samplers "
+                                     "(room train.graph.sampling, above)"]
+
+
+def test_the_rooms_on_disk_are_the_layers_rooms():
+    """The models are their own room (train/models/), not filed inside loop; graph's core stays small."""
+    assert (PACKAGE / "models" / "__init__.py").is_file()
+    assert not (PACKAGE / "loop" / "models").exists()
+    for wing in GRAPH_WINGS:
+        assert (ROOT / wing.replace(".", "/") / "__init__.py").is_file(), wing
+    core = sorted(path.name for path in (PACKAGE / "graph").glob("*.py") if path.name != "__init__.py")
+    assert len(core) <= MAX_GRAPH_CORE_MODULES, f"graph/'s top level has {len(core)} modules: {core}"
+
+
+def _one_letter_apart(a: str, b: str) -> bool:
+    """Names of equal length that differ in one letter, or one letter added (ogbn/ogbl, sampler/samplers)."""
+    if a == b or abs(len(a) - len(b)) > 1:
+        return False
+    if len(a) == len(b):
+        return sum(x != y for x, y in zip(a, b)) == 1
+    short, long = sorted((a, b), key=len)
+    return any(long[:i] + long[i + 1:] == short for i in range(len(long)))
+
+
+def test_no_two_modules_of_a_room_are_a_letter_apart():
+    """A room's modules are told apart by what they hold, not by one letter."""
+    rooms: dict[Path, list[str]] = {}
+    for path in modules().values():
+        if path.name != "__init__.py":
+            rooms.setdefault(path.parent, []).append(path.stem)
+    close = [f"{folder.relative_to(ROOT)}: {a} ~ {b}" for folder, names in rooms.items()
+             for i, a in enumerate(sorted(names)) for b in sorted(names)[i + 1:] if _one_letter_apart(a, b)]
+    assert not close, close
+    assert _one_letter_apart("ogbn", "ogbl") and _one_letter_apart("sampler", "samplers")
+    assert not _one_letter_apart("segments", "samplers")
+
+
+def test_no_function_is_named_like_a_module():
+    """`edge_split.link_split()` was not the module `link_split`: a top-level function never takes another module's
+    name (its own module's, as `edge_keys.edge_keys`, is the idiom of a module that does one thing)."""
+    names = {path.stem for path in modules().values()}
+    clashes = [f"{path.relative_to(ROOT)}: def {node.name}" for path in modules().values()
+               for node in ast.parse(path.read_text()).body
+               if isinstance(node, ast.FunctionDef) and node.name in names and node.name != path.stem]
+    assert not clashes, clashes
 
 
 def test_no_import_cycle_in_train():

@@ -17,9 +17,9 @@ from tests.test_refused_fit import fit, snapshot
 from tests.test_resume import Job, assert_same_weights, run
 from train.config import SamplerConfig, load_config
 from train.errors import UserError
-from train.graph.edge_split import link_split, split_on_loading
-from train.graph.sampling_plan import plan_sampling
-from train.graph.synthetic import synthetic_graph
+from train.graph.datasets.synthetic import synthetic_graph
+from train.graph.link_split import split_of, split_on_loading
+from train.graph.sampling.device_plan import plan_sampling
 from train.loop.tasks.link_batches import LinkBatches, Negatives, pairs_and_labels
 
 LINK = ["fit", "--config", "tiny", "task.name=link", "trainer.log_every=1"]
@@ -32,7 +32,7 @@ def graph() -> Data:
 def batches(mode: str = "binary", ratio: int = 1, undirected: bool | None = None) -> tuple[LinkBatches, Data]:
     config = load_config("tiny", ["data.num_nodes=300", "task.name=link"])
     data = split_on_loading(graph(), config)
-    split = link_split(data)
+    split = split_of(data)
     sampling = plan_sampling(data, SamplerConfig(device="cpu"), torch.device("cpu"))
     made = LinkBatches(sampling, split.train, Negatives(mode, ratio, 300),
                        split.undirected if undirected is None else undirected, seed=7)
@@ -89,7 +89,7 @@ def test_triplet_batches_give_each_positive_its_negative_targets():
 def test_the_split_is_the_same_on_every_call_and_keeps_val_and_test_out_of_the_graph():
     config = load_config("tiny", ["data.num_nodes=300", "task.name=link"])
     loaded = split_on_loading(graph(), config)
-    first, second = link_split(loaded), link_split(split_on_loading(graph(), config))
+    first, second = split_of(loaded), split_of(split_on_loading(graph(), config))
     assert torch.equal(first.train, second.train) and torch.equal(first.test.pairs, second.test.pairs)
     message_passing = set(zip(*loaded.edge_index.tolist()))
     for split in (first.val, first.test):
@@ -136,7 +136,7 @@ def test_link_prediction_on_two_ranks_learns_and_reports_auc_and_ap(tmp_path):
 
 
 def test_a_link_run_of_an_edge_feature_model_trains_on_two_ranks(tmp_path):
-    """GINE reads the edges' features: the split keeps each training edge's (train/graph/edge_split.py), the batches
+    """GINE reads the edges' features: the split keeps each training edge's (train/graph/link_split.py), the batches
     and the exact evaluation read them (a link run of it was refused: the split dropped them)."""
     out = tmp_path / "run"
     job = run_local_job(["fit", "--config", "synthetic-edges", "task.name=link", "data.num_nodes=1500",
@@ -200,7 +200,7 @@ def test_a_node_config_on_a_graph_for_link_prediction_only_is_refused(tmp_path):
 
 
 def test_the_memory_plan_counts_a_link_batchs_endpoints_and_its_evaluation_exact_or_sampled():
-    from train.graph.kinds import dataset_kind
+    from train.graph.datasets.kinds import dataset_kind
     from train.plan.terms import batch_seeds, evaluation_sampled, gpu_working_bytes
 
     size = dataset_kind("Cora").plan_size(load_config("cora-gcn").data)

@@ -13,12 +13,12 @@ from torch_geometric.data import Data
 
 from tests.harness.gloo_ranks import GlooRanks
 from train.config import DataConfig, load_config
-from train.graph.data import synthetic_graph
+from train.graph.datasets.loading import synthetic_graph
 from train.graph.form import form_of
-from train.graph.link_split import neg_dst_key, pos_edges_key
-from train.loop.models import ModelStep, resolve
+from train.graph.link_fields import neg_dst_key, pos_edges_key
 from train.loop.tasks import TaskParts, prepared_graph
 from train.loop.tasks.link import LinkTask
+from train.models import ModelStep, resolve
 
 NUM_NODES, RANKED = 400, 20  # the own split's graph: nodes, and each held-out positive's own negatives
 
@@ -39,7 +39,7 @@ class _Env:
 
 
 def _graph(ranked: bool) -> Data:
-    """A synthetic graph; with `ranked`, one with its own split (train/graph/link_split.py's fields): 31 validation
+    """A synthetic graph; with `ranked`, one with its own split (train/graph/link_fields.py's fields): 31 validation
     and 40 test positives held out of its edges, each with RANKED negatives of its own (uneven shards on 2 ranks)."""
     data = synthetic_graph(DataConfig(num_nodes=NUM_NODES, num_features=12, num_classes=4, avg_degree=6))
     if not ranked:
@@ -66,7 +66,7 @@ def _task(name: str, env: _Env, batch_size: int = 64) -> tuple[LinkTask, torch.n
 
 def _work(rank: int, world: int) -> dict:
     """Every case evaluated by this rank, at each chunk size, and its eval_note."""
-    from train.graph.sampling_plan import plan_sampling
+    from train.graph.sampling.device_plan import plan_sampling
 
     result = {}
     for name in CASES:
@@ -148,7 +148,7 @@ def test_a_sampled_link_evaluation_is_not_the_whole_graphs(tmp_path_factory, wor
 
 
 def test_a_link_encoder_without_the_per_layer_api_is_evaluated_on_samples_and_says_so():
-    from train.loop.models import build_model
+    from train.models import build_model
 
     config = load_config("tiny", ["task.name=link", "model.kwargs.jk=cat"])
     task, _model = _task("sage", _Env(0, 1))

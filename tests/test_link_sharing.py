@@ -1,6 +1,6 @@
-"""A link task's split is made where the graph is loaded (train/graph/edge_split.py split_on_loading), once per node
+"""A link task's split is made where the graph is loaded (train/graph/link_split.py split_on_loading), once per node
 under data.share=node: exactly the split RandomLinkSplit gives called directly (as every rank once called it, so
-the GAE figures stay), carried in link_split.py's fields through the node-shared files, and on 2 real ranks the
+the GAE figures stay), carried in link_fields.py's fields through the node-shared files, and on 2 real ranks the
 sampler's CSC of the message-passing graph and the split are mappings of the node's one shared segment."""
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ from tests.harness.localjob import run_local_job
 from tests.harness.workers.link_maps import RESULT
 from train.config import Config, load_config
 from train.errors import UserError
-from train.graph.edge_split import link_split, split_on_loading
-from train.graph.epoch_split import derive_seed
+from train.graph.datasets.synthetic import synthetic_graph
 from train.graph.form import HETEROGENEOUS
-from train.graph.link_split import LINK_FIELDS, UNDIRECTED
-from train.graph.sampler import build_csc
-from train.graph.shared_graph import (
+from train.graph.link_fields import LINK_FIELDS, UNDIRECTED
+from train.graph.link_split import split_of, split_on_loading
+from train.graph.seeds import derive_seed
+from train.graph.sharing.shared_graph import (
     csc_index_dtype,
     graph_csc,
     graph_from_tensors,
@@ -31,13 +31,13 @@ from train.graph.shared_graph import (
     map_tensors,
     write_tensors,
 )
-from train.graph.synthetic import synthetic_graph
+from train.graph.typed_csc import build_csc
 
 LINK = ["data.num_nodes=300", "task.name=link"]
 
 
 def direct_split(data: Data, config: Config) -> tuple[Data, Data, Data]:
-    """PyG's RandomLinkSplit called directly on the loaded graph's edges, as edge_split.py called it on every rank
+    """PyG's RandomLinkSplit called directly on the loaded graph's edges, as link_split.py called it on every rank
     before the split moved to the loading: the same arguments, the globals seeded with derive_seed(seed, 3)."""
     from torch_geometric.transforms import RandomLinkSplit
     from torch_geometric.utils import is_undirected
@@ -84,7 +84,7 @@ def test_the_split_made_on_loading_is_exactly_random_link_splits_and_survives_th
     assert {name for name in LINK_FIELDS if name in mapped} == {name for name in LINK_FIELDS if name in data}
     shared_colptr, shared_row, _ = graph_csc(mapped)
     assert torch.equal(shared_colptr, colptr.to(ids)) and torch.equal(shared_row, row.to(ids))
-    for split in (link_split(data), link_split(mapped)):
+    for split in (split_of(data), split_of(mapped)):
         assert torch.equal(split.train, train.edge_label_index)
         for ours, theirs in ((split.val, val), (split.test, test)):
             assert torch.equal(ours.pairs, theirs.edge_label_index) and ours.ranked_negatives is None
@@ -101,7 +101,7 @@ def test_a_graph_with_its_own_split_is_kept_as_it_is_and_passes_messages_both_wa
     for name, tensor in own.items():
         data[name] = tensor
     assert split_on_loading(data, config) is data and UNDIRECTED not in data
-    split = link_split(data)
+    split = split_of(data)
     assert split.undirected and split.source == "the dataset's own"
     assert torch.equal(split.train, own["train_pos_edge_index"])
     assert torch.equal(split.test.ranked_negatives, own["test_neg_dst"]) and split.test.labels.tolist() == [1.0] * 10
@@ -147,7 +147,7 @@ def test_a_link_run_on_two_ranks_maps_the_message_passing_csc_and_the_split_from
 def test_the_split_keeps_each_training_edges_own_values_in_either_direction():
     """synthetic-edges' features tell the target's class, so an edge and its reverse differ: each message-passing
     edge keeps its own (RandomLinkSplit's would give a reverse edge its edge's)."""
-    from train.graph.data import load_graph
+    from train.graph.datasets.loading import load_graph
 
     config = load_config("synthetic-edges", ["task.name=link", "data.num_nodes=500"])
     graph = load_graph(config.data)
@@ -163,8 +163,8 @@ def test_the_memory_plan_counts_a_link_tasks_graph_as_the_node_shares_it_and_the
     """The node shares the training edges' CSC and the split's ids (not the loaded graph's edges); the process that
     loads holds the split's arrays at its peak (plan.held LINK_SPLIT_ARRAYS)."""
     from train.cli.plan import graph_size
-    from train.graph.data import load_graph
-    from train.graph.kinds import dataset_kind
+    from train.graph.datasets.kinds import dataset_kind
+    from train.graph.datasets.loading import load_graph
     from train.plan.terms import make_plan
 
     shared = "graph, shared once (/dev/shm or node-local disk)"
@@ -202,18 +202,18 @@ def test_the_memory_plan_counts_the_edge_values_a_link_split_holds_while_loading
     assert split <= peak <= 1.05 * split, (peak, split)  # the split sets the peak here: the loader's own is below
 
 
-# a change of each input RandomLinkSplit's split reads (edge_split.SplitInputs), as a config override
+# a change of each input RandomLinkSplit's split reads (link_split.SplitInputs), as a config override
 SPLIT_INPUT_CHANGES = {"val_fraction": "task.val_fraction=0.07", "test_fraction": "task.test_fraction=0.11",
                        "seed": "trainer.seed=7"}
 
 
 def test_a_split_graphs_key_follows_every_split_input_and_nothing_else():
     """bench/accuracy.py loads a graph once per key: a link graph's key changes with each input of its split (one
-    function, edge_split.split_inputs, names them) and stays equal across changes the split does not read."""
+    function, link_split.split_inputs, names them) and stays equal across changes the split does not read."""
     from dataclasses import fields
 
     from bench.accuracy import graph_key
-    from train.graph.edge_split import SplitInputs
+    from train.graph.link_split import SplitInputs
 
     assert set(SPLIT_INPUT_CHANGES) == {field.name for field in fields(SplitInputs)}
     base = load_config("cora-link")
@@ -227,19 +227,19 @@ def test_a_split_graphs_key_follows_every_split_input_and_nothing_else():
 
 def test_the_random_split_reads_its_settings_through_split_inputs_alone(monkeypatch):
     """Given another config's split inputs, the split is that config's split, whatever else its own config says:
-    it reads the fractions and the seed through edge_split.split_inputs and nothing else of the config."""
-    import train.graph.edge_split as edge_split
+    it reads the fractions and the seed through link_split_module.split_inputs and nothing else of the config."""
+    import train.graph.link_split as link_split_module
 
     wanted = load_config("tiny", [*LINK, *SPLIT_INPUT_CHANGES.values()])
     other = load_config("tiny", [*LINK, "task.neg_ratio=3", "optim.lr=0.5", "trainer.epochs=9"])
     data = loaded(wanted, directed=False)
-    expected = edge_split.random_split(data, wanted)
-    inputs_of = edge_split.split_inputs
-    monkeypatch.setattr(edge_split, "split_inputs", lambda config: inputs_of(wanted))
-    made = edge_split.random_split(data, other)
+    expected = link_split_module.random_split(data, wanted)
+    inputs_of = link_split_module.split_inputs
+    monkeypatch.setattr(link_split_module, "split_inputs", lambda config: inputs_of(wanted))
+    made = link_split_module.random_split(data, other)
     assert set(made.keys()) == set(expected.keys())
     for name in expected.keys():
         assert torch.equal(made[name], expected[name]) if isinstance(expected[name], torch.Tensor) else \
             made[name] == expected[name], name
     monkeypatch.undo()
-    assert not torch.equal(edge_split.random_split(data, other).edge_index, expected.edge_index)
+    assert not torch.equal(link_split_module.random_split(data, other).edge_index, expected.edge_index)

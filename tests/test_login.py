@@ -104,7 +104,7 @@ def test_config_check_names_an_unknown_dataset():
 
 
 def test_config_check_says_what_it_could_not_check(monkeypatch):
-    monkeypatch.setitem(sys.modules, "train.graph.data", None)  # as on a login node without torch
+    monkeypatch.setitem(sys.modules, "train.graph.datasets.loading", None)  # as on a login node without torch
     assert "the dataset name is checked in the image" in config_check.check("tiny", [], dataset=True)
     assert config_check.check("tiny", [], dataset=False, data_dir="/d").endswith(
         "the dataset name is checked in the image; whether it is prepared in /d was not checked")

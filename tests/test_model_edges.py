@@ -20,13 +20,14 @@ from tests.harness.gloo_ranks import join_gloo
 from train.cluster.distenv import free_port
 from train.config import ModelConfig, load_config
 from train.errors import UserError
-from train.graph.data import synthetic_graph
+from train.graph.datasets.loading import synthetic_graph
 from train.graph.edge_rows import EdgeRows
 from train.graph.form import attach_edge_rows
-from train.graph.in_edges import in_edge_batch
-from train.graph.sampler import build_csc, make_node_loader
+from train.graph.sampling.in_edges import in_edge_batch
+from train.graph.sampling.samplers import make_node_loader
+from train.graph.typed_csc import build_csc
 from train.loop.evaluate import GraphAt, in_degree
-from train.loop.models import (
+from train.models import (
     ModelStep,
     build_model,
     edge_inputs,
@@ -35,7 +36,7 @@ from train.loop.models import (
     layerwise,
     resolve,
 )
-from train.loop.models.contract import check_model
+from train.models.contract import check_model
 
 EDGE_DIM = 3
 
@@ -290,7 +291,7 @@ def _train_two_steps(rank: int, classes: int) -> dict:
 def _worker(rank, world, port, out_dir):
     join_gloo(rank, world, port)
     try:
-        from train.graph.sampling_plan import plan_sampling
+        from train.graph.sampling.device_plan import plan_sampling
         from train.loop.evaluate import evaluate
 
         data = _shared_graph()

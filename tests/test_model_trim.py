@@ -12,9 +12,10 @@ from torch_geometric.nn.conv import GCNConv, PNAConv
 from torch_geometric.nn.models import GCN, GraphSAGE
 
 from train.config import ModelConfig, load_config
-from train.graph.data import synthetic_graph
-from train.graph.sampler import build_csc, make_node_loader
-from train.loop.models import ModelStep, build_model, hop_counts
+from train.graph.datasets.loading import synthetic_graph
+from train.graph.sampling.samplers import make_node_loader
+from train.graph.typed_csc import build_csc
+from train.models import ModelStep, build_model, hop_counts
 
 
 @functools.cache

@@ -17,14 +17,15 @@ from torch_geometric.data import Data
 from train.builtin_models import BUILTINS
 from train.config import BUILTIN_MODELS, ModelConfig, load_config
 from train.errors import UserError
-from train.graph.data import synthetic_graph
-from train.graph.sampler import build_csc, make_node_loader
-from train.graph.shared_graph import attach_csc, csc_targets
+from train.graph.datasets.loading import synthetic_graph
+from train.graph.sampling.samplers import make_node_loader
+from train.graph.sharing.shared_graph import attach_csc, csc_targets
+from train.graph.typed_csc import build_csc
 from train.loop.checkpoint import model_differences
 from train.loop.evaluate import in_degree
-from train.loop.models import ModelStep, build_model, layerwise, parameter_count, resolve
-from train.loop.models.contract import CLASSES, check_model
-from train.loop.models.gine import GINE
+from train.models import ModelStep, build_model, layerwise, parameter_count, resolve
+from train.models.contract import CLASSES, check_model
+from train.models.gine import GINE
 
 PYG_CLASS = {"sage": "GraphSAGE", "gcn": "GCN", "gat": "GAT", "gin": "GIN", "mlp": "MLP"}
 OWN_CLASS = {"gine": GINE}  # PyG's GIN with GINEConv layers: PyG has the layer, not the model

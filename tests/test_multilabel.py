@@ -20,7 +20,7 @@ from tests.test_data_files import write_folder
 from train.cli.plan import graph_size
 from train.config import DataConfig, load_config
 from train.errors import UserError
-from train.graph.data import load_graph
+from train.graph.datasets.loading import load_graph
 from train.loop.fit import EpochStats
 
 N, F, T = 240, 6, 5

@@ -15,8 +15,8 @@ from tests.harness import standin_bin
 from tests.harness.localjob import ROOT
 from train.cli.plan import GraphSize, graph_size, make_plan, shared_graph_bytes
 from train.config import DataConfig, load_config
-from train.graph.data import synthetic_graph
-from train.graph.shared_graph import graph_tensors
+from train.graph.datasets.loading import synthetic_graph
+from train.graph.sharing.shared_graph import graph_tensors
 
 
 def plan_cli(tmp_path: Path, *args: str, standins: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -191,7 +191,7 @@ def test_the_plan_prints_why_node_memory_is_unknown(tmp_path):
 
 def _real_graph(share: str):
     """A synthetic graph as a run holds it, its CSC, and its exact size."""
-    from train.graph.shared_graph import graph_csc, private_graph
+    from train.graph.sharing.shared_graph import graph_csc, private_graph
 
     data = private_graph(DataConfig(num_nodes=3000, num_features=20))
     if share == "node":  # the node-shared copy: the CSC alone, without a permutation
@@ -207,7 +207,7 @@ def _real_graph(share: str):
 @pytest.mark.parametrize("share", ["node", "process"])
 def test_the_plan_places_the_graph_with_the_runs_own_decision(share):
     """Same bytes (CSC with perm where the run keeps one, the sampler's node map), same decision, same words."""
-    from train.graph.sampling_plan import gpu_placement, gpu_structure_bytes
+    from train.graph.sampling.device_plan import gpu_placement, gpu_structure_bytes
     from train.plan.terms import free_at_placement, gpu_working_bytes, graph_size_of
 
     data, (colptr, row, perm), size = _real_graph(share)
@@ -261,7 +261,7 @@ def test_perm_and_the_node_map_are_planned_on_the_gpu_for_a_process_copy():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (sampler.device=cuda)")
 def test_the_run_says_why_it_samples_on_the_cpu_in_the_plans_words():
     from train.config import SamplerConfig
-    from train.graph.sampling_plan import gpu_placement, plan_sampling
+    from train.graph.sampling.device_plan import gpu_placement, plan_sampling
 
     data, csc, size = _real_graph("process")
     device = torch.device("cuda", torch.cuda.current_device())
@@ -276,7 +276,7 @@ def test_the_run_says_why_it_samples_on_the_cpu_in_the_plans_words():
 @pytest.mark.parametrize("overrides", [[], ["model.name=gat", "model.kwargs.heads=8", "model.kwargs.jk=cat"],
                                        ["model.name=gin", "model.num_layers=3", "sampler.num_neighbors=[5,5,5]"]])
 def test_the_model_row_counts_the_real_models_parameters_and_adam_state(overrides):
-    from train.loop.models import build_model
+    from train.models import build_model
 
     config = load_config("ogbn-products", overrides)
     size = graph_size(config)
@@ -287,9 +287,10 @@ def test_the_model_row_counts_the_real_models_parameters_and_adam_state(override
 
 
 def test_the_evaluation_s_chunks_are_planned_as_the_evaluation_cuts_them():
-    """The exact evaluation cuts its chunks by sampler.eval_batch_size and by CHUNK_BYTES (train/graph/in_edges.py);
+    """The exact evaluation cuts its chunks by sampler.eval_batch_size and by CHUNK_BYTES
+    (train/graph/sampling/in_edges.py);
     the plan sizes a chunk the same way, so a larger eval_batch_size than the bytes allow plans no larger chunk."""
-    from train.graph.in_edges import CHUNK_BYTES, ChunkCost, chunk_bounds
+    from train.graph.sampling.in_edges import CHUNK_BYTES, ChunkCost, chunk_bounds
     from train.plan.terms import eval_chunk_targets, full_eval_bytes
 
     config = load_config("ogbn-products", ["sampler.eval_batch_size=1000000"])
@@ -311,7 +312,7 @@ def test_the_plan_counts_a_graph_s_labels_as_they_are_held(labels):
     loaded graph's, and ogbn-proteins' planned size holds 112 floats a node."""
     from torch_geometric.data import Data
 
-    from train.graph.kinds import DATASETS
+    from train.graph.datasets.kinds import DATASETS
     from train.plan.terms import graph_size_of
 
     n = 50
@@ -328,7 +329,7 @@ def test_the_plan_counts_a_graph_s_labels_as_they_are_held(labels):
 def test_a_typed_graph_s_plan_trims_only_what_its_model_trims():
     """On a heterogeneous graph the relational built-ins trim, a built-in through to_hetero does not (every row of
     every layer): the plan's step is larger for the latter, on the same graph and hops."""
-    from train.graph.kinds import DATASETS
+    from train.graph.datasets.kinds import DATASETS
     from train.plan.terms import forward_bytes, model_trims, sampled_hops
 
     relational, through = load_config("hetero-synthetic", ["model.name=rgcn"]), load_config("hetero-synthetic")
@@ -350,9 +351,9 @@ def test_a_typed_graph_s_plan_trims_only_what_its_model_trims():
 ])
 def test_the_plan_counts_the_evaluation_the_run_makes(config, overrides, exact):
     """eval.mode=full with a model the exact pass cannot take is planned as the run evaluates it: a sampled batch,
-    the same row as eval.mode=sampled's, and the plan says why (train/loop/models/layerwise.py decides for both)."""
-    from train.graph.kinds import DATASETS
-    from train.loop.models import ModelStep, build_model, layerwise
+    the same row as eval.mode=sampled's, and the plan says why (train/models/layerwise.py decides for both)."""
+    from train.graph.datasets.kinds import DATASETS
+    from train.models import ModelStep, build_model, layerwise
     from train.plan.terms import evaluation_sampled
 
     full = load_config(config, overrides)

@@ -14,9 +14,9 @@ import pytest
 from tests.harness.ogb_files import write_ogbl_citation2
 from train.cli.plan import graph_size
 from train.config import load_config
-from train.graph.data import dataset_kind, load_graph
-from train.graph.link_split import LINK_FIELDS, ranked_split_ids
-from train.graph.shared_graph import graph_tensors
+from train.graph.datasets.loading import dataset_kind, load_graph
+from train.graph.link_fields import LINK_FIELDS, ranked_split_ids
+from train.graph.sharing.shared_graph import graph_tensors
 from train.plan.terms import graph_size_of, make_plan
 
 SHARED = "graph, shared once (/dev/shm or node-local disk)"

@@ -21,7 +21,7 @@ import pytest
 from tests.harness.localjob import ROOT, final_summary, run_local_job
 from train.config import DataConfig
 from train.errors import UserError
-from train.graph.data import load_graph
+from train.graph.datasets.loading import load_graph
 from train.loop.report import summarize
 
 SHARED_CORA = ROOT.parent / "shared" / "data" / "planetoid" / "Cora" / "raw"

@@ -85,7 +85,7 @@ def _worker(on_gpu: bool) -> None:
     from train.cluster.distenv import resolve
     from train.cluster.procgroup import process_group
     from train.config import load_config
-    from train.graph.shared_graph import shared_graphs
+    from train.graph.sharing.shared_graph import shared_graphs
     from train.loop.fit import Trainer
     from train.loop.numerics import set_gpu_numerics
     from train.loop.run import obtain_graph
@@ -155,7 +155,7 @@ def test_training_with_prefetch_gives_the_serial_weights_bit_for_bit(trained):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (a side stream, pinned copies)")
 def test_training_on_a_gpu_with_prefetch_gives_the_serial_weights_bit_for_bit():
-    from train.graph.sampler import have_native_sampler
+    from train.graph.sampling.samplers import have_native_sampler
 
     trained = _train(on_gpu=True)
     for where in ("cuda", "cpu"):
@@ -169,7 +169,7 @@ def test_training_on_a_gpu_with_prefetch_gives_the_serial_weights_bit_for_bit():
 def test_prefetch_is_off_where_the_sampler_draws_from_the_steps_generator(monkeypatch):
     from torch_geometric.data import Data
 
-    from train.graph.sampler import TorchNeighborSampler, _SeededNeighborSampler, prefetch_safe
+    from train.graph.sampling.samplers import TorchNeighborSampler, _SeededNeighborSampler, prefetch_safe
 
     data = Data(edge_index=torch.tensor([[0, 1], [1, 0]]), num_nodes=2)
     assert prefetch_safe(TorchNeighborSampler(data, [2]), num_workers=0)

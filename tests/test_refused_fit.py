@@ -87,7 +87,7 @@ def make_case(name: str, work: Path, finished: Path) -> tuple[list[str], list[st
 
 
 def model_case(name: str, work: Path, finished: Path) -> tuple[list[str], list[str]]:
-    """The cases of a bad model (train/loop/models/contract.py) and of resuming another model's checkpoint."""
+    """The cases of a bad model (train/models/contract.py) and of resuming another model's checkpoint."""
     run = str(work / "run")
     if name == "resume-incompatible-checkpoint":
         return ([f"output.dir={run}", "model.name=mlp", f"trainer.resume={checkpoint_of(finished)}"],

@@ -14,8 +14,9 @@ from torch_geometric.loader import NodeLoader
 from torch_geometric.nn import SAGEConv
 from torch_geometric.sampler import NeighborSampler, NodeSamplerInput
 
-from train.graph.key_sampling import key_positions
-from train.graph.sampler import (
+from train.graph.sampling.device_plan import batch_source
+from train.graph.sampling.gpu_hop import key_positions
+from train.graph.sampling.samplers import (
     FusedNeighborSampler,
     SampledNodeLoader,
     TorchNeighborSampler,
@@ -26,7 +27,6 @@ from train.graph.sampler import (
     have_native_sampler,
     make_node_loader,
 )
-from train.graph.sampling_plan import batch_source
 
 NUM_NODES = 600
 # Both hop algorithms keep one contract: Floyd's picks (the CPU) and random keys with one sort (the GPU).
@@ -422,7 +422,7 @@ def test_one_node_map_lives_on_the_gpu_over_many_epochs(eval_mode):
 
 def test_a_reused_sampler_samples_as_a_fresh_one(data):
     """Reconfiguring one sampler (fanouts, seed, epoch) gives exactly the batches a new sampler gives."""
-    from train.graph.sampler import make_node_sampler
+    from train.graph.sampling.samplers import make_node_sampler
 
     seeds = torch.arange(0, 60)
     shared = make_node_sampler(data, [5, 3], force_torch_sampler=True)

@@ -16,9 +16,10 @@ from torch_geometric.sampler import NodeSamplerInput
 from bench.hop_profile import count_events, hop_profile
 from tests.test_hetero_data import small_hetero
 from train.graph.form import HETEROGENEOUS
-from train.graph.hetero_graph import typed_graph
-from train.graph.in_edges import in_edge_positions
-from train.graph.sampler import _FIRST_SEEN, _UNSEEN, FusedNeighborSampler, TorchNeighborSampler, build_csc
+from train.graph.sampling.in_edges import in_edge_positions
+from train.graph.sampling.samplers import _FIRST_SEEN, _UNSEEN, FusedNeighborSampler, TorchNeighborSampler
+from train.graph.typed_csc import build_csc
+from train.graph.typed_graph import typed_graph
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -23,9 +23,9 @@ from bench.localranks import scrubbed_env
 from tests.harness.localjob import ROOT, WORKERS, final_summary, free_port, run_local_job, srun_env
 from train.config import DataConfig, SamplerConfig, load_config
 from train.errors import UserError
-from train.graph.sampling_plan import GPU_HEADROOM, gpu_placement, plan_sampling
-from train.graph.segments import user_dir_name
-from train.graph.shared_graph import (
+from train.graph.sampling.device_plan import GPU_HEADROOM, gpu_placement, plan_sampling
+from train.graph.sharing.segments import user_dir_name
+from train.graph.sharing.shared_graph import (
     PREFIX,
     SHM,
     SPLITS,
@@ -145,8 +145,9 @@ def test_node_layout_samples_like_the_per_process_csc(tmp_path):
     from torch_geometric.data import Data
     from torch_geometric.sampler import NodeSamplerInput
 
-    from train.graph.data import synthetic_graph
-    from train.graph.sampler import TorchNeighborSampler, build_csc
+    from train.graph.datasets.loading import synthetic_graph
+    from train.graph.sampling.samplers import TorchNeighborSampler
+    from train.graph.typed_csc import build_csc
 
     config = DataConfig(num_nodes=500, avg_degree=9)
     original = synthetic_graph(config)
@@ -211,7 +212,7 @@ def test_small_shm_falls_back_to_disk_or_says_what_is_needed():
 
 
 def test_share_dir_must_exist():
-    from train.graph.shared_graph import candidate_dirs
+    from train.graph.sharing.shared_graph import candidate_dirs
 
     with pytest.raises(UserError, match="data.share_dir='/no/such/dir' does not exist"):
         candidate_dirs("/no/such/dir")
@@ -233,7 +234,7 @@ def test_a_rank_alone_on_its_node_shares_nothing_for_the_run_the_plan_and_the_do
     /dev/shm for a rank alone on its node."""
     from train.cli.plan import graph_size, make_plan
     from train.doctor.probes import probe_share_dir
-    from train.graph.segments import shares_graph
+    from train.graph.sharing.segments import shares_graph
 
     assert shares_graph(share, ranks_on_node) == shared
     config = load_config("tiny", [f"data.share={share}"])
@@ -252,7 +253,7 @@ DOCTOR_PLACES = [(1, True, "shm", "shares there"), (1, False, "scratch", "shares
 def test_the_doctor_looks_where_the_run_would_share_the_graph(tmp_path, need_gib, roomy_shm, where, run):
     """The doctor once assumed /dev/shm; it now takes segments' choice among /dev/shm, the node's scratch and /tmp."""
     from train.doctor.probes import probe_share_dir
-    from train.graph.segments import SHM, candidate_dirs
+    from train.graph.sharing.segments import SHM, candidate_dirs
 
     room = {SHM: (100 if roomy_shm else 0) << 30, tmp_path: 100 << 30}
     free = lambda path: room.get(path, 0)  # noqa: E731
@@ -303,8 +304,8 @@ def test_sampling_placement():
     # 90 of the 100 free bytes are the budget (the 10 % headroom)
     placed = [gpu_placement(10, 20, free=100), gpu_placement(10, 85, free=100), gpu_placement(95, 1, free=100)]
     assert [(p.structure, p.features) for p in placed] == [(True, True), (True, False), (False, False)]
-    from train.graph.data import synthetic_graph
-    from train.graph.sampler import build_csc
+    from train.graph.datasets.loading import synthetic_graph
+    from train.graph.typed_csc import build_csc
 
     data = synthetic_graph(DataConfig(num_nodes=100, avg_degree=4))
     attach_csc(data, build_csc(data.edge_index, data.num_nodes))
@@ -319,8 +320,9 @@ def test_sampling_placement():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (sampler.device=cuda)")
 def test_gpu_sampling_batches_are_right_wherever_the_features_live():
     """sampler.device=cuda, features on the GPU or gathered pinned on the host: the same, correct batches."""
-    from train.graph.data import synthetic_graph
-    from train.graph.sampler import build_csc, make_node_loader
+    from train.graph.datasets.loading import synthetic_graph
+    from train.graph.sampling.samplers import make_node_loader
+    from train.graph.typed_csc import build_csc
 
     data = synthetic_graph(DataConfig(num_nodes=3000, avg_degree=10))
     attach_csc(data, build_csc(data.edge_index, data.num_nodes))
@@ -358,7 +360,7 @@ def _worker(argv: list[str]) -> None:
 
     from train.cluster.distenv import resolve
     from train.cluster.procgroup import process_group
-    from train.graph.shared_graph import shared_graphs
+    from train.graph.sharing.shared_graph import shared_graphs
     from train.loop.run import obtain_graph
 
     config = load_config("tiny", argv)
@@ -390,8 +392,8 @@ def _worker(argv: list[str]) -> None:
 
 
 def test_ranks_of_a_node_map_one_identical_read_only_copy():
-    from train.graph.data import load_graph
-    from train.graph.sampler import build_csc
+    from train.graph.datasets.loading import load_graph
+    from train.graph.typed_csc import build_csc
 
     config = load_config("tiny")
     procs = _start_job(["-m", "tests.test_sharing", "worker"], JOB_IDS[0], free_port())

@@ -16,7 +16,7 @@ import torch
 from tests.harness.localjob import free_port, run_local_job
 from tests.harness.users import ATTACKER, VICTIM, call_as, ensure_user, run_as, sticky_dir
 from train.errors import UserError
-from train.graph.segments import (
+from train.graph.sharing.segments import (
     Segment,
     candidate_dirs,
     remove_stale,
@@ -24,7 +24,7 @@ from train.graph.segments import (
     user_dir,
     user_dir_name,
 )
-from train.graph.shared_graph import map_tensors, write_tensors
+from train.graph.sharing.shared_graph import map_tensors, write_tensors
 
 PRECIOUS = b"the victim's own data\n"
 

@@ -25,7 +25,7 @@ from tests.harness.localjob import ROOT, JobResult, run_local_job
 from train.__main__ import main as train_main
 from train.config import dump_config, load_config
 from train.errors import EXIT_STORAGE
-from train.graph import shared_graph
+from train.graph.sharing import shared_graph
 from train.loop import checkpoint as ck
 from train.loop.metrics_file import MetricsFile
 from train.loop.records import EpochRecord

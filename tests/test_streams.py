@@ -23,7 +23,7 @@ from tests.harness import standin_bin
 from tests.harness.machine import alive, cmdline
 from tests.harness.shm_entries import CHECKED_OUTSIDE
 from tests.harness.streams import STREAMS, prepare
-from train.graph.segments import PREFIX, SHM
+from train.graph.sharing.segments import PREFIX, SHM
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = "tests/harness/streams_demo.py"

@@ -9,7 +9,7 @@ import torch
 
 from tests.harness.localjob import final_summary, run_local_job
 from train.config import DataConfig, load_config
-from train.graph.data import dataset_kind, synthetic_graph
+from train.graph.datasets.loading import dataset_kind, synthetic_graph
 
 
 def test_edge_features_leave_the_graph_as_it_was_and_signal_each_edges_target_class():

@@ -16,13 +16,13 @@ import torch.nn.functional as F
 from tests.harness.gloo_ranks import join_gloo
 from train.cluster.distenv import free_port
 from train.config import DataConfig, load_config
-from train.graph.data import synthetic_graph
-from train.graph.epoch_split import rank_shard
+from train.graph.datasets.loading import synthetic_graph
 from train.graph.form import form_of
-from train.graph.sampler import build_csc
-from train.graph.shared_graph import attach_csc
-from train.loop.models import ModelStep, build_model
+from train.graph.seeds import rank_shard
+from train.graph.sharing.shared_graph import attach_csc
+from train.graph.typed_csc import build_csc
 from train.loop.targets import MultiLabel, SingleLabel, Tally, mean_rocauc, targets_for
+from train.models import ModelStep, build_model
 
 TASKS = 7
 
@@ -106,7 +106,7 @@ class _Env:
 
 
 def _cases(rank, world):
-    from train.graph.sampling_plan import plan_sampling
+    from train.graph.sampling.device_plan import plan_sampling
     from train.loop.evaluate import evaluate
 
     result = {}

@@ -85,7 +85,7 @@ def test_a_timed_loader_still_pickles_for_spawned_workers():
 
     from torch_geometric.data import Data
 
-    from train.graph.sampler import make_node_loader
+    from train.graph.sampling.samplers import make_node_loader
 
     data = Data(x=torch.randn(50, 4), y=torch.arange(50), edge_index=torch.randint(50, (2, 200)))
     timer = PhaseTimer()
@@ -150,9 +150,9 @@ def _slowed(part: str):
     from torch_geometric.data import Data
     from torch_geometric.loader import NodeLoader
 
-    from train.graph.sampler import TorchNeighborSampler
+    from train.graph.sampling.samplers import TorchNeighborSampler
     from train.loop.fit import Trainer
-    from train.loop.models import ModelStep
+    from train.models import ModelStep
 
     targets = {"sample": (TorchNeighborSampler, "sample_from_nodes"), "gather": (NodeLoader, "filter_fn"),
                "copy": (Data, "to"), "compute": (ModelStep, "forward"), "eval": (Trainer, "evaluate")}
@@ -196,7 +196,7 @@ def _worker() -> None:
     from train.cluster.distenv import resolve
     from train.cluster.procgroup import process_group
     from train.config import load_config
-    from train.graph.shared_graph import shared_graphs
+    from train.graph.sharing.shared_graph import shared_graphs
     from train.loop.fit import Trainer
     from train.loop.run import obtain_graph
 

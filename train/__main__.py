@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERRUPTED
 
 
-def run() -> None:
+def console_entry() -> None:
     tune_heap(os.environ)  # before any subcommand imports torch (train/heap.py)
     try:
         code = main()
@@ -75,4 +75,4 @@ def run() -> None:
 
 
 if __name__ == "__main__":
-    run()
+    console_entry()

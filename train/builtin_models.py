@@ -1,12 +1,12 @@
 """The built-in models `model.name` names, one row each: the one home of their names and facts.
 
 PyG's GraphSAGE, GCN, GAT, GIN and MLP, by the class name in `torch_geometric.nn.models`, and GINE (PyG's
-GIN with GINEConv layers, train/loop/models/gine.py); for heterogeneous graphs (issue 27) RGCN and RGAT (PyG's
-RGCNConv, RGATConv: train/loop/models/relational.py) and HeteroConv of SAGEConv or GATConv per relation
-(train/loop/models/heteroconv.py); with the layer classes BasicGNN builds, the arguments
+GIN with GINEConv layers, train/models/gine.py); for heterogeneous graphs (issue 27) RGCN and RGAT (PyG's
+RGCNConv, RGATConv: train/models/relational.py) and HeteroConv of SAGEConv or GATConv per relation
+(train/models/heteroconv.py); with the layer classes BasicGNN builds, the arguments
 a model reads itself, the workflow's defaults and the values that cannot train on sampled batches. Plain
 data with no import of torch, so that the config check on a login node (train/config.py) knows the names
-and which models read the graph; train/loop/models/builtin.py builds them and checks their arguments.
+and which models read the graph; train/models/builtin.py builds them and checks their arguments.
 """
 
 from __future__ import annotations
@@ -24,13 +24,13 @@ class Builtin:
     own: tuple[str, ...] = ()  # arguments its init_conv takes out of **kwargs (not in any signature)
     defaults: dict[str, Any] = field(default_factory=dict)  # the workflow's defaults, overridden by model.kwargs
     refused: dict[str, tuple[Any, str]] = field(default_factory=dict)  # argument -> (value, why it cannot train)
-    # Its forward takes edge_index: the answer of train/loop/models/step.py's reads_graph for PyG's class, written
+    # Its forward takes edge_index: the answer of train/models/step.py's reads_graph for PyG's class, written
     # here for the config check without torch (tests/test_models.py holds the two equal).
     reads_graph: bool = True
     required: dict[str, str] = field(default_factory=dict)  # argument -> what it must be (no default fits)
     module: str = "torch_geometric.nn.models"  # where class_name is: PyG's models, or the workflow's own
     # Trains on a heterogeneous graph only (it reads node and edge types); the others train on one through PyG's
-    # to_hetero, but for the reason `not_to_hetero` gives (train/loop/models/spec.py).
+    # to_hetero, but for the reason `not_to_hetero` gives (train/models/spec.py).
     hetero_only: bool = False
     not_to_hetero: str = ""
 
@@ -54,7 +54,7 @@ BUILTINS: dict[str, Builtin] = {
                                  "destination types' nodes (bipartite message passing)"),
     "gat": Builtin("GAT", ("GATConv", "GATv2Conv"), own=("v2", "heads", "concat", "out_heads")),
     "gin": Builtin("GIN", ("GINConv",)),
-    "gine": Builtin("GINE", ("GINEConv",), module="train.loop.models.gine",
+    "gine": Builtin("GINE", ("GINEConv",), module="train.models.gine",
                     required={"edge_dim": "the width of the graph's edge features (edge_attr): every layer adds them "
                                           "to its messages"},
                     not_to_hetero="every layer adds edge features to its messages, and a heterogeneous graph's "
@@ -63,8 +63,8 @@ BUILTINS: dict[str, Builtin] = {
     # Linear-ReLU-dropout stack of PyG's examples (model.kwargs.norm=batch_norm brings it back).
     "mlp": Builtin("MLP", defaults={"norm": None}, reads_graph=False),  # on a typed graph too: the seeds' features
     # heterogeneous graphs: PyG's relational layers over (x, edge_index, edge_type), and HeteroConv per relation
-    "rgcn": Builtin("RGCN", ("RGCNConv",), module="train.loop.models.relational", hetero_only=True),
-    "rgat": Builtin("RGAT", ("RGATConv",), module="train.loop.models.relational", hetero_only=True),
-    "hetero-sage": Builtin("HeteroSAGE", ("SAGEConv",), module="train.loop.models.heteroconv", hetero_only=True),
-    "hetero-gat": Builtin("HeteroGAT", ("GATConv",), module="train.loop.models.heteroconv", hetero_only=True),
+    "rgcn": Builtin("RGCN", ("RGCNConv",), module="train.models.relational", hetero_only=True),
+    "rgat": Builtin("RGAT", ("RGATConv",), module="train.models.relational", hetero_only=True),
+    "hetero-sage": Builtin("HeteroSAGE", ("SAGEConv",), module="train.models.heteroconv", hetero_only=True),
+    "hetero-gat": Builtin("HeteroGAT", ("GATConv",), module="train.models.heteroconv", hetero_only=True),
 }

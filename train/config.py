@@ -30,9 +30,9 @@ CONFIG_OPTION = "--config"  # what python -m train calls the config; make gives 
 
 @dataclass(frozen=True)
 class DataConfig:
-    name: str = "synthetic"  # synthetic | files | Reddit, Cora, ogbn-products, ... (train.graph.kinds.DATASETS)
+    name: str = "synthetic"  # synthetic | files | Reddit, Cora, ogbn-products, ... (graph.datasets.kinds.DATASETS)
     root: str = ""  # "" -> $DATA_DIR, else ./data
-    path: str = ""  # data.name=files: a folder of arrays or a saved PyG Data (.pt), see train/graph/graphfiles.py
+    path: str = ""  # data.name=files: a folder of arrays or a saved PyG Data (.pt), see graph/datasets/graph_files.py
     share: str = "node"  # node: one copy per node in shared memory; process: each rank loads its own
     share_dir: str = ""  # "" -> /dev/shm, else node-local disk ($SLURM_TMPDIR, $TMPDIR, /tmp) when it is too small
     share_keep: bool = False  # keep the shared files until exit, to inspect them; else unlink once all ranks map them
@@ -41,7 +41,7 @@ class DataConfig:
     load_delay_node: int = 0
     normalize_features: bool = False  # scale each node's features to sum 1 (PyG's NormalizeFeatures; Planetoid's)
     # How the features placed on the GPU are stored (sampler.device auto/cuda): bfloat16 or float16 halve their
-    # memory and the bandwidth of every gather; the model still computes in float32 (train/loop/models/step.py).
+    # memory and the bandwidth of every gather; the model still computes in float32 (train/models/step.py).
     feature_dtype: str = "float32"
     target_node_type: str = ""  # a heterogeneous graph's type classified ("": the dataset's own; docs/data.md)
     featureless: str = "zeros"  # a type without x: zeros (the model's embedding) or degree (log(1 + in-degree))
@@ -67,7 +67,7 @@ class SamplerConfig:
     batch_size: int = 1024
     eval_batch_size: int = 2048
     # auto: on a GPU when the graph's structure and features fit there beside the training and evaluation working
-    # sets (train/graph/sampling_plan.py), else the CPU; cuda: the structure on the GPU whenever it fits; cpu
+    # sets (train/graph/sampling/device_plan.py), else the CPU; cuda: the structure on the GPU whenever it fits; cpu
     device: str = "auto"
     num_workers: int = 0
     pin_memory: bool = True  # only used when training on CUDA with features on the host
@@ -389,7 +389,7 @@ def _check_fanouts(config: Config) -> None:
 
 
 def check_layer_fanouts(config: Config, reads_graph: bool) -> None:
-    """One fanout per layer for a model that reads the graph (`reads_graph`: train/loop/models/step.py decides it;
+    """One fanout per layer for a model that reads the graph (`reads_graph`: train/models/step.py decides it;
     a feature-only model's batches carry no neighbours, so its fanouts count nothing)."""
     if not reads_graph:
         return
@@ -403,7 +403,8 @@ def check_layer_fanouts(config: Config, reads_graph: bool) -> None:
 
 
 def _check_model_and_data(config: Config) -> None:
-    """The remaining ranges: dropout, room for a test split (what a dataset kind needs: train/graph/kinds.py)."""
+    """The remaining ranges: dropout, room for a test split (what a dataset kind needs:
+    train/graph/datasets/kinds.py)."""
     for key in ("dropout", "input_dropout"):
         value = getattr(config.model, key)
         if not 0 <= value < 1:

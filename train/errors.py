@@ -36,7 +36,7 @@ def exit_without_teardown(code: int, last: Callable[[], object] | None = None) -
     program writes is closed by now, so skipping the teardown loses nothing. `last` runs just
     before the exit (a rank announcing that it leaves); the process exits even if it fails.
     """
-    atexit._run_exitfuncs()  # e.g. shared-memory cleanup registered by train.graph.shared_graph
+    atexit._run_exitfuncs()  # e.g. shared-memory cleanup registered by train.graph.sharing.shared_graph
     sys.stdout.flush()
     sys.stderr.flush()
     try:

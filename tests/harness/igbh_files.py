@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from train.graph.igbh import IGBH_RELATIONS
+from train.graph.datasets.igbh import IGBH_RELATIONS
 
 
 def write_igbh(folder: Path, papers: int = 300, seed: int = 0) -> Path:

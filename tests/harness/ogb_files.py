@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from train.graph.ogbl import OGB_LINK_DATASETS
-from train.graph.ogbn import OGB_NODE_DATASETS
+from train.graph.datasets.ogb_links import OGB_LINK_DATASETS
+from train.graph.datasets.ogb_nodes import OGB_NODE_DATASETS
 
 
 def _csv_gz(path: Path, rows: np.ndarray) -> None:
@@ -177,7 +177,7 @@ def write_ogbn_mag(root: Path, papers: int = 200, seed: int = 0) -> dict[str, np
     """`root/ogbn_mag/` as OGB's zip unpacks (its heterogeneous CSV format, read by the real `ogb` loader): papers
     with 8 features and 5 classes, featureless authors, institutions and fields, the four relations, the paper time
     split and RELEASE_v2.txt. Returns the arrays written."""
-    from train.graph.ogbn import MAG_RELATIONS
+    from train.graph.datasets.ogb_nodes import MAG_RELATIONS
 
     info = OGB_NODE_DATASETS["ogbn-mag"]
     rng = np.random.default_rng(seed)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from train.graph.segments import PREFIX, SHM
+from train.graph.sharing.segments import PREFIX, SHM
 
 # Set (to 1) by tests/harness/streams.py for the sessions it starts: it checks the whole run itself.
 CHECKED_OUTSIDE = "PYG_TRAIN_TESTS_SHM_CHECKED_OUTSIDE"

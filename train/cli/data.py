@@ -10,7 +10,7 @@ from train.cli.fit import config_of
 
 def main(args) -> int:
     from train.cluster.distenv import job_facts
-    from train.graph.data import dataset_kind, prepare_dataset
+    from train.graph.datasets.loading import dataset_kind, prepare_dataset
 
     config = config_of(args)
     facts, _sources = job_facts(os.environ)  # DATA_DIR, read here at the entry

@@ -2,7 +2,7 @@
 
 Imports model.name (a user's `package.module:ClassName` from the working directory and PYTHONPATH),
 checks model.kwargs, builds the model for a stand-in graph and runs a sampled batch through it as the
-training step does (train/loop/models/contract.py), then says which trimming and which evaluation a run
+training step does (train/models/contract.py), then says which trimming and which evaluation a run
 will use. Nothing is written. `make submit` runs it where the job will (CODE_DIR on PYTHONPATH, in the
 image where it can: jobs/lib/code_dir.sh); exit status 2 with a message naming what is wrong.
 """
@@ -16,8 +16,8 @@ add_arguments = add_config_arguments
 
 
 def main(args) -> int:
-    from train.loop.models import layerwise, resolve
-    from train.loop.models.contract import check_model
+    from train.models import layerwise, resolve
+    from train.models.contract import check_model
 
     config = config_of(args)
     step = check_model(config.model)

@@ -6,7 +6,7 @@ your own files), never by loading it; the terms are in train/plan/terms.py, each
 real ranks (`make bench BENCH=plan`). Compared with what a node and a GPU have, where that can be known
 (--node-memory / --gpu-memory, else `sinfo` for the partition, else nvidia-smi here); a plan that cannot
 fit is refused (exit 2) naming the numbers, and so is sampler.device=cuda where the run would fall back
-to sampling on the CPU (train/graph/sampling_plan.py decides, for the run and for the plan). "fits" only
+to sampling on the CPU (train/graph/sampling/device_plan.py decides, for the run and for the plan). "fits" only
 when node and GPU memory are known; else "fits what is known" and what is not.
 """
 
@@ -26,8 +26,8 @@ __all__ = ["GraphSize", "Plan", "format_plan", "graph_size", "make_plan", "refus
 
 def graph_size(config: Config) -> GraphSize:
     """The graph's size without loading it, as its dataset kind knows it: published, computed (synthetic), or
-    from file headers (train/graph/kinds.py)."""
-    from train.graph.data import dataset_kind
+    from file headers (train/graph/datasets/kinds.py)."""
+    from train.graph.datasets.loading import dataset_kind
 
     return dataset_kind(config.data).plan_size(config.data)
 

@@ -40,7 +40,7 @@ def check_writable_dir(path: Path, what: str) -> None:
 
 def check_fit(config: Config, env: DistEnv) -> None:
     """Everything about a fit's input that each rank can check alone; `UserError` names the value."""
-    from train.graph.data import checked_data_root, data_root, dataset_kind
+    from train.graph.datasets.loading import checked_data_root, data_root, dataset_kind
 
     kind = dataset_kind(config.data, config.task.name)  # a known name, what its kind needs, the task it takes
     if kind.in_data_root or os.path.lexists(data_root(config.data, env.data_dir)):
@@ -68,8 +68,8 @@ def check_outputs(config: Config) -> None:
 def check_model_input(config: Config) -> None:
     """The model: imported, model.kwargs checked, run on a tiny sampled batch, and its fanouts against its layers
     (a user's model says only through its forward whether it reads the graph)."""
-    from train.loop.models.contract import check_model
     from train.loop.tasks import task_class
+    from train.models.contract import check_model
 
     step = check_model(config.model)
     check_layer_fanouts(config, step.uses_graph)

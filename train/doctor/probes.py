@@ -29,7 +29,7 @@ from train.doctor.findings import (
     nccl_interfaces,
 )
 from train.errors import UserError
-from train.graph.segments import free_bytes, planned_dir, shares_graph
+from train.graph.sharing.segments import free_bytes, planned_dir, shares_graph
 from train.loop.rundir import decide
 from train.storage.faults import format_bytes
 
@@ -141,9 +141,9 @@ def pre_rendezvous(env: DistEnv, deadline: float, agent_store: bool) -> tuple[di
 def inspect_dataset(data: DataConfig, data_dir: str | None) -> dict:
     """Is the dataset there and readable? Never downloads (the compute node may have no internet).
 
-    What to look at is the dataset kind's probe (train/graph/kinds.py), where it lives is the kind's folder:
+    What to look at is the dataset kind's probe (train/graph/datasets/kinds.py), where it lives is the kind's folder:
     the one home of that fact. The files it names are opened here, one byte each."""
-    from train.graph.data import probe_dataset
+    from train.graph.datasets.loading import probe_dataset
 
     found = probe_dataset(data, data_dir)
     counted, opened = found.pop("counted", None), found.pop("opened", None)
@@ -189,7 +189,8 @@ def probe_run_dir(config: Config, env: DistEnv) -> dict:
 
 def probe_share_dir(config: DataConfig, env: DistEnv, graph_bytes: int,
                     free: Callable[[Path], int] = free_bytes) -> dict:
-    """Where this node would keep its shared graph, as the run decides (train/graph/segments.py): `need` 0 for a rank
+    """Where this node would keep its shared graph, as the run decides (train/graph/sharing/segments.py): `need` 0
+    for a rank
     alone on its node, and the folder the run would take, with its room."""
     need = graph_bytes if shares_graph(config.share, env.local_world_size) else 0
     out = {"path": str(planned_dir(config.share_dir, env.node_tmpdirs, need, free)), "total": None, "free": None}

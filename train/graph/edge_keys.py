@@ -1,5 +1,5 @@
 """One int64 key per edge, `src * num_nodes + dst`: the one home of how an edge (its two ends) becomes a number to
-find it by (edge_split.values_of_edges: sorted and searched; link_batches.without_edges: `isin`).
+find it by (link_split.values_of_edges: sorted and searched; link_batches.without_edges: `isin`).
 
 Keys of a graph of N nodes run to N * N - 1, which fits int64 while N <= MAX_KEYED_NODES (isqrt(2**63 - 1) =
 3,037,000,499 nodes); a larger graph is refused, never keyed with wrapped (colliding) keys. The ends are taken as

@@ -6,9 +6,9 @@ it came from), and the rows of `edge_attr` and `edge_weight` of those edges, ali
 `edge_index`. The values are stored once: in the user's order in a rank's own graph (data.share=process,
 read through the CSC's permutation, as PyG's loader reads them), in the CSC's order in the node-shared
 graph (each node's in-edges side by side, beside `row`; its `perm` then kept only to give `e_id`).
-They go where the features go: on the GPU when the features are placed there (train/graph/sampling_plan.py),
+They go where the features go: on the GPU when the features are placed there (train/graph/sampling/device_plan.py),
 else gathered on the host, into pinned memory when the batch goes to a GPU.
-A typed graph (a heterogeneous one: train/graph/hetero_graph.py) keeps each edge's `edge_type` here too, stored
+A typed graph (a heterogeneous one: train/graph/typed_graph.py) keeps each edge's `edge_type` here too, stored
 as the values are, so every batch carries `edge_type` aligned with its `edge_index`. It is kept apart from the
 values a model's forward takes by name (EDGE_VALUES): a model reads it through the batch (issue 27).
 """

@@ -7,7 +7,7 @@ graph rebuilt from them), the sampler's structure (the CSC kept beside the graph
 that reads no graph, the contract's tiny stand-in graph and a graph of meta tensors of a planned size.
 
 Two forms: the homogeneous graph (`Data`: x, y, edge_index, the split as index tensors) and the heterogeneous
-one, which trains as a typed homogeneous `Data` (train/graph/hetero_graph.py: `node_type`, `edge_type`, the target
+one, which trains as a typed homogeneous `Data` (train/graph/typed_graph.py: `node_type`, `edge_type`, the target
 type's labels and split) with its `HeteroMeta` kept beside it (`attach_meta`, `graph_meta`), its CSC sorted by
 target and edge type with the typed segments beside it (train/graph/typed_csc.py), and its `edge_type` kept with
 the edges' values (train/graph/edge_rows.py), so every batch carries `edge_type` and `node_type`. `form_of` picks
@@ -25,12 +25,11 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from train.graph.edge_rows import EDGE_TYPE, EDGE_VALUES, EdgeRows, edge_values
-from train.graph.graphsize import GraphSize
-from train.graph.hetero_meta import HeteroMeta, attach_meta, graph_meta  # noqa: F401 (reached through the form)
 from train.graph.labels import is_multilabel, num_outputs
-from train.graph.link_split import LINK_FIELDS, pos_edges_key
-from train.graph.sampler import build_csc
-from train.graph.typed_csc import TypedSegments, build_typed_csc
+from train.graph.link_fields import LINK_FIELDS, pos_edges_key
+from train.graph.sizes import GraphSize
+from train.graph.typed_csc import TypedSegments, build_csc, build_typed_csc
+from train.graph.typed_meta import HeteroMeta, attach_meta, graph_meta  # noqa: F401 (reached through the form)
 
 SPLITS = ("train_idx", "val_idx", "test_idx")
 CSC = tuple[Tensor, Tensor, "Tensor | None"]  # colptr, row, perm (None: the node-shared graph keeps none)
@@ -239,7 +238,7 @@ class Homogeneous(GraphForm):
         def beside_tensor(name: str) -> Callable[[], Tensor]:
             return lambda: built.pop(name)
 
-        # the labels and node splits where the graph has them, and a link task's split (graph/link_split.py)
+        # the labels and node splits where the graph has them, and a link task's split (graph/link_fields.py)
         kept = ("x", "y", *SPLITS, *LINK_FIELDS)
         tensors: Shared = {name: graph[name] for name in kept if graph.get(name) is not None}
         tensors.update(self._node_shared(graph))  # a typed graph's node_type (and what else its nodes share)
@@ -321,7 +320,7 @@ def meta_of_tensor(tensor: Tensor) -> HeteroMeta:
 
 
 class Heterogeneous(Homogeneous):
-    """A heterogeneous graph as its typed homogeneous `Data` (train/graph/hetero_graph.py): `node_type` [N] and
+    """A heterogeneous graph as its typed homogeneous `Data` (train/graph/typed_graph.py): `node_type` [N] and
     `edge_type` [E] beside x, y, edge_index and the target type's split, its `HeteroMeta` attached (`attach_meta`).
     Its CSC is sorted by target and edge type, with the typed segments beside it; `edge_type` is kept with the
     edges' values (every batch carries it) and `node_type` is gathered for each batch's nodes like the features."""
@@ -386,7 +385,7 @@ class Heterogeneous(Homogeneous):
         """Two node types (`a` with features, `b` without) and the four relations between them, random."""
         from torch_geometric.data import HeteroData
 
-        from train.graph.hetero_graph import typed_graph
+        from train.graph.typed_graph import typed_graph
 
         half = num_nodes // 2
         hetero = HeteroData()

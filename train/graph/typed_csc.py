@@ -1,12 +1,13 @@
 """The typed CSC: each node's in-edges grouped by edge type, so the sampler draws `k` per (destination, edge type),
 as PyG's heterogeneous sampler draws num_neighbors per edge type.
 
-The CSC of a typed graph (train/graph/hetero_graph.py) is sorted by target, then by edge type (stably: the user's
+The CSC of a typed graph (train/graph/typed_graph.py) is sorted by target, then by edge type (stably: the user's
 order within a type), so it still is the homogeneous CSC every other reader takes (colptr, row, perm). Beside it,
 `TypedSegments.ptr` splits each node's in-edges into one segment per relation that ends at the node's type:
 node `v` of type `t` (its `i`-th node) owns segments `first[t] + i * relations[t] + r`, r the relation's rank among
 the edge types whose destination is `t`, in edge-type order. A node type no relation ends at owns none. The
-sampler (train/graph/sampler.py) turns a frontier into its segments (`of`) and samples each segment as it samples
+sampler (train/graph/sampling/samplers.py) turns a frontier into its segments (`of`) and samples each segment as it
+samples
 a node: uniform, without replacement, at most k edges, seeded per batch.
 """
 
@@ -16,9 +17,24 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor
+from torch_geometric.data import Data
+from torch_geometric.sampler.utils import to_csc
 from torch_geometric.utils.sparse import index2ptr
 
-from train.graph.hetero_meta import HeteroMeta
+from train.graph.typed_meta import HeteroMeta
+
+
+def build_csc(edge_index: Tensor, num_nodes: int) -> tuple[Tensor, Tensor, Tensor]:
+    """Return ``(colptr, row, perm)`` exactly as PyG's samplers build them.
+
+    Edges are sorted by target, so the in-neighbours of ``v`` are
+    ``row[colptr[v]:colptr[v + 1]]`` and ``perm`` maps a CSC position back to
+    the column of ``edge_index`` it came from.
+    """
+    colptr, row, perm = to_csc(Data(edge_index=edge_index, num_nodes=num_nodes))
+    if perm is None:  # to_csc always sorts here, but keep the contract explicit
+        perm = torch.arange(row.numel(), device=row.device)
+    return colptr, row, perm
 
 
 @dataclass(frozen=True)

@@ -277,7 +277,7 @@ class Stateful(Protocol):
 def graph_fingerprint(data) -> dict:
     """What identifies the graph a model was trained on, beyond the config."""
     from train.graph.form import form_of  # here: the checkpoint's readers need no torch
-    from train.graph.shared_graph import num_edges
+    from train.graph.sharing.shared_graph import num_edges
 
     form = form_of(data)
     return {

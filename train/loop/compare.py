@@ -19,7 +19,7 @@ FIGSIZE = (12.0, 4.5)  # inches: the four panels of curves.png, and a row for th
 NOT_COMPARED = ("output.dir",)  # differs between any two runs by design
 
 
-def labels(run_dirs: list[Path]) -> list[str]:
+def run_labels(run_dirs: list[Path]) -> list[str]:
     """Each run's column heading: its folder's name, or its whole path where two names are the same."""
     names = [run.name for run in run_dirs]
     return [name if names.count(name) == 1 else str(run) for name, run in zip(names, run_dirs)]
@@ -110,7 +110,7 @@ def compare(run_dirs: list[Path], output: Path | None = None, plot: bool = True)
             problems.append(str(exc))
     if problems:
         raise UserError(" ".join(problems))
-    names = labels(run_dirs)
+    names = run_labels(run_dirs)
     summaries = [summarize(rows, summary, config) for rows, summary, config in loaded]
     print(compare_table(names, summaries, [config for _, _, config in loaded]), flush=True)
     if not plot:

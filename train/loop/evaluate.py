@@ -12,14 +12,14 @@ memory is two shards of a layer plus one batch's neighbourhood, where an all-gat
 rows on every rank (114 GB per rank for ogbn-papers100M with 256 hidden).
 
 Each layer reads its targets' in-edges straight from the CSC, in chunks of bounded memory
-(train/graph/in_edges.py), on the device that holds the graph: with sampler.device=cuda and the
+(train/graph/sampling/in_edges.py), on the device that holds the graph: with sampler.device=cuda and the
 features on the GPU, the whole pass and the layers' rows stay there; no sampler, no host round trip.
 
 The pass is `LayerWisePass`: the hidden layers' shards computed once, then the last layer's rows of any nodes a
 rank asks for, chunk by chunk; the node task asks for its splits' nodes, the link task (train/loop/tasks/link.py)
 for each chunk's endpoints, whose embeddings it scores with its head.
 
-The full mode needs the model's per-layer API (train/loop/models/layerwise.py: PyG's BasicGNN
+The full mode needs the model's per-layer API (train/models/layerwise.py: PyG's BasicGNN
 models have one, and on a typed graph the relational ones, whose layers also read each chunk's edge types and,
 in the first layer, its nodes' types and ids); a model without it is evaluated as in sampled mode, and the run
 says so.
@@ -42,13 +42,13 @@ from torch_geometric.data import Data
 from train.cluster.distenv import DistEnv
 from train.config import Config
 from train.graph.edge_rows import EDGE_TYPE, EdgeRows
-from train.graph.epoch_split import derive_seed, rank_shard, shard_sizes
 from train.graph.form import form_of
-from train.graph.in_edges import ChunkCost, in_edge_batch, in_edge_chunks, in_edge_positions
-from train.graph.sampling_plan import SamplingPlan, gather_pinned
-from train.graph.shared_graph import csc_targets, graph_csc
-from train.loop.models import LayerWise, ModelStep, edge_inputs, hop_counts, layerwise
+from train.graph.sampling.device_plan import SamplingPlan, gather_pinned
+from train.graph.sampling.in_edges import ChunkCost, in_edge_batch, in_edge_chunks, in_edge_positions
+from train.graph.seeds import derive_seed, rank_shard, shard_sizes
+from train.graph.sharing.shared_graph import csc_targets, graph_csc
 from train.loop.targets import SPLITS, Tally, Targets, targets_for
+from train.models import LayerWise, ModelStep, edge_inputs, hop_counts, layerwise
 
 
 @torch.no_grad()

@@ -24,11 +24,10 @@ from torch_geometric.data import Data
 from train import heap
 from train.cluster.distenv import DistEnv
 from train.config import Config
-from train.graph.epoch_split import derive_seed, lone_seed_ranks, without_lone_seed
 from train.graph.form import form_of
-from train.graph.sampler import prefetch_safe
-from train.graph.sampling_plan import plan_sampling
-from train.loop.models import ModelStep, graph_edge_width, resolve
+from train.graph.sampling.device_plan import plan_sampling
+from train.graph.sampling.samplers import prefetch_safe
+from train.graph.seeds import derive_seed, lone_seed_ranks, without_lone_seed
 from train.loop.outputs import Outputs
 from train.loop.prefetch import Prefetcher
 from train.loop.records import EpochRecord, StepRecord, split_figures
@@ -36,6 +35,7 @@ from train.loop.rng import ProcessRng
 from train.loop.scores import score_summary
 from train.loop.tasks import TaskParts, task_for
 from train.loop.timing import AllReduceProbe, PhaseTimer, reduce_mean
+from train.models import ModelStep, graph_edge_width, resolve
 from train.plan.terms import gpu_working_bytes, graph_size_of
 
 

@@ -101,7 +101,7 @@ def node_memory_bytes() -> int | None:
 
 def figures_of_plan(plan, node_memory: int | None) -> MemoryFigures:
     """A memory plan's (train/plan/terms.py's Plan) figures, with the node's memory."""
-    from train.graph.segments import shares_graph
+    from train.graph.sharing.segments import shares_graph
     from train.plan.terms import shared_graph_bytes
 
     shared = shared_graph_bytes(plan.size) if shares_graph(plan.share, plan.ranks_per_node) else 0
@@ -113,7 +113,7 @@ def plan_figures(config, nodes: int, ranks: int, gpus: bool) -> MemoryFigures:
     (it is asked after a failure: it must not fail in turn)."""
     memory = node_memory_bytes()
     try:
-        from train.graph.data import dataset_kind
+        from train.graph.datasets.loading import dataset_kind
         from train.plan.terms import make_plan
 
         plan = make_plan(config, dataset_kind(config.data).plan_size(config.data), nodes, ranks, gpus=gpus)

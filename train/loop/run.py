@@ -33,13 +33,12 @@ from train.cluster.distenv import DistEnv
 from train.cluster.procgroup import process_group
 from train.config import Config, DataConfig, dump_config
 from train.errors import EXIT_FAILED, EXIT_STORAGE, UserError
-from train.graph.data import load_graph, prepare_dataset
-from train.graph.shared_graph import obtain_shared_or_private, shared_graphs
+from train.graph.datasets.loading import load_graph, prepare_dataset
+from train.graph.sharing.shared_graph import obtain_shared_or_private, shared_graphs
 from train.loop.checkpoint import CHECKPOINT_DIR, Checkpointer, graph_fingerprint, list_checkpoints
 from train.loop.failure_report import announce, default_store, report_failure
 from train.loop.fit import FitResult, Trainer
 from train.loop.killed_rank import plan_figures
-from train.loop.models import batch_norms, graph_edge_values
 from train.loop.numerics import set_gpu_numerics
 from train.loop.rank0_writes import written_by_rank0
 from train.loop.report import write_report
@@ -48,6 +47,7 @@ from train.loop.scores import final_line
 from train.loop.step_vote import StepAgreement
 from train.loop.stop_signals import STOP_SIGNALS, STOPPED, StopSignals, leave_in_order, signal_name, stop_outcome
 from train.loop.tasks import prepared_graph
+from train.models import batch_norms, graph_edge_values
 from train.storage.faults import StorageError, StorageFault, storage_message
 from train.storage.writes import atomic_write, atomic_write_text, guarded
 
@@ -73,7 +73,7 @@ def obtain_graph(config: Config, env: DistEnv) -> Data:
     """Exactly one process prepares (downloads/processes) a dataset; the others wait, then load.
 
     data.share=node: each node's local rank 0 loads it (and a link task splits its edges: graph_loader) and the
-    node's ranks map that one copy (train/graph/shared_graph.py); process: every rank loads its own. `data.csc`
+    node's ranks map that one copy (train/graph/sharing/shared_graph.py); process: every rank loads its own. `data.csc`
     holds the sampler's CSC.
     All ranks meet after preparing and again after loading, under data.load_timeout_seconds: a node that
     loads minutes after the others keeps them waiting there, not in the default group's next collective

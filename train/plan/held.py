@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from train.config import Config
-from train.graph.graphsize import FLOAT, INDEX, GraphSize
-from train.graph.link_split import HELD_OUT_SPLITS
+from train.graph.link_fields import HELD_OUT_SPLITS
+from train.graph.sizes import FLOAT, INDEX, GraphSize
 
 # Loading, in int64 arrays of E entries (E x 8 bytes) and copies of x alive at the peak of the process that
 # loads. The CSC build (build_csc: PyG's sort of the targets, its permutation, the sources permuted) holds
@@ -20,22 +20,23 @@ from train.graph.link_split import HELD_OUT_SPLITS
 # permutation, the permuted copy); own files read (memory-mapped) with the finiteness check's mask (a byte
 # per feature). Measured: synthetic and own files (bench/plan.py); OGB and PyG from the code.
 CSC_BUILD_ARRAYS = 5
-# A link task's RandomLinkSplit where the graph is loaded (train/graph/edge_split.py) holds the loaded graph and
+# A link task's RandomLinkSplit where the graph is loaded (train/graph/link_split.py) holds the loaded graph and
 # LINK_SPLIT_ARRAYS more of its E: the undirected half and its permutation, each of the three splits' message-passing
 # edges and pairs (measured: 12.8 at 200k nodes, 8M edges).
 LINK_SPLIT_ARRAYS = 13
 # Where the graph has edge values, the split also holds them as loaded and looks up the training edges' own
-# (edge_split.values_of_edges): the loaded edges' keys, their order and the keys sorted, then each training edge's
+# (link_split.values_of_edges): the loaded edges' keys, their order and the keys sorted, then each training edge's
 # key, position and row (counted from the code, not measured), and the values those rows take.
 LINK_VALUE_ARRAYS = 6
-# A dataset's own link split (ogbl-citation2: train/graph/ogbl.py) is held beside the graph as its ids
+# A dataset's own link split (ogbl-citation2: train/graph/datasets/ogb_links.py) is held beside the graph as its ids
 # (GraphSize.link_ids: its training pairs, its held-out pairs and their ranked negatives), read from OGB's pickled
 # split files before the graph is made undirected: while a file is read its arrays are held OWN_SPLIT_READ_COPIES
 # times (the zip's record, the unpickler's bytes, the arrays rebuilt from them: measured 3.1 x the 15 MiB of a
 # held-out file's), so the last held-out file adds that many less one copies of its split to the split's ids held.
 OWN_SPLIT_READ_COPIES = 3
 LOADING_FIXED_BYTES = 8 * 2**20  # what a small graph's loading holds beyond its arrays (measured: 20k nodes)
-# The synthetic generator's edge values (train/graph/synthetic.py, data.edge_features) are drawn last, while it still
+# The synthetic generator's edge values (train/graph/datasets/synthetic.py, data.edge_features) are drawn last,
+# while it still
 # holds edge_index (2 arrays of E) and the arrays it drew the edge pairs from (src, dst_class, offset, dst: E / 2
 # each, 2 arrays of E; same_class, a byte each), with x: the noise, the centroids gathered by each edge's target
 # class and their product with edge_signal are 3 [E, F] float arrays at once (the sum then replaces the last two).
@@ -59,7 +60,7 @@ LOADER_PEAK = {"synthetic": _synthetic_peak,
                "ogb": lambda x, e, n, v: x + 2 * e + 3 * n * INDEX,
                "pyg": lambda x, e, n, v: x + 8 * e + n * INDEX,
                "files": lambda x, e, n, v: 1.25 * x + 2 * e + n * INDEX,
-               # a heterogeneous graph turned typed (train/graph/hetero_graph.py): its types' arrays (x, each
+               # a heterogeneous graph turned typed (train/graph/typed_graph.py): its types' arrays (x, each
                # relation and its reverse), the padded x, the relations offset and concatenated, edge_type, then the
                # typed CSC's sort and segments, with what the heap keeps of them (measured: 267 MiB for
                # hetero-synthetic of 100k papers, tests/test_plan_measured.py)
@@ -67,7 +68,8 @@ LOADER_PEAK = {"synthetic": _synthetic_peak,
 
 
 def shared_graph_bytes(size: GraphSize) -> int:
-    """What data.share=node writes once per node (train/graph/shared_graph.py's graph_tensors), from meta tensors."""
+    """What data.share=node writes once per node (train/graph/sharing/shared_graph.py's graph_tensors), from meta
+    tensors."""
     from train.graph.form import form_named  # here: `python -m train` imports the plan to build its parser
 
     form = form_named(size.form)
@@ -76,14 +78,14 @@ def shared_graph_bytes(size: GraphSize) -> int:
 
 def csc_index_bytes(size: GraphSize, sharing: bool) -> int:
     """Bytes of one id of the CSC: the node-shared one's dtype (int32 where the graph allows it), else PyG's int64."""
-    from train.graph.shared_graph import csc_index_dtype
+    from train.graph.sharing.shared_graph import csc_index_dtype
 
     return csc_index_dtype(size.nodes, size.edges).itemsize if sharing else INDEX
 
 
 def private_graph_bytes(size: GraphSize) -> int:
     """One rank's own graph (data.share=process, or alone on its node): the loaded tensors and a CSC with its own
-    row and perm (train/graph/shared_graph.py private_graph), in int64. Beyond what a node shares (its CSC's
+    row and perm (train/graph/sharing/shared_graph.py private_graph), in int64. Beyond what a node shares (its CSC's
     colptr and row, in its own dtype), that is those two in int64, the loaded edge_index (two ids per edge) and
     the CSC's perm (one). Its edge values, in the user's order, take what the node's in CSC order do."""
     # the node-shared graph keeps perm where the graph has edge values or edge types; a typed graph's segment
@@ -124,19 +126,20 @@ def own_split_bytes(size: GraphSize) -> int:
 
 
 def loader_kind(name: str) -> str:
-    """Whose loading peak data.name has (its kind's, train/graph/kinds.py): the generator, own files, OGB or PyG."""
-    from train.graph.kinds import dataset_kind  # here: it imports torch (see shared_graph_bytes)
+    """Whose loading peak data.name has (its kind's, train/graph/datasets/kinds.py): the generator, own files, OGB
+    or PyG."""
+    from train.graph.datasets.kinds import dataset_kind  # here: it imports torch (see shared_graph_bytes)
 
     return dataset_kind(name).loader
 
 
 def held_size(config: Config, size: GraphSize) -> GraphSize:
     """The graph a run holds (and a node shares), where `size` is the graph loaded: a link task splits a graph
-    without its own split where it is loaded (train/graph/edge_split.py: RandomLinkSplit), so its edges are the
+    without its own split where it is loaded (train/graph/link_split.py: RandomLinkSplit), so its edges are the
     training edges, with their values, and the split's ids lie beside them: each training pair once, each
     held-out pair and its negative. Counted as undirected, as the sizes count edges (both directions of each). A
     graph with its own split holds it as loaded, its ids in its size (GraphSize.link_ids)."""
-    from train.graph.kinds import dataset_kind  # here: it imports torch (see shared_graph_bytes)
+    from train.graph.datasets.kinds import dataset_kind  # here: it imports torch (see shared_graph_bytes)
 
     if config.task.name != "link" or dataset_kind(config.data.name).own_link_split:
         return size

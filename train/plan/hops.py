@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass
 
 from train.config import Config
-from train.graph.graphsize import GraphSize
+from train.graph.sizes import GraphSize
 
 
 @dataclass(frozen=True)

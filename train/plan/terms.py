@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 from train.builtin_models import BUILTINS
 from train.config import Config
-from train.graph.graphsize import FLOAT, INDEX, GraphSize
-from train.graph.segments import shares_graph
+from train.graph.sharing.segments import shares_graph
+from train.graph.sizes import FLOAT, INDEX, GraphSize
 from train.plan.held import (
     csc_index_bytes,
     held_size,
@@ -41,7 +41,7 @@ CUDA_HOST_BYTES = 1536 * MIB
 # pytorch/pytorch#109888), NCCL's buffers and cuBLAS workspaces.
 GPU_RUNTIME_BYTES = 1 * GIB
 # Per sampled edge, int64 ids alive in a batch: the sampler's picks, rows, columns and edge ids, the
-# batch's edge_index, and the slot arithmetic (train/graph/sampler.py _sample_hop).
+# batch's edge_index, and the slot arithmetic (train/graph/sampling/samplers.py _sample_hop).
 EDGE_IDS = 6
 # Float rows per target and layer: lin_l and lin_r outputs, their sum, ReLU and dropout (forward), and
 # their gradients (backward). Calibrated: training peaks of bench/plan.py's cases. Without autograd
@@ -70,8 +70,8 @@ CUDA_CACHE_SLACK = 1.25
 def graph_size_of(data) -> GraphSize:
     """The size of a loaded graph (a run's own figures for the terms it shares with the plan)."""
     from train.graph.form import form_of, graph_meta
-    from train.graph.link_split import split_ids
-    from train.graph.shared_graph import num_edges
+    from train.graph.link_fields import split_ids
+    from train.graph.sharing.shared_graph import num_edges
 
     form = form_of(data)
     split = tuple(int(form.split_nodes(data, name).numel()) for name in ("train", "val", "test"))
@@ -92,8 +92,8 @@ def layer_widths(config: Config, size: GraphSize) -> list[tuple[int, int]]:
 
 def parameter_count(config: Config, size: GraphSize) -> int:
     """The model's real parameter count: model.name (a built-in or the user's) built on the meta device for the
-    graph's features and classes (train/loop/models/spec.py), so GAT's heads or GIN's MLPs count as they are."""
-    from train.loop.models import parameter_count as built_count  # torch and PyG: only once a plan is made
+    graph's features and classes (train/models/spec.py), so GAT's heads or GIN's MLPs count as they are."""
+    from train.models import parameter_count as built_count  # torch and PyG: only once a plan is made
 
     return built_count(config.model, size.features, size.classes, meta=size.meta)  # a typed graph: its types
 
@@ -101,20 +101,20 @@ def parameter_count(config: Config, size: GraphSize) -> int:
 def evaluation_sampled(config: Config, size: GraphSize) -> bool:
     """Whether an evaluation samples its batches, else it is the exact layer-wise pass, of nodes or of a link task's
     endpoints (train/loop/evaluate.py's LayerWisePass): eval.mode=sampled, or a node task's model without the pass's
-    per-layer API (a dict model on a typed graph, jk=cat: train/loop/models/layerwise.py decides, for the run and the
+    per-layer API (a dict model on a typed graph, jk=cat: train/models/layerwise.py decides, for the run and the
     plan). A link task's encoder is planned at the mode's word."""
     if config.eval.mode == "sampled":
         return True
     if config.task.name == "link":
         return False
-    from train.loop.models import evaluates_exactly  # torch and PyG: only once a plan is made
+    from train.models import evaluates_exactly  # torch and PyG: only once a plan is made
 
     return not evaluates_exactly(config.model, size.features, size.classes, meta=size.meta)
 
 
 def reads_graph(config: Config) -> bool:
-    """Whether model.name reads the graph, as the run decides it (train/loop/models/step.py's reads_graph)."""
-    from train.loop.models import resolve  # torch and PyG: only once a plan is made
+    """Whether model.name reads the graph, as the run decides it (train/models/step.py's reads_graph)."""
+    from train.models import resolve  # torch and PyG: only once a plan is made
 
     return resolve(config.model).reads_graph
 
@@ -142,9 +142,9 @@ def model_bytes(config: Config, size: GraphSize) -> int:
 
 
 def model_trims(config: Config, size: GraphSize) -> bool:
-    """Whether each layer computes only the rows later layers read (model.trim, train/loop/models/trim.py). On a
+    """Whether each layer computes only the rows later layers read (model.trim, train/models/trim.py). On a
     typed graph only the heterogeneous built-ins trim (R-GCN, R-GAT, HeteroConv's); a built-in through PyG's
-    to_hetero computes every row, and a user's dict model is taken to (train/loop/models/hetero.py)."""
+    to_hetero computes every row, and a user's dict model is taken to (train/models/hetero.py)."""
     if size.meta is None:
         return config.model.trim
     builtin = BUILTINS.get(config.model.name)
@@ -217,9 +217,10 @@ def _chunk_fixed(config: Config, size: GraphSize, hops: Hops, width_in: int) -> 
 
 def eval_chunk_targets(config: Config, size: GraphSize, in_width: int, out_width: int) -> int:
     """Targets of one chunk of the exact evaluation in a layer of these widths: sampler.eval_batch_size, or
-    fewer where the chunk's byte bound stops it first (train/graph/in_edges.py: CHUNK_BYTES by ChunkCost, at the
+    fewer where the chunk's byte bound stops it first (train/graph/sampling/in_edges.py: CHUNK_BYTES by ChunkCost,
+    at the
     graph's mean in-degree), as the evaluation cuts its chunks."""
-    from train.graph.in_edges import CHUNK_BYTES, ChunkCost  # torch: only once a plan is made
+    from train.graph.sampling.in_edges import CHUNK_BYTES, ChunkCost  # torch: only once a plan is made
 
     cost = ChunkCost.for_layer(in_width, out_width)
     per_target = cost.per_target + size.degree * cost.per_edge
@@ -276,7 +277,7 @@ def gpu_working_bytes(config: Config, size: GraphSize) -> int:
 def gpu_feature_bytes_of(config: Config, size: GraphSize, sharing: bool) -> int:
     """The features (in data.feature_dtype) and labels where the GPU holds them, and the edges' values and ids
     (the CSC's perm, in the CSC's dtype) with them."""
-    from train.graph.sampling_plan import gpu_feature_bytes
+    from train.graph.sampling.device_plan import gpu_feature_bytes
 
     edges = size.edges * (size.edge_floats * FLOAT + size.type_bytes + csc_index_bytes(size, sharing)) \
         if size.edge_floats or size.type_bytes else 0
@@ -290,9 +291,10 @@ def free_at_placement(gpu_bytes: int, config: Config, size: GraphSize) -> int:
 
 
 def placement_for(config: Config, size: GraphSize, sharing: bool, gpu_bytes: int | None):
-    """sampler.device auto or cuda on a GPU of `gpu_bytes`: the run's own decision (train/graph/sampling_plan.py),
+    """sampler.device auto or cuda on a GPU of `gpu_bytes`: the run's own decision
+    (train/graph/sampling/device_plan.py),
     or None where the GPU's memory is unknown."""
-    from train.graph.sampling_plan import gpu_placement, gpu_structure_bytes
+    from train.graph.sampling.device_plan import gpu_placement, gpu_structure_bytes
 
     if gpu_bytes is None:
         return None
@@ -353,7 +355,7 @@ def evaluation_bytes(setting: Setting, size: GraphSize) -> tuple[str, int, int]:
             return label, work, 0
         return label, batch_host_bytes(setting, size, hops), work
     kept, gathered, work = full_eval_bytes(config, size, setting.ranks)
-    host = kept + gathered + size.nodes * INDEX  # and its loader's own node map (train/graph/sampler.py)
+    host = kept + gathered + size.nodes * INDEX  # and its loader's own node map (train/graph/sampling/samplers.py)
     label = f"evaluation: {math.ceil(size.nodes / setting.ranks):,} layer rows, 1 neighbourhood"
     return (label, host, work) if setting.gpus else (label, host + work, 0)
 
@@ -428,7 +430,7 @@ def make_plan(config: Config, size: GraphSize, nodes: int, ranks: int, gpus: boo
 
 def gpu_rows(setting: Setting, size: GraphSize, train: int, evaluation: int) -> dict:
     """Per GPU: the runtime, the model, the graph where sampler.device=cuda puts it, the larger working set."""
-    from train.graph.sampling_plan import gpu_structure_bytes
+    from train.graph.sampling.device_plan import gpu_structure_bytes
 
     rows = {"CUDA context, NCCL and cuBLAS buffers": GPU_RUNTIME_BYTES,
             "model, gradients, Adam state": model_bytes(setting.config, size)}

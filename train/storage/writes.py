@@ -3,7 +3,7 @@
 `atomic_write` (a temporary file, fsync, rename, a directory fsync: readers see the old file or the whole
 new one) writes the checkpoints, model.pt, summary.json, config.yaml, job.json and curves.png;
 `append_line` adds one line to metrics.jsonl, whole or cut back. Both, and the shared graph's segments
-(train/graph/shared_graph.py), write under `guarded(path)`: the one place where an OSError of the file
+(train/graph/sharing/shared_graph.py), write under `guarded(path)`: the one place where an OSError of the file
 system (train/storage/faults.py) becomes a `StorageError` that names the file and the room left there.
 """
 

@@ -4,7 +4,7 @@ import os
 import sys
 from pathlib import Path
 
-from train.graph.shared_graph import Segment, segment_name
+from train.graph.sharing.shared_graph import Segment, segment_name
 
 directory, tag, uid = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 segment = Segment.create(directory, segment_name(tag, 2, 0, uid), {})

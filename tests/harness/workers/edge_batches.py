@@ -25,6 +25,6 @@ def batches(self, seeds, epoch):
 fit.Trainer.batches = batches
 atexit.register(lambda: print(f"edge batches checked {checked[0]}", flush=True))
 
-from train.__main__ import run  # noqa: E402 (after the change above)
+from train.__main__ import console_entry  # noqa: E402 (after the change above)
 
-run()
+console_entry()

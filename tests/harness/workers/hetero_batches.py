@@ -7,7 +7,7 @@ import atexit
 import torch
 
 from train.graph.form import graph_edge_rows, graph_meta
-from train.graph.shared_graph import csc_targets
+from train.graph.sharing.shared_graph import csc_targets
 from train.loop import fit
 
 checked = [0]
@@ -38,6 +38,6 @@ def batches(self, seeds, epoch):
 fit.Trainer.batches = batches
 atexit.register(lambda: print(f"hetero batches checked {checked[0]}", flush=True))
 
-from train.__main__ import run  # noqa: E402 (after the change above)
+from train.__main__ import console_entry  # noqa: E402 (after the change above)
 
-run()
+console_entry()

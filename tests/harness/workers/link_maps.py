@@ -16,9 +16,9 @@ import torch.distributed as dist
 from train.cluster.distenv import resolve
 from train.cluster.procgroup import process_group
 from train.config import load_config
-from train.graph.link_split import LINK_FIELDS
-from train.graph.segments import PREFIX
-from train.graph.shared_graph import shared_graphs
+from train.graph.link_fields import LINK_FIELDS
+from train.graph.sharing.segments import PREFIX
+from train.graph.sharing.shared_graph import shared_graphs
 from train.loop.fit import Trainer
 from train.loop.run import obtain_graph
 

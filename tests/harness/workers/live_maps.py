@@ -14,8 +14,8 @@ from pathlib import Path
 from train.cluster.distenv import resolve
 from train.cluster.procgroup import process_group
 from train.config import load_config
-from train.graph.sampler import TorchNeighborSampler
-from train.graph.shared_graph import shared_graphs
+from train.graph.sampling.samplers import TorchNeighborSampler
+from train.graph.sharing.shared_graph import shared_graphs
 from train.loop.fit import Trainer
 from train.loop.run import obtain_graph
 

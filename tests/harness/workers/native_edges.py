@@ -17,9 +17,9 @@ from torch_geometric.data import Data
 from torch_geometric.loader import NeighborLoader
 
 from train.config import SamplerConfig
-from train.graph.sampler import _SeededNeighborSampler
-from train.graph.sampling_plan import plan_sampling
-from train.graph.shared_graph import graph_from_tensors, graph_tensors
+from train.graph.sampling.device_plan import plan_sampling
+from train.graph.sampling.samplers import _SeededNeighborSampler
+from train.graph.sharing.shared_graph import graph_from_tensors, graph_tensors
 
 NODES, EDGES = 300, 2400
 

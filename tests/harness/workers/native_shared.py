@@ -14,10 +14,10 @@ import torch
 import torch_geometric.typing
 
 from train.config import DataConfig, SamplerConfig
-from train.graph.data import synthetic_graph
-from train.graph.sampler import _SeededNeighborSampler
-from train.graph.sampling_plan import plan_sampling
-from train.graph.shared_graph import graph_from_tensors, graph_tensors, map_tensors, write_tensors
+from train.graph.datasets.loading import synthetic_graph
+from train.graph.sampling.device_plan import plan_sampling
+from train.graph.sampling.samplers import _SeededNeighborSampler
+from train.graph.sharing.shared_graph import graph_from_tensors, graph_tensors, map_tensors, write_tensors
 
 
 def main() -> None:

@@ -23,6 +23,6 @@ def fsync(fd: int) -> None:
 
 writes.os.fsync = fsync
 
-from train.__main__ import run  # noqa: E402 (after the change above)
+from train.__main__ import console_entry  # noqa: E402 (after the change above)
 
-run()
+console_entry()

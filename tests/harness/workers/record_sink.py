@@ -11,7 +11,7 @@ from pathlib import Path
 from train.cluster.distenv import resolve
 from train.cluster.procgroup import process_group
 from train.config import load_config
-from train.graph.shared_graph import shared_graphs
+from train.graph.sharing.shared_graph import shared_graphs
 from train.loop import outputs
 from train.loop.fit import Trainer
 from train.loop.records import Sink

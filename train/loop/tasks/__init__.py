@@ -28,10 +28,10 @@ def task_for(parts: TaskParts) -> Task:
 
 def prepared_graph(config: Config, data: Data) -> Data:
     """What the task makes of the graph where it is loaded (a node's local rank 0, or each process), before the
-    node shares it: a link task's edge split (train/graph/edge_split.py), so its ranks map the message-passing
+    node shares it: a link task's edge split (train/graph/link_split.py), so its ranks map the message-passing
     graph and the split once per node; node classification trains on the graph as loaded."""
     if config.task.name == "link":
-        from train.graph.edge_split import split_on_loading
+        from train.graph.link_split import split_on_loading
 
         return split_on_loading(data, config)
     return data

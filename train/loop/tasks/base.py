@@ -17,11 +17,11 @@ from torch_geometric.data import Data
 
 from train.cluster.distenv import DistEnv
 from train.config import Config
-from train.graph.epoch_split import epoch_order, rank_shard
 from train.graph.form import GraphForm
-from train.graph.sampling_plan import SamplingPlan
-from train.loop.models import ModelSpec, ModelStep, layerwise
+from train.graph.sampling.device_plan import SamplingPlan
+from train.graph.seeds import epoch_order, rank_shard
 from train.loop.timing import PhaseTimer
+from train.models import ModelSpec, ModelStep, layerwise
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Link prediction (`task.name=link`): does an edge join two nodes?
 
-The split (train/graph/edge_split.py): PyG's RandomLinkSplit of the graph's edges, or the dataset's own, made where
+The split (train/graph/link_split.py): PyG's RandomLinkSplit of the graph's edges, or the dataset's own, made where
 the graph is loaded (tasks.prepared_graph) and carried by it, so a node shares it with its graph. The seeds are
 the training edges, reshuffled and sharded over the ranks each epoch as nodes are for node classification; each
 batch samples around both endpoints of its edges and of their negatives, with the seed edges taken out of its
@@ -29,16 +29,16 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.data import Data
 
-from train.graph.edge_split import EdgeSplit, link_split
-from train.graph.epoch_split import derive_seed, rank_shard
-from train.graph.sampling_plan import SamplingPlan
+from train.graph.link_split import EdgeSplit, split_of
+from train.graph.sampling.device_plan import SamplingPlan
+from train.graph.seeds import derive_seed, rank_shard
 from train.loop.evaluate import LayerWisePass
 from train.loop.link_metrics import LinkTally, figures
-from train.loop.models import ModelSpec, ModelStep, edge_inputs, hop_counts, layerwise
 from train.loop.targets import SPLITS
 from train.loop.tasks.base import BatchResult, Task, TaskParts
 from train.loop.tasks.link_batches import LinkBatches, Negatives, pairs_and_labels, sample_around
 from train.loop.timing import PhaseTimer
+from train.models import ModelSpec, ModelStep, edge_inputs, hop_counts, layerwise
 
 
 class DotHead(nn.Module):
@@ -95,7 +95,7 @@ class LinkTask(Task):
 
     def __init__(self, parts: TaskParts):
         super().__init__(parts)
-        self.split = link_split(self.data)  # made where the graph was loaded (the graph: the training edges)
+        self.split = split_of(self.data)  # made where the graph was loaded (the graph: the training edges)
         task = self.config.task
         self.negatives = Negatives(task.neg_sampling, task.neg_ratio, int(self.data.num_nodes))
 

@@ -25,8 +25,8 @@ from torch_geometric.data import Data
 
 from train.graph.edge_keys import edge_keys
 from train.graph.edge_rows import EDGE_VALUES
-from train.graph.epoch_split import derive_seed
-from train.graph.sampling_plan import SamplingPlan
+from train.graph.sampling.device_plan import SamplingPlan
+from train.graph.seeds import derive_seed
 
 
 @dataclass(frozen=True)

@@ -9,14 +9,14 @@ from collections.abc import Iterator
 from torch import Tensor, nn
 from torch_geometric.data import Data
 
-from train.graph.epoch_split import derive_seed
-from train.graph.hetero_meta import graph_meta
-from train.graph.sampling_plan import SamplingPlan
+from train.graph.sampling.device_plan import SamplingPlan
+from train.graph.seeds import derive_seed
+from train.graph.typed_meta import graph_meta
 from train.loop.evaluate import evaluate
-from train.loop.models import ModelSpec, ModelStep, edge_inputs, hop_counts
 from train.loop.targets import targets_for
 from train.loop.tasks.base import BatchResult, Task, TaskParts
 from train.loop.timing import PhaseTimer
+from train.models import ModelSpec, ModelStep, edge_inputs, hop_counts
 
 
 class NodeTask(Task):
