@@ -1,11 +1,12 @@
 """Who started this process: one small class per launcher, tried in `LAUNCHERS` order (the first that detects wins).
 
-A launcher says when it started the process (`detect(environ)`, pure) and which of its variables give each
-field (`variables`). Under every launcher the container's variables (`EXPLICIT`: WORLD_SIZE, RANK, ...,
-set by enroot's PyTorch hook, torchrun or a user) come first; `train.cluster.distenv.resolve` reads the fields
-in that order and records the variable that gave each. A new launcher is one class here and one entry in
-`LAUNCHERS`. The order is the documented precedence: torchrun, an srun step, a batch script or salloc shell,
-variables set by hand, one local process (docs/environment.md).
+A launcher says when it started the process (`detect(environ)`, pure) and answers each field of the
+contract itself (the interface and the answers every launcher shares: train/cluster/launcher_base.py).
+Under every launcher the container's variables (`EXPLICIT`: WORLD_SIZE, RANK, ..., set by enroot's
+PyTorch hook, torchrun or a user) come first. A new launcher is one class here and one entry in
+`LAUNCHERS`, with no edit to train/cluster/distenv.py. The order is the documented precedence: torchrun,
+an srun step, a batch script or salloc shell, variables set by hand, one local process
+(docs/environment.md).
 """
 
 from __future__ import annotations
@@ -13,9 +14,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from train.cluster.envvalues import expand_nodelist, expand_tasks_per_node, parse_int
+from train.cluster.hetjob import HET_SIZE_VARS, check_heterogeneous
+from train.cluster.jobfacts import read_facts
+from train.cluster.launcher_base import (  # noqa: F401 (EXPLICIT, Reading: public here, beside Launcher)
+    EXPLICIT,
+    JOB_ID_VARS,
+    Launcher,
+    Reading,
+    first,
+)
 from train.errors import UserError
 
-JOB_ID_VARS = ("SLURM_JOB_ID", "SLURM_JOBID")
 STEP_ID_VARS = ("SLURM_STEP_ID", "SLURM_STEPID")
 SLURM_WORLD_VARS = ("SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "SLURM_NPROCS")
 SLURM_NODES_VARS = ("SLURM_STEP_NUM_NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES")
@@ -26,17 +35,6 @@ STEP_VARS = ("SLURM_STEP_NUM_TASKS", "SLURM_STEP_NUM_NODES", "SLURM_STEP_NODELIS
 # SLURM's own steps that are not srun's: the batch script, the extern and salloc's interactive step
 # (by name, or by their ids 0xfffffffa..0xfffffffe as some versions print them).
 NON_SRUN_STEPS = {"batch", "extern", "interactive", *(str(n) for n in range(0xFFFFFFFA, 0xFFFFFFFF))}
-
-# field -> the container's variables, read first under every launcher (first set wins).
-EXPLICIT: dict[str, tuple[str, ...]] = {
-    "world_size": ("WORLD_SIZE",),
-    "rank": ("RANK",),
-    "local_world_size": ("LOCAL_WORLD_SIZE",),
-    "node_rank": ("GROUP_RANK", "NODE_RANK"),
-    "local_rank": ("LOCAL_RANK",),
-    "master_addr": ("MASTER_ADDR",),
-    "master_port": ("MASTER_PORT",),
-}
 
 # field -> SLURM's variables for it (first set wins). `tasks_per_node` is a compressed list ("2(x3),1"),
 # `hosts` a node list whose first host is the master, `job_id` gives the port, `distribution` the task order.
@@ -52,14 +50,6 @@ SLURM_VARIABLES: dict[str, tuple[str, ...]] = {
     "job_id": JOB_ID_VARS,
     "distribution": ("SLURM_DISTRIBUTION",),
 }
-
-
-def first(environ: Mapping[str, str], names: tuple[str, ...]) -> tuple[str, str] | None:
-    """The first of `names` that is set, as (name, stripped value)."""
-    for name in names:
-        if name in environ:
-            return name, environ[name].strip()
-    return None
 
 
 def looks_like_a_task(environ: Mapping[str, str]) -> bool:
@@ -83,41 +73,23 @@ def in_srun_step(environ: Mapping[str, str]) -> bool:
     return in_job and looks_like_a_task(environ)
 
 
-class Launcher:
-    """One way a process is started. Subclasses set the class attributes and `detect`."""
-
-    name = ""  # DistEnv.launcher
-    # field -> this launcher's variables for it, read after `EXPLICIT` (fields: see SLURM_VARIABLES)
-    variables: Mapping[str, tuple[str, ...]] = {}
-    srun_step = False  # a task of an srun step: EXPLICIT's values must agree with the step's
-    elastic_agent = False  # torchrun's agent: its store at MASTER_PORT, its restart count outside SLURM
-
-    def detect(self, environ: Mapping[str, str]) -> bool:
-        """Whether this launcher started the process with `environ` (pure: reads only `environ`)."""
-        raise NotImplementedError
-
-    def refuse_early(self, environ: Mapping[str, str], command: str) -> None:
-        """Refuse, before anything is read, a start this launcher cannot serve (`command`: the user's)."""
-
-    def check_master(self, addr: str, environ: Mapping[str, str]) -> None:
-        """Refuse a MASTER_ADDR that nobody started by this launcher would listen on."""
-
-    def reads(self) -> tuple[str, ...]:
-        """Every variable this launcher reads, EXPLICIT's first."""
-        names = [*(n for names in EXPLICIT.values() for n in names), *(n for v in self.variables.values() for n in v)]
-        return tuple(dict.fromkeys(names))
-
-
 class Torchrun(Launcher):
     """torchrun (`TORCHELASTIC_RUN_ID`): its own variables only. Under `srun ... torchrun` SLURM's describe the
     tasks that run torchrun, not the processes it starts, so they are not read."""
 
     name = "torchrun"
     variables = {"num_nodes": ("GROUP_WORLD_SIZE",)}
-    elastic_agent = True
 
     def detect(self, environ: Mapping[str, str]) -> bool:
         return "TORCHELASTIC_RUN_ID" in environ
+
+    def agent_store(self, r: Reading) -> bool:
+        """torchrun's agent serves the store at MASTER_PORT when TORCHELASTIC_USE_AGENT_STORE=True."""
+        return r.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").strip().lower() == "true"
+
+    def job_facts(self, environ: Mapping[str, str]) -> tuple[dict, dict[str, str]]:
+        """Outside SLURM, torchrun's own restart count counts."""
+        return read_facts(environ, torchrun=True)
 
 
 class SrunStep(Launcher):
@@ -126,10 +98,35 @@ class SrunStep(Launcher):
 
     name = "srun step"
     variables = SLURM_VARIABLES
-    srun_step = True
 
     def detect(self, environ: Mapping[str, str]) -> bool:
         return in_srun_step(environ)
+
+    def refuse_early(self, environ: Mapping[str, str], command: str) -> None:
+        """A step spanning several components of a heterogeneous job (train/cluster/hetjob.py)."""
+        check_heterogeneous(environ, is_step=True)
+
+    def agree(self, explicit: tuple[str, int] | None, own: tuple[str, int] | None, what: str) -> None:
+        """Both set and different: a leftover from another launch; name both."""
+        if explicit is not None and own is not None and explicit[1] != own[1]:
+            raise UserError(
+                f"{explicit[0]}={explicit[1]} contradicts this srun step's {own[0]}={own[1]} ({what}). "
+                f"{explicit[0]} is left over from another launch (exported in the batch script or shell, or "
+                "the enroot hook's copy of the job's SLURM_NTASKS under srun --preserve-env); unset it, or "
+                "start the processes with torchrun, whose own variables then win."
+            )
+
+    def rank_hint(self, environ: Mapping[str, str]) -> str:
+        """A rank beyond the step's tasks: in a heterogeneous job, a step across its components."""
+        het = first(environ, HET_SIZE_VARS)
+        if het:
+            return (f"This step spans several components of a heterogeneous job ({het[0]}={het[1]}); train on "
+                    "one: srun --het-group=N ...")
+        return super().rank_hint(environ)
+
+    def placement_variable(self, field_name: str, launchers_layout: bool) -> str:
+        """srun sets SLURM_NODEID and SLURM_LOCALID for every task: name them, whatever gave the layout."""
+        return super().placement_variable(field_name, launchers_layout=True)
 
     def check_master(self, addr: str, environ: Mapping[str, str]) -> None:
         """A node of the job that is not in this step: nobody would listen there."""
