@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass, field
 
 from train.builtin_models import BUILTINS
+from train.builtin_tasks import task_row
 from train.config import Config
 from train.graph.sharing.segments import shares_graph
 from train.graph.sizes import FLOAT, INDEX, GraphSize
@@ -105,7 +106,7 @@ def evaluation_sampled(config: Config, size: GraphSize) -> bool:
     plan). A link task's encoder is planned at the mode's word."""
     if config.eval.mode == "sampled":
         return True
-    if config.task.name == "link":
+    if task_row(config.task.name).seeds == "edges":
         return False
     from train.models import evaluates_exactly  # torch and PyG: only once a plan is made
 

@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
-from train.config import SamplerConfig
+from train.config import DataConfig, SamplerConfig, spec_named
 from train.errors import UserError
 from train.graph.edge_rows import EdgeRows, gather_pinned
 from train.graph.form import CSC, form_of
@@ -32,8 +32,9 @@ from train.graph.typed_csc import TypedSegments
 # beyond the planned working sets, and what other libraries (NCCL, cuBLAS) allocate on their first use.
 GPU_HEADROOM = 0.1
 INDEX_BYTES = 8  # int64 ids: the sampler's node map, and the CSC but where the node shares it in int32
-# data.feature_dtype: how the features placed on the GPU are stored (the model computes in float32).
-FEATURE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+# data.feature_dtype: how the features placed on the GPU are stored (the model computes in float32); each allowed
+# value (its declaration's choices) is the name of a torch dtype.
+FEATURE_DTYPES = {name: getattr(torch, name) for name in spec_named(DataConfig, "feature_dtype").choices}
 
 
 def gpu_structure_bytes(num_nodes: int, num_edges: int, with_perm: bool, csc_index_bytes: int = INDEX_BYTES) -> int:
