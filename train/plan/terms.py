@@ -320,12 +320,10 @@ class Setting:
 
     @property
     def gpu_sampling(self) -> bool:
-        """cuda: wherever the structure fits (or the GPU is unknown); auto: where structure and features fit."""
-        if not self.gpus or self.config.sampler.device == "cpu":
-            return False
-        if self.config.sampler.device == "auto":
-            return self.features_on_gpu
-        return self.placement is None or self.placement.structure
+        """Where the run samples, by the sampler.device rule's one home (device_plan.samples_on_gpu)."""
+        from train.graph.sampling.device_plan import samples_on_gpu  # torch: only once a plan is made
+
+        return self.gpus and samples_on_gpu(self.config.sampler.device, self.placement)
 
     @property
     def features_on_gpu(self) -> bool:

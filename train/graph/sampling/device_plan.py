@@ -106,6 +106,26 @@ def gpu_placement(structure_bytes: int, feature_bytes: int, free: int, working_b
     return dataclasses.replace(placement, structure=structure, features=features)
 
 
+def samples_on_gpu(asked: str, placement: Placement | None) -> bool:
+    """The sampler.device rule, the one home the run (plan_sampling) and the memory plan (train/plan/terms.py
+    Setting.gpu_sampling) read.
+
+    Args:
+        asked: sampler.device: cpu, auto or cuda.
+        placement: where the graph fits on the GPU (gpu_placement); None where the GPU's memory is unknown (the
+            plan without --gpu-memory).
+
+    Returns:
+        Whether batches are sampled on the GPU: never for cpu; for auto where the structure and the features fit;
+        for cuda where the structure fits. Unknown memory: cuda is planned on the GPU, auto on the host.
+    """
+    if asked == "cpu":
+        return False
+    if placement is None:
+        return asked == "cuda"
+    return placement.features if asked == "auto" else placement.structure
+
+
 @dataclass
 class SamplingPlan:
     """Decided once per run: where the sampler runs, what each batch is gathered from."""
@@ -202,7 +222,7 @@ def plan_sampling(data: Data, config: SamplerConfig, device: torch.device, free_
     placement = gpu_placement(structure, features, free_gpu_bytes, working_bytes)
     auto = config.device == "auto"
     note = placement.describe(str(device), config.device)
-    if not (placement.features if auto else placement.structure):
+    if not samples_on_gpu(config.device, placement):
         cpu_plan.note, cpu_plan.fell_back, cpu_plan.each_rank = note, not auto, True
         return cpu_plan
     gpu_csc = tuple(t.to(device) if t is not None else None for t in csc)
