@@ -403,7 +403,7 @@ def make_plan(config: Config, size: GraphSize, nodes: int, ranks: int, gpus: boo
     """Bytes per node, per rank and per GPU for `ranks` processes over `nodes` nodes (GPUs of `gpu_bytes`), the
     graph of `size` loaded and held as the task holds it (`held_size`)."""
     loaded, size = size, held_size(config, size)
-    per_node = ranks // nodes
+    per_node = -(-ranks // nodes)  # the busiest node (make submit spreads them evenly: jobs/submit.sh)
     sharing = shares_graph(config.data.share, per_node)  # alone on its node, a rank keeps its own copy
     asked = gpus and config.sampler.device != "cpu"
     setting = Setting(config, ranks, per_node, gpus, sharing,
