@@ -99,3 +99,14 @@ def test_no_list_of_setting_names_is_kept_beside_the_declarations():
     for path in (ROOT / "train").rglob("*.py"):
         text = path.read_text()
         assert not re.search(r"^(CHOICES|POSITIVE|NON_NEGATIVE)\b", text, flags=re.MULTILINE), path
+
+
+def test_what_a_resume_must_keep_is_declared_with_the_setting():
+    """A setting declared same_on_resume=True is one a checkpoint cannot be continued across (train/loop/checkpoint.py
+    reads the declarations); any other may change between a run and its resume."""
+    from train.loop.checkpoint import is_incompatible_key
+
+    kept = {item.key for item in DECLARED if item.spec.same_on_resume}
+    assert {"data.name", "sampler.batch_size", "trainer.seed"} <= kept and "trainer.epochs" not in kept
+    for item in DECLARED:
+        assert is_incompatible_key(item.key) == (item.key in kept or item.key.startswith("model.")), item.key

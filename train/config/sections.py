@@ -25,7 +25,7 @@ USER_MODEL_RE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-
 @dataclass(frozen=True)
 class DataConfig:
     name: str = setting("synthetic", "the dataset: synthetic | files | Reddit, Cora, ogbn-products, ... "
-                        "(train/graph/datasets/kinds.py DATASETS)")
+                        "(train/graph/datasets/kinds.py DATASETS)", same_on_resume=True)
     root: str = setting("", "where datasets live: '' -> $DATA_DIR, else ./data")
     path: str = setting("", "data.name=files: a folder of arrays or a saved PyG Data (.pt), see "
                         "train/graph/datasets/graph_files.py")
@@ -41,7 +41,7 @@ class DataConfig:
                                         at_least=0)
     load_delay_node: int = setting(0, "testing aid: the node that loads late (data.load_delay_seconds)", at_least=0)
     normalize_features: bool = setting(False, "scale each node's features to sum 1 (PyG's NormalizeFeatures; "
-                                       "Planetoid's)")
+                                       "Planetoid's)", same_on_resume=True)
     feature_dtype: str = setting(
         "float32", "how the features placed on the GPU are stored (sampler.device auto/cuda): bfloat16 or float16 "
         "halve their memory and the bandwidth of every gather; the model still computes in float32 "
@@ -51,27 +51,32 @@ class DataConfig:
     featureless: str = setting("zeros", "a type without x: zeros (the model's embedding) or degree "
                                "(log(1 + in-degree))", choices=("zeros", "degree"))
     # the synthetic graph: a stochastic block model with noisy class-dependent features
-    num_nodes: int = setting(20000, "synthetic graph: its nodes", above=0)
-    num_classes: int = setting(8, "synthetic graph: its classes (blocks)", above=0)
-    num_features: int = setting(32, "synthetic graph: features per node", above=0)
-    avg_degree: float = setting(12.0, "synthetic graph: mean edges per node")
-    homophily: float = setting(0.8, "synthetic graph: fraction of a node's edges that stay inside its class")
-    feature_signal: float = setting(0.3, "synthetic graph: class-centroid strength relative to unit noise")
+    num_nodes: int = setting(20000, "synthetic graph: its nodes", above=0, same_on_resume=True)
+    num_classes: int = setting(8, "synthetic graph: its classes (blocks)", above=0, same_on_resume=True)
+    num_features: int = setting(32, "synthetic graph: features per node", above=0, same_on_resume=True)
+    avg_degree: float = setting(12.0, "synthetic graph: mean edges per node", same_on_resume=True)
+    homophily: float = setting(0.8, "synthetic graph: fraction of a node's edges that stay inside its class",
+                               same_on_resume=True)
+    feature_signal: float = setting(0.3, "synthetic graph: class-centroid strength relative to unit noise",
+                                    same_on_resume=True)
     edge_features: int = setting(
         0, "synthetic graph, > 0: each edge gets this many features, a noisy signal of its target's class "
         "(data.edge_signal against unit noise), for a model that reads edge features (configs/synthetic-edges.yaml)",
         at_least=0)
     edge_signal: float = setting(1.0, "synthetic graph: the edge features' signal against unit noise")
-    train_fraction: float = setting(0.6, "graphs without their own split: the training nodes' fraction")
-    val_fraction: float = setting(0.2, "graphs without their own split: the validation nodes' fraction (the rest "
-                                  "is test)")
-    seed: int = setting(0, "the seed of the synthetic graph and of a split made on loading")
+    train_fraction: float = setting(0.6, "generated graphs: the training nodes' fraction", same_on_resume=True)
+    val_fraction: float = setting(0.2, "generated graphs: the validation nodes' fraction (the rest is test)",
+                                  same_on_resume=True)
+    seed: int = setting(0, "the seed the generated graphs (synthetic, hetero-synthetic) are made from",
+                        same_on_resume=True)
 
 
 @dataclass(frozen=True)
 class SamplerConfig:
-    num_neighbors: list[int] = setting([25, 10], "the training fanouts, one per layer (-1: every neighbour)")
-    batch_size: int = setting(1024, "seeds per training batch (nodes, or a link task's edges)", above=0)
+    num_neighbors: list[int] = setting([25, 10], "the training fanouts, one per layer (-1: every neighbour)",
+                                       same_on_resume=True)
+    batch_size: int = setting(1024, "seeds per training batch (nodes, or a link task's edges)", above=0,
+                              same_on_resume=True)
     eval_batch_size: int = setting(2048, "seeds per evaluation batch, and the exact pass's chunk of targets",
                                    above=0)
     device: str = setting(
@@ -115,7 +120,7 @@ class OptimConfig:
 @dataclass(frozen=True)
 class TrainerConfig:
     epochs: int = setting(20, "passes over the training seeds", above=0)
-    seed: int = setting(12345, "the run's seed: weights, shuffles, samples, dropout")
+    seed: int = setting(12345, "the run's seed: weights, shuffles, samples, dropout", same_on_resume=True)
     eval_every: int = setting(1, "epochs between evaluations", above=0)
     log_every: int = setting(20, "steps between plain log lines when stdout is not a terminal", above=0)
     max_steps_per_epoch: int = setting(0, "steps per epoch at most (0: the whole shard)", at_least=0)
@@ -145,7 +150,8 @@ class EvalConfig:
 
 @dataclass(frozen=True)
 class DistConfig:
-    backend: str = setting("auto", "auto (nccl on GPUs, else gloo) | nccl | gloo", choices=("auto", "nccl", "gloo"))
+    backend: str = setting("auto", "auto (nccl where CUDA is available, else gloo) | nccl | gloo",
+                           choices=("auto", "nccl", "gloo"))
     init_timeout_seconds: float = setting(300.0, "how long the rendezvous waits for every rank", above=0)
     collective_timeout_seconds: float = setting(180.0, "a dead rank ends the others within this", above=0)
 

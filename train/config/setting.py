@@ -37,6 +37,8 @@ class SettingSpec:
         at_least: the value must be at least this (e.g. 0: non-negative).
         below: the value must be less than this (with `at_least`: the range [at_least, below)).
         testing: a key for the tests only, accepted but not listed to users.
+        same_on_resume: it changes what the model is or what it is trained on, so a checkpoint made with another
+            value cannot be continued (train/loop/checkpoint.py); the model section is so as a whole.
     """
 
     doc: str
@@ -45,6 +47,7 @@ class SettingSpec:
     at_least: float | None = None
     below: float | None = None
     testing: bool = False
+    same_on_resume: bool = False
 
     def refusal(self, value: Any) -> str:
         """Why `value` is out of this setting's values ("" when it is in them): the end of a UserError's words."""
@@ -76,7 +79,8 @@ class SettingSpec:
 
 
 def setting(default: Any, doc: str, *, choices: tuple[str, ...] = (), above: float | None = None,
-            at_least: float | None = None, below: float | None = None, testing: bool = False) -> Any:
+            at_least: float | None = None, below: float | None = None, testing: bool = False,
+            same_on_resume: bool = False) -> Any:
     """Declare one config setting: a dataclass field with its default and a `SettingSpec` in its metadata.
 
     Args:
@@ -85,6 +89,7 @@ def setting(default: Any, doc: str, *, choices: tuple[str, ...] = (), above: flo
         choices: the values a string setting takes; the default must be one of them.
         above, at_least, below: the range of a number (see `SettingSpec`).
         testing: a key for the tests only, left out of the keys a refusal lists.
+        same_on_resume: a checkpoint made with another value cannot be continued (see `SettingSpec`).
 
     Returns:
         A `dataclasses.field` for the section's dataclass.
@@ -97,7 +102,7 @@ def setting(default: Any, doc: str, *, choices: tuple[str, ...] = (), above: flo
     """
     if choices and default not in choices:
         raise ValueError(f"default {default!r} is not among the choices {choices}")  # a declaration's own mistake
-    spec = SettingSpec(doc, tuple(choices), above, at_least, below, testing)
+    spec = SettingSpec(doc, tuple(choices), above, at_least, below, testing, same_on_resume)
     metadata = {"setting": spec}
     if isinstance(default, (list, dict)):
         return dataclasses.field(default_factory=lambda: copy.deepcopy(default), metadata=metadata)
