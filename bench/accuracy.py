@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.common import ROOT, bench_main, emit, launch_local_ranks, table, write_result
+from train.builtin_tasks import task_row
 
 
 @dataclass(frozen=True)
@@ -123,7 +124,7 @@ def graph_key(config) -> tuple:
     the graph loads, link_split.split_inputs: each seed's run gets its own, as in GAE's protocol)."""
     from train.graph.link_split import split_inputs
 
-    return config.data, config.task.name, split_inputs(config) if config.task.name == "link" else None
+    return config.data, config.task.name, split_inputs(config) if task_row(config.task.name).edge_split else None
 
 
 def measure(models: list[str], seeds: int, data_root: Path, ranks: int = 2, timeout: float = 1800,

@@ -45,6 +45,8 @@ check_shapes "${KNOBS[@]}" DRY_RUN
 
 per_node=1
 nodes_ok=0
+# GPUS a multiple of NODES: this rule's one home (the job's layout is chosen here: --ntasks-per-node); the memory
+# plan trusts it (python -m train plan plans the busiest node of any layout).
 if shape_ok NODES && shape_ok GPUS; then # both at most 7 digits: the arithmetic below cannot overflow
     nodes_ok=1
     if ((GPUS % NODES != 0)); then

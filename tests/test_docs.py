@@ -3,7 +3,7 @@ name, benchmark, subcommand and exit status they name exists, and every link bet
 file, and to a heading there).
 
 Read from the Markdown sources and the code's own homes: the Makefile and mk/*.mk (targets with `##`),
-jobs/knobs.md and the `?=` lines (variables), train/config.py's dataclasses (config keys) and its model names,
+jobs/knobs.md and the `?=` lines (variables), train/config/sections.py's dataclasses (config keys) and its model names,
 train/configs/ (shipped configs), bench/__main__.py's BENCHES, train/__main__.py's SUBCOMMANDS,
 train/errors.py (exit statuses).
 """
@@ -141,12 +141,23 @@ def test_every_make_target_and_variable_named_exists(page):
     assert not unknown, "\n".join(unknown)
 
 
+# A worked example that declares a setting (CONTRIBUTING.md: a block headed `# train/config/sections.py, class
+# TrainerConfig`) may name the key it adds on its page: tests/test_worked_examples.py applies it and checks it.
+EXAMPLE_DECLARATION = re.compile(r"```python\n# train/config/sections\.py, class (\w+)Config\n(.*?)```", re.DOTALL)
+
+
+def keys_declared_by(text: str) -> set[tuple[str, str]]:
+    """(section, key) of every setting a page's worked example declares."""
+    return {(cls.lower(), key) for cls, body in EXAMPLE_DECLARATION.findall(text)
+            for key in re.findall(r"^\s+(\w+):[^=]*= setting\(", body, flags=re.MULTILINE)}
+
+
 @pytest.mark.parametrize("page", PAGES, ids=page_id)
 def test_every_config_key_named_exists(page):
-    keys = config_keys()
+    keys, examples = config_keys(), keys_declared_by(page.read_text())
     unknown = [f"{page_id(page)}:{number}: {section}.{key}"
                for number, text in code_text(page) for section, key in CONFIG_KEY.findall(text)
-               if key not in keys[section] and key not in FILE_SUFFIXES]
+               if key not in keys[section] and key not in FILE_SUFFIXES and (section, key) not in examples]
     assert not unknown, "\n".join(unknown)
 
 
@@ -221,3 +232,10 @@ def test_the_checks_see_bad_names(tmp_path):
                         "make bench BENCH='memory acuracy'") == \
         ["config cora-gatt", "model.name gcnn", "benchmark acuracy"]
     assert slug("A first GPU: _make_ `gpu-check`") == "a-first-gpu-make-gpu-check"
+
+
+def test_only_a_worked_examples_own_declaration_may_be_named_before_it_exists():
+    text = ("```python\n# train/config/sections.py, class TrainerConfig\n"
+            "    warmup_epochs: int = setting(0, \"epochs of warmup\", at_least=0)\n```\n"
+            "```python\n# train/loop/fit.py\n    cooldown: int = setting(0, \"not a declaration of a setting\")\n```\n")
+    assert keys_declared_by(text) == {("trainer", "warmup_epochs")}

@@ -3,21 +3,24 @@ faults that must each end non-zero with the right message, and the pure checks o
 
 from __future__ import annotations
 
-import copy
+import json
 import os
 import re
 import socket
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from tests.harness.doctor_records import changed, minimal_record
 from tests.harness.jobscript import run_job_script
 from train.cluster.distenv import free_port, resolve
 from train.config import load_config
 from train.doctor import checks, findings, probes
+from train.doctor.records import Device, Network, RankRecord, Shm
 
 ROOT = Path(__file__).resolve().parents[1]
 _CLEARED = ("SLURM_", "TORCHELASTIC_", "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
@@ -176,22 +179,26 @@ def template(tmp_path_factory):
     environ = {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2",
                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
     config = load_config("tiny", [f"output.dir={run}"])
-    return probes.collect_record(resolve(environ), config, "gloo", {"master_ips": ["127.0.0.1"], "probe": "x"}, environ)
+    return probes.collect_record(resolve(environ), config, "gloo", Network(master_ips=["127.0.0.1"], probe="x"),
+                                 environ)
 
 
 def record(template, rank, host="n1", local_rank=None, node_rank=0, world=2, per_node=2, **changes):
-    r = copy.deepcopy(template)
-    r.update(rank=rank, host=host, pid=1000 + rank, world_size=world, local_world_size=per_node,
-             local_rank=rank % per_node if local_rank is None else local_rank, node_rank=node_rank,
-             num_nodes=world // per_node, cpu_count=64)
-    r["device"]["threads"] = 1
-    for path, value in changes.items():  # "device__uuid" -> r["device"]["uuid"]
-        *parents, leaf = path.split("__")
-        target = r
-        for key in parents:
-            target = target[key]
-        target[leaf] = value
-    return r
+    """The collected `template` as rank `rank` of `world` on `host`; `part__field=value` changes one field of a part
+    (network__gloo_addr=...)."""
+    placed = changed(template, host=host, pid=1000 + rank, cpu_count=64, device__threads=1, job__rank=rank,
+                     job__world_size=world, job__local_world_size=per_node, job__node_rank=node_rank,
+                     job__local_rank=rank % per_node if local_rank is None else local_rank,
+                     job__num_nodes=world // per_node)
+    return changed(placed, **changes)
+
+
+def test_a_record_travels_through_the_store_as_json_and_comes_back_equal(template):
+    """Each rank's record is typed (train/doctor/records.py); the store carries it as JSON (rendezvous.py)."""
+    sent = record(template, 1, device=Device(type="cuda", index=0, uuid="GPU-1", cpus=[1], ncpus=1),
+                  shm=Shm("/dev/shm", 1 << 30, 1 << 29, need=1 << 20))
+    received = RankRecord.from_json(json.loads(json.dumps(sent.to_json())))
+    assert received == sent and isinstance(received.device, Device) and received.shm.need == 1 << 20
 
 
 def levels(findings, check):
@@ -204,11 +211,11 @@ def test_healthy_records_pass(template):
 
 
 def test_two_ranks_on_one_gpu_name_the_ranks_and_the_fix(template):
-    gpu = {"type": "cuda", "index": 0, "name": "NVIDIA H100", "memory": 80 << 30, "bus_id": "0000:19:00.0",
-           "uuid": "GPU-aaaa", "cpus": [0], "ncpus": 1, "threads": 1}
+    gpu = Device(type="cuda", index=0, name="NVIDIA H100", memory=80 << 30, bus_id="0000:19:00.0", uuid="GPU-aaaa",
+                 cpus=[0], ncpus=1, threads=1)
     records = [record(template, r, host="n1" if r < 2 else "n2", node_rank=r // 2, world=4,
-                      device=dict(gpu, uuid=f"GPU-{r}", cpus=[r]) if r < 2 else dict(gpu, cpus=[r]),
-                      env={"CUDA_VISIBLE_DEVICES": "0"})
+                      device=replace(gpu, uuid=f"GPU-{r}", cpus=[r]) if r < 2 else replace(gpu, cpus=[r]),
+                      variables={"CUDA_VISIBLE_DEVICES": "0"})
                for r in range(4)]
     (level, message), = levels(checks.run_checks(records, 4), "devices")
     assert level == findings.FAIL
@@ -235,8 +242,8 @@ def test_multinode_gloo_on_loopback_and_bad_ifname(template):
     records = [record(template, r, host=f"n{r + 1}", node_rank=r, per_node=1,
                       network__gloo_addr="127.0.1.1", network__route_iface="eth0", network__master_ips=["10.0.0.1"])
                for r in range(2)]
-    records[1]["env"]["NCCL_SOCKET_IFNAME"] = "ib"
-    records[1]["network"]["nccl_ifaces"] = []
+    records[1] = changed(records[1], variables={**records[1].variables, "NCCL_SOCKET_IFNAME": "ib"},
+                         network__nccl_ifaces=[])
     found = levels(checks.run_checks(records, 2), "network")
     loopback = ("on node n1 the hostname resolves to 127.0.1.1, so gloo would listen on loopback where other "
                 "nodes cannot connect: set GLOO_SOCKET_IFNAME=eth0 (the interface that reaches the master).")
@@ -260,8 +267,8 @@ def test_different_software_versions_fail(template):
 
 
 def test_small_shm_warns(template):
-    shm = {"path": "/dev/shm", "total": 64 << 20, "free": 64 << 20}
-    records = [record(template, r, shm=shm, data__shm_need=1 << 30) for r in range(2)]
+    shm = Shm("/dev/shm", total=64 << 20, free=64 << 20, need=1 << 30)
+    records = [record(template, r, shm=shm) for r in range(2)]
     found = levels(checks.run_checks(records, 2), "data")
     assert found and found[0][0] == findings.WARN and "/dev/shm on n1 has 64 MiB free" in found[0][1]
 
@@ -290,8 +297,8 @@ def test_small_helpers():
 def test_probe_writable(tmp_path, path, detail):
     (tmp_path / "afile").write_text("x")
     result = probes.probe_writable(tmp_path / path)
-    assert not result["writable"] and detail in result["detail"]
-    assert probes.probe_writable(tmp_path / "new" / "run")["writable"]
+    assert not result.writable and detail in result.detail
+    assert probes.probe_writable(tmp_path / "new" / "run").writable
     assert not (tmp_path / "new").exists()  # the probe creates nothing
 
 
@@ -305,12 +312,12 @@ def test_dataset_check_looks_where_train_data_keeps_the_dataset(tmp_path, name, 
 
     config = DataConfig(name=name, root=str(tmp_path) if via == "root" else "")
     data_dir = str(tmp_path) if via == "DATA_DIR" else None  # DATA_DIR, as resolved at the entry
-    assert probes.inspect_dataset(config, data_dir)["state"] == "missing"
+    assert probes.inspect_dataset(config, data_dir).state == "missing"
     folder = dataset_folder(config, data_dir)
     (folder / "processed").mkdir(parents=True)
     (folder / "processed" / "data.pt").write_bytes(b"x" * 10)
     seen = probes.inspect_dataset(config, data_dir)
-    assert seen["state"] == "present" and seen["dir"] == str(folder) and seen["bytes"] == 10, seen
+    assert seen.state == "present" and seen.dir == str(folder) and seen.bytes == 10, seen
 
 
 def test_dataset_check_of_your_own_files_looks_at_data_path(tmp_path):
@@ -326,17 +333,12 @@ def test_dataset_check_of_your_own_files_looks_at_data_path(tmp_path):
     for path, size in ((saved, 7), (folder, 10)):
         config = DataConfig(name="files", path=str(path))
         seen = probes.inspect_dataset(config, None)
-        assert seen["state"] == "present" and seen["dir"] == str(dataset_folder(config, None)) and seen["bytes"] == size
+        assert seen.state == "present" and seen.dir == str(dataset_folder(config, None)) and seen.bytes == size
     for path, detail in ((tmp_path / "nothing", "no files at data.path="), ("", "data.path is empty")):
         seen = probes.inspect_dataset(DataConfig(name="files", path=str(path)), None)
-        assert seen["state"] == "missing" and detail in seen["detail"], seen
-        message = levels(checks.check_environment([{**_minimal_record(), "data": seen}]), "data")[0][1]
+        assert seen.state == "missing" and detail in seen.detail, seen
+        message = levels(checks.check_environment([minimal_record(data=seen)]), "data")[0][1]
         assert "set data.path to your graph" in message and "python -m train data" not in message
-
-
-def _minimal_record() -> dict:
-    return {"rank": 0, "host": "n1", "pid": 1, "versions": {"python": "3"}, "config_digest": "x",
-            "run_dir": {"writable": True, "path": "runs", "free": None}, "shm": {}}
 
 
 # ---- the package's rooms -------------------------------------------------------------------------

@@ -298,12 +298,13 @@ def test_fit_with_slurms_gpus_unseen_refuses_before_the_rendezvous_without_a_tra
 
 @pytest.mark.skipif(torch.cuda.device_count() > 0, reason="needs a torch that sees no GPU (the CPU machines)")
 def test_the_doctor_reports_the_same_refusal_on_every_rank():
+    from tests.harness.doctor_records import minimal_record
     from train.doctor.checks import check_devices
     from train.doctor.probes import inspect_device
 
     env = resolve({"SLURM_GPUS_PER_TASK": "1"}, pick_free_port=lambda: 29500)
     device = inspect_device(env, "gloo")
-    assert device["error"] == invisible_gpus(env.gpu_allocation, None, **torch_gpu_view())
-    records = [{"rank": r, "host": f"node{r}", "device": device, "env": {}, "versions": {}} for r in range(2)]
-    failures = [f for f in check_devices(records) if device["error"] in f.message]
+    assert device.error == invisible_gpus(env.gpu_allocation, None, **torch_gpu_view())
+    records = [minimal_record(job__rank=r, host=f"node{r}", device=device) for r in range(2)]
+    failures = [f for f in check_devices(records) if device.error in f.message]
     assert [f.message.split(":")[0] for f in failures] == ["rank 0 on node0", "rank 1 on node1"]

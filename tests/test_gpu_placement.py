@@ -4,6 +4,7 @@ weights stay what sampler.device=cpu gives."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import pytest
@@ -13,9 +14,9 @@ from tests.harness.localjob import final_summary, run_local_job
 from train.cli.plan import graph_size
 from train.config import SamplerConfig, load_config
 from train.errors import UserError
-from train.graph.sampling.device_plan import gpu_placement, plan_sampling
+from train.graph.sampling.device_plan import gpu_placement, plan_sampling, samples_on_gpu
 from train.models import ModelStep
-from train.plan.terms import GIB, gpu_working_bytes, make_plan
+from train.plan.terms import GIB, Setting, gpu_working_bytes, make_plan
 
 H200 = 141 * 10**9  # bytes of one H200 (nvidia-smi: 143,771 MiB; 141 GB as NVIDIA states it)
 A100_40GB = 40 * 10**9
@@ -142,3 +143,24 @@ def test_make_runs_weights_are_unchanged_on_a_machine_without_a_gpu(tmp_path):
     assert final_summary(tmp_path / "auto")["weights_sha256"] == final_summary(tmp_path / "cpu")["weights_sha256"]
     for rank, out in enumerate(auto.outputs):
         assert len(re.findall(rf"^rank {rank}: sampler.device=auto: sampling on the CPU", out, re.M)) == 1, out
+
+
+def test_the_sampler_device_rule_has_one_home_that_the_run_and_the_plan_read():
+    """samples_on_gpu is the rule; the plan's Setting and the run's plan_sampling both decide by it."""
+    fits = {"nothing": gpu_placement(10, 10, 0), "structure": gpu_placement(10, 10**6, 10**4),
+            "both": gpu_placement(10, 10, 10**4), "unknown": None}
+    expected = {("cpu", place): False for place in fits}
+    expected |= {("auto", "nothing"): False, ("auto", "structure"): False, ("auto", "both"): True,
+                 ("auto", "unknown"): False}
+    expected |= {("cuda", "nothing"): False, ("cuda", "structure"): True, ("cuda", "both"): True,
+                 ("cuda", "unknown"): True}
+    config = load_config("tiny")
+    for (asked, place), on_gpu in expected.items():
+        assert samples_on_gpu(asked, fits[place]) is on_gpu, (asked, place)
+        chosen = dataclasses.replace(config, sampler=dataclasses.replace(config.sampler, device=asked))
+        setting = Setting(chosen, 2, 2, True, True, fits[place])
+        assert setting.gpu_sampling is on_gpu and not dataclasses.replace(setting, gpus=False).gpu_sampling
+    data = _tiny_graph()
+    for asked in ("auto", "cuda"):  # where the rule says the host, the run samples there (no CUDA call is made)
+        plan = plan_sampling(data, SamplerConfig(device=asked), torch.device("cuda", 0), free_gpu_bytes=1000)
+        assert plan.device.type == "cpu" and not samples_on_gpu(asked, gpu_placement(1, 1, 1000, 10**6))

@@ -35,7 +35,9 @@ GRAPH_WINGS = ("train.graph.datasets", "train.graph.sharing", "train.graph.sampl
 LAYERS: tuple[tuple[str, ...], ...] = (
     # files: the checks every reader of a user's file makes; storage: how the run writes its files, and their faults
     ("train.errors", "train.files", "train.heap", "train.storage"),
-    ("train.config", "train.builtin_models"),  # builtin_models: the built-in models' table, torch-free
+    # the config (its settings' declarations and checks) and the torch-free tables beside it: the built-in models
+    # and the tasks
+    ("train.config", "train.builtin_models", "train.builtin_tasks"),
     ("train.cluster", "train.distenv"),
     ("train.graph",),  # the core: graph/'s top-level modules
     *((wing,) for wing in GRAPH_WINGS),

@@ -157,7 +157,7 @@ def test_the_run_its_checks_and_the_doctor_take_the_same_run_directory(in_projec
     chosen, note = rundir.decide(output_dir, env)
     assert (chosen, note is not None) == (Path(expected), noted)
     assert planned_run_dir(config, env) == chosen
-    assert probe_run_dir(config, env)["path"] == str(chosen)
+    assert probe_run_dir(config, env).path == str(chosen)
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
         assert run_dir(config, env) == chosen

@@ -241,7 +241,7 @@ def test_a_rank_alone_on_its_node_shares_nothing_for_the_run_the_plan_and_the_do
     plan = make_plan(config, graph_size(config), 1, ranks_on_node, gpus=False)
     assert any(item.startswith("graph, shared once") for item in plan.rows["node"]) == shared
     doctor = probe_share_dir(config.data, node_env(ranks_on_node), 1 << 30)
-    assert doctor["need"] == (1 << 30 if shared else 0)
+    assert doctor.need == (1 << 30 if shared else 0)
 
 
 # (graph GiB, room in /dev/shm, where the doctor looks, what the run does)
@@ -259,15 +259,15 @@ def test_the_doctor_looks_where_the_run_would_share_the_graph(tmp_path, need_gib
     free = lambda path: room.get(path, 0)  # noqa: E731
     env = node_env(2, (str(tmp_path),))
     doctor = probe_share_dir(DataConfig(share="node"), env, need_gib << 30, free=free)
-    assert doctor["path"] == str({"shm": SHM, "scratch": tmp_path}[where])
+    assert doctor.path == str({"shm": SHM, "scratch": tmp_path}[where])
     candidates = candidate_dirs("", env.node_tmpdirs)
     if run == "shares there":
-        assert choose_dir(need_gib << 30, candidates, free=free)[0] == Path(doctor["path"])
+        assert choose_dir(need_gib << 30, candidates, free=free)[0] == Path(doctor.path)
     elif run == "refuses, naming it":
-        with pytest.raises(UserError, match=f"{doctor['path']} has 0.00 GiB"):
+        with pytest.raises(UserError, match=f"{doctor.path} has 0.00 GiB"):
             choose_dir(need_gib << 30, candidates, free=free)
     else:
-        assert doctor["need"] == 0 and doctor["path"] == str(candidates[0])
+        assert doctor.need == 0 and doctor.path == str(candidates[0])
 
 
 def die_holding_a_segment(directory: Path, tag: str, uid: int) -> subprocess.CompletedProcess:

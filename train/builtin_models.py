@@ -5,7 +5,7 @@ GIN with GINEConv layers, train/models/gine.py); for heterogeneous graphs (issue
 RGCNConv, RGATConv: train/models/relational.py) and HeteroConv of SAGEConv or GATConv per relation
 (train/models/heteroconv.py); with the layer classes BasicGNN builds, the arguments
 a model reads itself, the workflow's defaults and the values that cannot train on sampled batches. Plain
-data with no import of torch, so that the config check on a login node (train/config.py) knows the names
+data with no import of torch, so that the config check on a login node (train/config/) knows the names
 and which models read the graph; train/models/builtin.py builds them and checks their arguments.
 """
 

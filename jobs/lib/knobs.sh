@@ -34,12 +34,28 @@ trimmed() {
 
 # shellcheck disable=SC2034 # the KNOB_* tables are read by the scripts that source this file
 # read_knob_table: the table's rows (`| NAME | default | shape | sbatch | job | doc |`) into KNOBS and KNOB_*.
+# A line that starts with `|` is the header, the rule under it, or a row; any other such line (a name not in
+# capitals, a cell missing) and a name given twice are refused with the line's number, never skipped.
 read_knob_table() {
-    local line name cell='[[:space:]]*([^|]*[^|[:space:]])?[[:space:]]*'
+    local line name number=0 cell='[[:space:]]*([^|]*[^|[:space:]])?[[:space:]]*'
     local row="^\|[[:space:]]*([A-Z][A-Z0-9_]*)[[:space:]]*\|$cell\|$cell\|$cell\|$cell\|(.*)\|[[:space:]]*$"
+    local header='^\|[[:space:]]*name[[:space:]]*\|' rule='^\|[-|:[:space:]]*$'
+    local -A line_of=()
     while IFS= read -r line; do
-        [[ $line =~ $row ]] || continue
+        number=$((number + 1))
+        [[ $line == '|'* && ! $line =~ $header && ! $line =~ $rule ]] || continue # prose, the header, the rule
+        if ! [[ $line =~ $row ]]; then
+            printf 'knobs: %s line %d is not a row "| NAME | default | shape | sbatch | job | doc |" (NAME in capitals, six cells): %s\n' \
+                "$KNOB_TABLE" "$number" "$line" >&2
+            return 1
+        fi
         name=${BASH_REMATCH[1]}
+        if [[ -v line_of[$name] ]]; then
+            printf 'knobs: %s line %d: %s already has a row (line %d); give each setting one row\n' \
+                "$KNOB_TABLE" "$number" "$name" "${line_of[$name]}" >&2
+            return 1
+        fi
+        line_of[$name]=$number
         KNOBS+=("$name")
         KNOB_DEFAULT[$name]=${BASH_REMATCH[2]}
         KNOB_SHAPE[$name]=${BASH_REMATCH[3]}
@@ -158,7 +174,10 @@ near_misses() {
     done
 }
 
-read_knob_table
+if ! read_knob_table; then # a malformed table stops every reader: sourced (return) or run (exit)
+    [[ ${BASH_SOURCE[0]} != "$0" ]] || exit 1
+    return 1
+fi
 
 if [[ ${BASH_SOURCE[0]} == "$0" ]]; then # `bash jobs/lib/knobs.sh NAME|make-defaults|help|near-misses`
     set -euo pipefail

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import argparse
 import faulthandler
 import os
 
-from train.config import CONFIG_OPTION, Config, available_configs, load_config
+from train.config import CONFIG_OPTION, Config, available_configs, load_config, settings_help
 
 
 def add_config_arguments(parser) -> None:
+    """--config, --config-knob and the overrides; --help lists every setting as declared (train/config/sections.py):
+    its type, default, allowed values and doc."""
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = "settings (section.key=value), as train/config/sections.py declares them:\n" + settings_help(Config)
     parser.add_argument(CONFIG_OPTION, default="synthetic",
                         help=f"a shipped config ({', '.join(available_configs())}) or a YAML path")
     parser.add_argument("--config-knob", default=CONFIG_OPTION, metavar="NAME",

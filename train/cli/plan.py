@@ -156,7 +156,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--nodes", type=int, default=int(os.environ.get("NODES", 1)),
                         help="nodes (default $NODES or 1)")
     parser.add_argument("--gpus", type=int, default=None,
-                        help="ranks in all, one per GPU, spread evenly over the nodes (as make submit's GPUS)")
+                        help="ranks in all, one per GPU, over the nodes (as make submit's GPUS); the busiest node's "
+                             "are planned")
     parser.add_argument("--cpu", action="store_true", help="no GPUs: ranks without a per-GPU part (GPUS_PER_TASK=0)")
     parser.add_argument("--partition", default=os.environ.get("PARTITION", ""), help="asked of sinfo for node memory")
     parser.add_argument("--node-memory", type=float, default=None, metavar="GIB", help="memory of one node, GiB")
@@ -175,8 +176,8 @@ def main(args) -> int:
     ranks = args.gpus if args.gpus is not None else args.nodes
     if args.nodes < 1 or ranks < 1:
         raise UserError(f"--nodes={args.nodes} and --gpus={ranks} must be positive integers.")
-    if ranks % args.nodes:
-        raise UserError(f"--gpus={ranks} is not a multiple of --nodes={args.nodes}; ranks are spread evenly.")
+    # GPUS a multiple of NODES is make submit's rule, checked in its one home (jobs/submit.sh, which chooses the
+    # job's layout); the plan plans any layout it is given at its busiest node (train/plan/terms.py make_plan).
     for flag, value in (("--node-memory", args.node_memory), ("--gpu-memory", args.gpu_memory)):
         if value is not None and value <= 0:
             raise UserError(f"{flag}={value} must be a positive number of GiB.")

@@ -6,8 +6,12 @@ import re
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from train.errors import UserError
+
+if TYPE_CHECKING:
+    from train.doctor.records import RankRecord
 
 FAIL, WARN, OK = "FAIL", "warn", "ok"
 CPU_SIZES = "64K,1M,16M"
@@ -99,16 +103,16 @@ def is_loopback(address: str | None) -> bool:
     return bool(address) and (address.startswith("127.") or address == "::1")
 
 
-def by_host(records: list[dict]) -> dict[str, list[dict]]:
-    groups: dict[str, list[dict]] = defaultdict(list)
+def by_host(records: list[RankRecord]) -> dict[str, list[RankRecord]]:
+    groups: dict[str, list[RankRecord]] = defaultdict(list)
     for r in records:
-        groups[r["host"]].append(r)
+        groups[r.host].append(r)
     return dict(groups)
 
 
-def _agreement(records: list[dict], value, describe) -> list[str]:
+def _agreement(records: list[RankRecord], value, describe) -> list[str]:
     """['ranks 0 and 1: X', 'rank 2: Y'] for the distinct values of value(record)."""
     groups: dict = defaultdict(list)
     for r in records:
         groups[value(r)].append(r)
-    return [f"{rank_list(r['rank'] for r in rs)}: {describe(rs[0])}" for rs in groups.values()]
+    return [f"{rank_list(r.job.rank for r in rs)}: {describe(rs[0])}" for rs in groups.values()]

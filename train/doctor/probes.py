@@ -6,6 +6,7 @@ Nothing here reads the process environment: the entry (train/doctor/cli.py) hand
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -28,6 +29,7 @@ from train.doctor.findings import (
     is_loopback,
     nccl_interfaces,
 )
+from train.doctor.records import DataState, Device, Network, RankRecord, RunDir, Shm
 from train.errors import UserError
 from train.graph.sharing.segments import free_bytes, planned_dir, shares_graph
 from train.loop.rundir import decide
@@ -103,14 +105,14 @@ def local_interfaces() -> dict[str, list[str]]:
         return {name: [] for _, name in socket.if_nameindex()}
 
 
-def pre_rendezvous(env: DistEnv, deadline: float, agent_store: bool) -> tuple[dict, list[Finding]]:
-    """What a rank can check alone before the rendezvous; a FAIL here means it would hang."""
+def pre_rendezvous(env: DistEnv, deadline: float, agent_store: bool) -> tuple[Network, list[Finding]]:
+    """What a rank can check alone before the rendezvous: the master's addresses and the probe's answer (the rest of
+    its `Network` is filled by `collect_record`); a FAIL here means it would hang."""
     addr, port, host = env.master_addr, env.master_port, socket.gethostname()
     where = f"{addr}:{port}"
     origin = f"from {env.sources.get('master_addr', '?')}, {env.sources.get('master_port', '?')}"
-    info: dict = {"master_ips": [], "probe": None}
     ips, error = resolve_host(addr, port, deadline - time.monotonic())
-    info["master_ips"] = ips
+    info = Network(master_ips=ips)
     if error or not ips:
         return info, [Finding(FAIL, "network", f"rank {env.rank} on {host}: the master address {where} ({origin}) does "
                               f"not resolve ({error}): set MASTER_ADDR to the first node's hostname "
@@ -126,10 +128,10 @@ def pre_rendezvous(env: DistEnv, deadline: float, agent_store: bool) -> tuple[di
                                   f"{host} "
                                   f"({busy}): another job or a stale process holds it; choose another MASTER_PORT "
                                   "(outside the ephemeral range 32768-60999).")]
-        info["probe"] = "free, rank 0 listens here"
+        info = dataclasses.replace(info, probe="free, rank 0 listens here")
     else:
         state, detail = probe_connect(ips[0], port, deadline - time.monotonic())
-        info["probe"] = detail
+        info = dataclasses.replace(info, probe=detail)
         if state == "unreachable":
             return info, [Finding(FAIL, "network", f"rank {env.rank} on {host} cannot reach the master {where} "
                                   f"({ips[0]}, {origin}): {detail}. Check that MASTER_ADDR names a node of this job "
@@ -138,18 +140,18 @@ def pre_rendezvous(env: DistEnv, deadline: float, agent_store: bool) -> tuple[di
     return info, []
 
 
-def inspect_dataset(data: DataConfig, data_dir: str | None) -> dict:
+def inspect_dataset(data: DataConfig, data_dir: str | None) -> DataState:
     """Is the dataset there and readable? Never downloads (the compute node may have no internet).
 
     What to look at is the dataset kind's probe (train/graph/datasets/kinds.py), where it lives is the kind's folder:
     the one home of that fact. The files it names are opened here, one byte each."""
     from train.graph.datasets.loading import probe_dataset
 
-    found = probe_dataset(data, data_dir)
+    found = probe_dataset(data, data_dir)  # the kind's probe: plain data (train/graph/datasets/base.py)
     counted, opened = found.pop("counted", None), found.pop("opened", None)
-    if counted is None:
-        return found
-    return {**found, **_readable(counted, found["detail"], opened)}
+    if counted is not None:
+        found.update(_readable(counted, found["detail"], opened))
+    return DataState(**found)
 
 
 def _readable(counted: list[Path], kind: str, opened: list[Path] | None = None) -> dict:
@@ -164,40 +166,38 @@ def _readable(counted: list[Path], kind: str, opened: list[Path] | None = None) 
     return {"state": "present", "detail": f"{kind}, {format_bytes(size)}", "bytes": size}
 
 
-def probe_writable(path: Path) -> dict:
+def probe_writable(path: Path) -> RunDir:
     """Can this process create `path` and write in it? A real write in the nearest existing
     ancestor: access() says yes to root even on a read-only filesystem."""
     existing = path
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
-    out = {"path": str(path), "writable": False, "free": None}
     if not existing.is_dir():
-        return {**out, "detail": f"{existing} is a file, not a directory"}
+        return RunDir(str(path), False, detail=f"{existing} is a file, not a directory")
     try:
         fd, name = tempfile.mkstemp(dir=existing, prefix=".doctor-")
         os.close(fd)
         os.unlink(name)
     except OSError as exc:
-        return {**out, "detail": f"cannot create a file in {existing}: {exc.strerror}"}
-    return {**out, "writable": True, "free": shutil.disk_usage(existing).free, "detail": f"{existing} writable"}
+        return RunDir(str(path), False, detail=f"cannot create a file in {existing}: {exc.strerror}")
+    return RunDir(str(path), True, shutil.disk_usage(existing).free, f"{existing} writable")
 
 
-def probe_run_dir(config: Config, env: DistEnv) -> dict:
+def probe_run_dir(config: Config, env: DistEnv) -> RunDir:
     """`probe_writable` on the directory the run would take now (train/loop/rundir.py decides it)."""
     return probe_writable(decide(config.output.dir, env)[0])
 
 
 def probe_share_dir(config: DataConfig, env: DistEnv, graph_bytes: int,
-                    free: Callable[[Path], int] = free_bytes) -> dict:
-    """Where this node would keep its shared graph, as the run decides (train/graph/sharing/segments.py): `need` 0
-    for a rank
-    alone on its node, and the folder the run would take, with its room."""
+                    free: Callable[[Path], int] = free_bytes) -> Shm:
+    """Where this node would keep its shared graph, as the run decides (train/graph/sharing/segments.py): the
+    folder the run would take, with its room, and `need` (0 for a rank alone on its node)."""
     need = graph_bytes if shares_graph(config.share, env.local_world_size) else 0
-    out = {"path": str(planned_dir(config.share_dir, env.node_tmpdirs, need, free)), "total": None, "free": None}
+    path = str(planned_dir(config.share_dir, env.node_tmpdirs, need, free))
     with contextlib.suppress(OSError):
-        usage = shutil.disk_usage(out["path"])
-        out.update(total=usage.total, free=usage.free)
-    return {**out, "need": need}
+        usage = shutil.disk_usage(path)
+        return Shm(path, usage.total, usage.free, need)
+    return Shm(path, need=need)
 
 
 def driver_version() -> str | None:
@@ -220,38 +220,39 @@ def package_version(*names: str) -> str | None:
     return None
 
 
-def inspect_device(env: DistEnv, backend: str) -> dict:
+def inspect_device(env: DistEnv, backend: str) -> Device:
     import torch
 
     from train.cluster.devices import choose_device_index, gpu_identity, invisible_gpus, torch_gpu_view
 
     cpus = sorted(os.sched_getaffinity(0))
-    out: dict = {"type": "cpu", "cpus": cpus, "ncpus": len(cpus), "threads": torch.get_num_threads()}
+    out = Device("cpu", cpus, len(cpus), torch.get_num_threads())
     refusal = invisible_gpus(env.gpu_allocation, env.cuda_visible_devices, **torch_gpu_view())
     if refusal is not None:  # the refusal `fit` would meet, on every rank that meets it
-        return {**out, "error": refusal}
+        return dataclasses.replace(out, error=refusal)
     if backend != "nccl":
         return out
-    out["type"] = "cuda"
+    out = dataclasses.replace(out, type="cuda")
     try:
         index = choose_device_index(env.local_rank, torch.cuda.device_count(), env.cuda_visible_devices,
                                     env.local_world_size)
     except UserError as exc:
-        return {**out, "error": str(exc)}
-    return {**out, **gpu_identity(index)}
+        return dataclasses.replace(out, error=str(exc))
+    return dataclasses.replace(out, **gpu_identity(index))
 
 
 ENV_SHOWN = ("CUDA_VISIBLE_DEVICES", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "OMP_NUM_THREADS",
              "SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_CPUS_PER_TASK", "SLURM_GPUS_PER_TASK")
 
 
-def collect_record(env: DistEnv, config: Config, backend: str, net: dict, environ: Mapping[str, str]) -> dict:
-    """Everything rank 0 needs to judge this rank, as plain JSON."""
+def collect_record(env: DistEnv, config: Config, backend: str, net: Network,
+                   environ: Mapping[str, str]) -> RankRecord:
+    """Everything rank 0 needs to judge this rank (`net`: what `pre_rendezvous` found of the master)."""
     import torch
 
     interfaces = local_interfaces()
     names = list(interfaces)
-    master_ip = net["master_ips"][0] if net["master_ips"] else None
+    master_ip = net.master_ips[0] if net.master_ips else None
     route_addr = route_source(master_ip, env.master_port) if master_ip else None
     nccl_spec, gloo_spec = environ.get("NCCL_SOCKET_IFNAME"), environ.get("GLOO_SOCKET_IFNAME")
     gloo_requested = [s.strip() for s in (gloo_spec or "").split(",") if s.strip()]
@@ -262,12 +263,10 @@ def collect_record(env: DistEnv, config: Config, backend: str, net: dict, enviro
         hostname_ips, _ = resolve_host(hostname, 0, 5.0)
         gloo_addr = next((ip for ip in hostname_ips if can_bind(ip) is None), "127.0.0.1")
         gloo_ifaces = [interface_of(gloo_addr, interfaces) or ("lo" if is_loopback(gloo_addr) else "?")]
-    network = {
-        "master_ips": net["master_ips"], "probe": net["probe"], "interfaces": names,
-        "route_addr": route_addr, "route_iface": interface_of(route_addr, interfaces),
-        "nccl_ifaces": nccl_interfaces(nccl_spec, names), "gloo_ifaces": gloo_ifaces, "gloo_addr": gloo_addr,
-        "GLOO_SOCKET_IFNAME_missing": [n for n in gloo_requested if n not in interfaces],
-    }
+    network = dataclasses.replace(
+        net, interfaces=names, route_addr=route_addr, route_iface=interface_of(route_addr, interfaces),
+        nccl_ifaces=nccl_interfaces(nccl_spec, names), gloo_ifaces=gloo_ifaces, gloo_addr=gloo_addr,
+        gloo_missing=[n for n in gloo_requested if n not in interfaces])
     versions = {"python": platform.python_version(), "torch": torch.__version__,
                 "torch_geometric": package_version("torch_geometric", "torch-geometric"),
                 "pyg_lib": package_version("pyg_lib", "pyg-lib")}
@@ -276,13 +275,9 @@ def collect_record(env: DistEnv, config: Config, backend: str, net: dict, enviro
         versions.update(cuda=torch.version.cuda, driver=driver_version(),
                         nccl=".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl))
     data = inspect_dataset(config.data, env.data_dir)
-    shm = probe_share_dir(config.data, env, data.get("bytes", 0))
-    data["shm_need"] = shm.pop("need")
     digest = hashlib.sha256(json.dumps(config.to_dict(), sort_keys=True).encode()).hexdigest()[:12]
-    return {
-        **env.to_dict(), "host": hostname, "pid": os.getpid(), "backend": backend,
-        "env": {k: environ[k] for k in ENV_SHOWN if environ.get(k)},
-        "cpu_count": os.cpu_count() or 0, "device": inspect_device(env, backend),
-        "network": network, "versions": versions, "data": data, "run_dir": probe_run_dir(config, env),
-        "shm": shm, "config_digest": digest,
-    }
+    return RankRecord(
+        job=env, host=hostname, pid=os.getpid(), backend=backend, device=inspect_device(env, backend), network=network,
+        data=data, run_dir=probe_run_dir(config, env), shm=probe_share_dir(config.data, env, data.bytes),
+        variables={k: environ[k] for k in ENV_SHOWN if environ.get(k)},
+        versions=versions, cpu_count=os.cpu_count() or 0, config_digest=digest)

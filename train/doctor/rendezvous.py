@@ -13,6 +13,7 @@ from train.cluster.distenv import DistEnv
 from train.doctor.checks import run_checks
 from train.doctor.findings import CPU_SIZES, FAIL, GPU_SIZES, Finding, failed, parse_sizes
 from train.doctor.probes import probe_connect, resolve_host
+from train.doctor.records import RankRecord
 from train.doctor.table import format_bandwidth, format_table
 from train.errors import EXIT_FAILED
 
@@ -69,12 +70,12 @@ def open_store(env: DistEnv, deadline: float, timeout: float, agent_store: bool)
     return result["store"]
 
 
-def gather_records(store, env: DistEnv, record: dict, deadline: float) -> list[dict]:
+def gather_records(store, env: DistEnv, record: RankRecord, deadline: float) -> list[RankRecord]:
     """Every process adds itself to a counter and stores its record under its arrival number,
     so duplicate or surplus ranks show up instead of overwriting each other. Rank 0 waits for
     WORLD_SIZE arrivals or the deadline, and returns what arrived."""
     seq = store.add("arrived", 1)
-    store.set(f"record/{seq}", json.dumps(record))
+    store.set(f"record/{seq}", json.dumps(record.to_json()))
     if env.rank != 0:
         return []
     _wait_until(lambda: store.add("arrived", 0) >= env.world_size, deadline)
@@ -82,7 +83,7 @@ def gather_records(store, env: DistEnv, record: dict, deadline: float) -> list[d
     records = []
     for i in range(1, count + 1):
         if _wait_until(lambda: store.check([f"record/{i}"]), time.monotonic() + 5.0):
-            records.append(json.loads(store.get(f"record/{i}")))
+            records.append(RankRecord.from_json(json.loads(store.get(f"record/{i}"))))
     return records
 
 
@@ -150,7 +151,7 @@ def bandwidth_phase(store, env: DistEnv, backend: str, sizes: list[int] | None, 
     return 0
 
 
-def after_rendezvous(store, env: DistEnv, record: dict, backend: str, sizes, args, deadline: float,
+def after_rendezvous(store, env: DistEnv, record: RankRecord, backend: str, sizes, args, deadline: float,
                       started: float) -> int:
     records = gather_records(store, env, record, deadline)
     if env.rank == 0:

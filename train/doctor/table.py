@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from train.doctor.findings import allreduce_bandwidth, by_host, format_cpus, rank_list
+from train.doctor.records import Device, RankRecord
 from train.storage.faults import format_bytes
 
 
@@ -13,42 +14,41 @@ def format_rows(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in [header, *rows])
 
 
-def device_cell(dev: dict) -> str:
-    if dev.get("error"):
+def device_cell(dev: Device) -> str:
+    if dev.error:
         return "ERROR"
-    if dev.get("type") == "cuda":
-        return f"cuda:{dev['index']} {dev.get('name')} {format_bytes(dev.get('memory'))} {dev.get('bus_id')}"
+    if dev.type == "cuda":
+        return f"cuda:{dev.index} {dev.name} {format_bytes(dev.memory)} {dev.bus_id}"
     return "cpu"
 
 
-def format_table(records: list[dict]) -> str:
+def format_table(records: list[RankRecord]) -> str:
     """One row per rank, then where the contract's values came from and the software versions."""
-    records = sorted(records, key=lambda r: (r["rank"], r["host"], r["pid"]))
+    records = sorted(records, key=lambda r: (r.job.rank, r.host, r.pid))
     header = ["rank", "host", "node", "local", "pid", "device", "CUDA_VISIBLE_DEVICES", "cores", "to master",
               "backend ifaces", "data", "run dir"]
     rows = []
     for r in records:
-        net = r["network"]
-        ifaces = net["nccl_ifaces"] if r["backend"] == "nccl" else net["gloo_ifaces"]
-        run = r["run_dir"]
+        net = r.network
+        ifaces = net.nccl_ifaces if r.backend == "nccl" else net.gloo_ifaces
+        run = r.run_dir
         rows.append([
-            str(r["rank"]), r["host"], str(r["node_rank"]), f"{r['local_rank']}/{r['local_world_size']}", str(r["pid"]),
-            device_cell(r["device"]), r["env"].get("CUDA_VISIBLE_DEVICES", "-"),
-            f"{format_cpus(r['device'].get('cpus', []))} x{r['device'].get('threads', '?')}",
-            f"{net.get('route_iface') or '?'} {net.get('route_addr') or ''}".strip(),
-            f"{r['backend']}:{','.join(ifaces) or '-'}",
-            r["data"]["state"],
-            ("ok " + format_bytes(run.get("free")) + " free") if run["writable"] else "NOT WRITABLE",
+            str(r.job.rank), r.host, str(r.job.node_rank), f"{r.job.local_rank}/{r.job.local_world_size}", str(r.pid),
+            device_cell(r.device), r.variables.get("CUDA_VISIBLE_DEVICES", "-"),
+            f"{format_cpus(r.device.cpus)} x{r.device.threads}",
+            f"{net.route_iface or '?'} {net.route_addr or ''}".strip(),
+            f"{r.backend}:{','.join(ifaces) or '-'}",
+            r.data.state,
+            ("ok " + format_bytes(run.free) + " free") if run.writable else "NOT WRITABLE",
         ])
     lines = [format_rows(header, rows), ""]
-    lines += _grouped("sources", records, lambda r: ", ".join(f"{k}<-{v}" for k, v in r["sources"].items()))
-    lines += _grouped("versions", records, lambda r: ", ".join(f"{k} {v or '-'}" for k, v in r["versions"].items()))
+    lines += _grouped("sources", records, lambda r: ", ".join(f"{k}<-{v}" for k, v in r.job.sources.items()))
+    lines += _grouped("versions", records, lambda r: ", ".join(f"{k} {v or '-'}" for k, v in r.versions.items()))
     for host, rs in sorted(by_host(records).items()):
-        shm, env = rs[0].get("shm") or {}, rs[0]["env"]
-        extras = " ".join(f"{k}={v}" for k, v in env.items() if k.endswith("SOCKET_IFNAME"))
-        lines.append(f"node {host}: {shm.get('path', '/dev/shm')} {format_bytes(shm.get('free'))} free of "
-                     f"{format_bytes(shm.get('total'))}"
-                     f"; interfaces {', '.join(rs[0]['network']['interfaces'])}{'; ' + extras if extras else ''}")
+        shm, variables = rs[0].shm, rs[0].variables
+        extras = " ".join(f"{k}={v}" for k, v in variables.items() if k.endswith("SOCKET_IFNAME"))
+        lines.append(f"node {host}: {shm.path} {format_bytes(shm.free)} free of {format_bytes(shm.total)}"
+                     f"; interfaces {', '.join(rs[0].network.interfaces)}{'; ' + extras if extras else ''}")
     return "\n".join(lines)
 
 
@@ -64,10 +64,10 @@ def format_bandwidth(rows: list[tuple[int, float]], world_size: int, backend: st
             + f"\nbarrier latency: {barrier_seconds * 1e6:.0f} us (median of {barrier_count})")
 
 
-def _grouped(label: str, records: list[dict], render) -> list[str]:
+def _grouped(label: str, records: list[RankRecord], render) -> list[str]:
     """One line per distinct `render(record)`, naming its ranks ("every rank" when all agree)."""
     groups: dict[str, list[int]] = defaultdict(list)
     for r in records:
-        groups[render(r)].append(r["rank"])
+        groups[render(r)].append(r.job.rank)
     return [f"{label} ({'every rank' if len(groups) == 1 else rank_list(ranks)}): {text}"
             for text, ranks in groups.items()]

@@ -87,7 +87,19 @@ def csc_index_dtype(num_nodes: int, num_edges: int) -> torch.dtype:
 # ---- the interface ------------------------------------------------------------------------------
 
 class GraphForm(ABC):
-    """What training needs of one form of graph. `split` is train, val or test."""
+    """What training needs of one form of graph: homogeneous (`HOMOGENEOUS`), or a heterogeneous graph's typed
+    one (`Heterogeneous`). The loop, the evaluation, the model's contract, node sharing and the memory plan ask the
+    form (`form_of(graph)`), never the graph's attributes, so a new form is one subclass.
+
+    Every method takes the graph as loaded (a PyG `Data`); `split` is train, val or test.
+
+    Example::
+
+        >>> form = form_of(data)                      # the form `data` has
+        >>> seeds = form.split_nodes(data, "train")   # the training nodes' ids
+        >>> x = form.features(data, seeds[:4])        # their input features
+        >>> colptr, row, perm = form.structure(data)  # the CSC the sampler reads (built once)
+    """
 
     name: str
 
@@ -113,7 +125,15 @@ class GraphForm(ABC):
 
     @abstractmethod
     def split_nodes(self, graph, split: str) -> Tensor:
-        """The ids of the split's nodes."""
+        """The split's nodes.
+
+        Args:
+            graph: the graph as loaded.
+            split: train, val or test.
+
+        Returns:
+            The ids of the split's nodes (int64), in the node ids batches and the CSC use.
+        """
 
     @abstractmethod
     def features(self, graph, nodes: Tensor) -> Tensor:
@@ -125,7 +145,13 @@ class GraphForm(ABC):
 
     @abstractmethod
     def structure(self, graph) -> CSC:
-        """The sampler's structure, built once and kept beside the graph."""
+        """The sampler's structure, built once and kept beside the graph.
+
+        Returns:
+            (colptr, row, perm) as PyG's samplers build them (train/graph/typed_csc.py build_csc): the in-edges
+            of node v are row[colptr[v]:colptr[v + 1]]; perm maps a CSC position to its column of edge_index
+            (None: the node-shared graph keeps none, its edges already in CSC order).
+        """
 
     @abstractmethod
     def edge_rows(self, graph) -> EdgeRows | None:
@@ -142,11 +168,22 @@ class GraphForm(ABC):
 
     @abstractmethod
     def shared_tensors(self, graph) -> tuple[Shared, int]:
-        """What a node shares (data.share=node), in write order, and its size in bytes."""
+        """What a node shares (data.share=node).
+
+        Returns:
+            The tensors, by name in write order, and their size in bytes; `from_tensors` makes the graph again.
+        """
 
     @abstractmethod
     def from_tensors(self, tensors: Mapping[str, Tensor]):
-        """The graph again from the tensors `shared_tensors` gave (mapped from the node's shared files)."""
+        """The graph again from the node's shared files.
+
+        Args:
+            tensors: the tensors `shared_tensors` gave, by name, mapped from the shared files.
+
+        Returns:
+            The graph, as `load` made it (its CSC and edge rows attached).
+        """
 
     @abstractmethod
     def feature_batch(self, graph, nodes: Tensor):

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from train.cluster.distenv import DistEnv
+from train.config import Config, declared
 from train.errors import UserError
 from train.files import dir_problem, file_problem
 from train.loop.rank0_writes import written_by_rank0
@@ -45,13 +46,10 @@ CORRUPT_SUFFIX = ".corrupt"
 
 # Config keys that change what the model is or what it is trained on: a checkpoint made with
 # other values cannot be continued (shapes differ, or the remaining steps would see other
-# batches). Everything else (epochs, logging, checkpointing, timeouts, lr...) may change.
+# batches): the model section and each setting declared `same_on_resume` (train/config/sections.py).
+# Everything else (epochs, logging, checkpointing, timeouts, lr...) may change.
 INCOMPATIBLE_SECTIONS = ("model",)
-INCOMPATIBLE_KEYS = (
-    "data.name", "data.normalize_features", "data.num_nodes", "data.num_classes", "data.num_features",
-    "data.avg_degree", "data.homophily", "data.feature_signal", "data.train_fraction", "data.val_fraction", "data.seed",
-    "sampler.num_neighbors", "sampler.batch_size", "trainer.seed",
-)
+INCOMPATIBLE_KEYS = tuple(item.key for item in declared(Config) if item.spec.same_on_resume)
 
 
 class CorruptCheckpoint(Exception):

@@ -89,8 +89,32 @@ def check_output(name: str, out, rows: int, what: str) -> Tensor:
 
 
 def check_model(config: ModelConfig, meta: HeteroMeta | None = None) -> ModelStep:
-    """Raise `UserError` unless the model builds and answers a sampled batch as training will call it
-    (`meta`: the heterogeneous graph's types, when known)."""
+    """Check the model's contract: it builds and answers a sampled batch as training will call it.
+
+    A model satisfies it when it is a `torch.nn.Module` whose constructor takes `in_channels`, `hidden_channels`,
+    `num_layers`, `out_channels` and `dropout` by name (then `model.kwargs`), as PyG's `BasicGNN` models do, and
+    whose `forward(x, edge_index[, edge_attr][, edge_weight][, num_sampled_nodes_per_hop,
+    num_sampled_edges_per_hop])` returns float logits of one row per node (at least the seeds, first) and one
+    column per class, from which gradients reach its parameters (docs/models.md, "Your own model"). A `forward`
+    without `edge_index` is fed the features alone (PyG's MLP); a heterogeneous graph's model takes
+    `forward(x_dict, edge_index_dict)`.
+
+    Args:
+        config: the run's model section (`model.name`, `model.kwargs`, `model.num_layers`, `model.trim`).
+        meta: the heterogeneous graph's types, when known; None for a homogeneous graph (a model that trains on
+            typed graphs only is then checked on models/hetero.py's STAND_IN).
+
+    Returns:
+        The `ModelStep` of the model built on the stand-in graph: how the run will call it.
+
+    Raises:
+        UserError: naming the model and what is wrong (its import, an argument, its output, its gradients).
+
+    Example::
+
+        >>> from train.config import load_config
+        >>> step = check_model(load_config("tiny", ["model.name=mymodels.gnn:MyGNN"]).model)
+    """
     spec = resolve(config)
     name = config.name
     edge_dim = spec.kwargs.get(EDGE_DIM)

@@ -47,7 +47,7 @@ def forward_parameters(forward) -> tuple[set[str], bool]:
 def reads_graph(forward) -> bool:
     """Whether a model reads the graph: its forward takes edge_index (or **kwargs). False: a feature-only model (PyG's
     MLP), fed the features alone, whose batches carry no neighbours and whose fanouts count nothing. The one rule:
-    ModelStep, the memory plan and the fanout check (train/config.py's check_layer_fanouts) ask it. A model of a
+    ModelStep, the memory plan and the fanout check (train/config/checks.py's check_layer_fanouts) ask it. A model of a
     heterogeneous graph's dicts (forward(x_dict, edge_index_dict)) reads it too."""
     named, open_ended = forward_parameters(forward)
     return "edge_index" in named or "edge_index_dict" in named or open_ended

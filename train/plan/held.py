@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from train.builtin_tasks import task_row
 from train.config import Config
 from train.graph.link_fields import HELD_OUT_SPLITS
 from train.graph.sizes import FLOAT, INDEX, GraphSize
@@ -141,7 +142,7 @@ def held_size(config: Config, size: GraphSize) -> GraphSize:
     graph with its own split holds it as loaded, its ids in its size (GraphSize.link_ids)."""
     from train.graph.datasets.kinds import dataset_kind  # here: it imports torch (see shared_graph_bytes)
 
-    if config.task.name != "link" or dataset_kind(config.data.name).own_link_split:
+    if not task_row(config.task.name).edge_split or dataset_kind(config.data.name).own_link_split:
         return size
     pairs = size.edges // 2
     held_out = int(pairs * config.task.val_fraction) + int(pairs * config.task.test_fraction)

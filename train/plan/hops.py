@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from train.builtin_tasks import task_row
 from train.config import Config
 from train.graph.sizes import GraphSize
 
@@ -30,7 +31,7 @@ def batch_seeds(config: Config, evaluation: bool = False) -> int:
     """The seed nodes of one training (or sampled evaluation) batch: its nodes, or a link batch's endpoints (each
     positive's 2 and its negatives', 2 per binary pair, 1 per triplet target; an evaluation's pairs 2 each), at most."""
     size = config.sampler.eval_batch_size if evaluation else config.sampler.batch_size
-    if config.task.name != "link":
+    if task_row(config.task.name).seeds == "nodes":
         return size
     task = config.task
     return 2 * size if evaluation else size * (2 + (2 if task.neg_sampling == "binary" else 1) * task.neg_ratio)

@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass, field
 
 from train.builtin_models import BUILTINS
+from train.builtin_tasks import task_row
 from train.config import Config
 from train.graph.sharing.segments import shares_graph
 from train.graph.sizes import FLOAT, INDEX, GraphSize
@@ -105,7 +106,7 @@ def evaluation_sampled(config: Config, size: GraphSize) -> bool:
     plan). A link task's encoder is planned at the mode's word."""
     if config.eval.mode == "sampled":
         return True
-    if config.task.name == "link":
+    if task_row(config.task.name).seeds == "edges":
         return False
     from train.models import evaluates_exactly  # torch and PyG: only once a plan is made
 
@@ -319,12 +320,10 @@ class Setting:
 
     @property
     def gpu_sampling(self) -> bool:
-        """cuda: wherever the structure fits (or the GPU is unknown); auto: where structure and features fit."""
-        if not self.gpus or self.config.sampler.device == "cpu":
-            return False
-        if self.config.sampler.device == "auto":
-            return self.features_on_gpu
-        return self.placement is None or self.placement.structure
+        """Where the run samples, by the sampler.device rule's one home (device_plan.samples_on_gpu)."""
+        from train.graph.sampling.device_plan import samples_on_gpu  # torch: only once a plan is made
+
+        return self.gpus and samples_on_gpu(self.config.sampler.device, self.placement)
 
     @property
     def features_on_gpu(self) -> bool:
@@ -404,7 +403,7 @@ def make_plan(config: Config, size: GraphSize, nodes: int, ranks: int, gpus: boo
     """Bytes per node, per rank and per GPU for `ranks` processes over `nodes` nodes (GPUs of `gpu_bytes`), the
     graph of `size` loaded and held as the task holds it (`held_size`)."""
     loaded, size = size, held_size(config, size)
-    per_node = ranks // nodes
+    per_node = -(-ranks // nodes)  # the busiest node (make submit spreads them evenly: jobs/submit.sh)
     sharing = shares_graph(config.data.share, per_node)  # alone on its node, a rank keeps its own copy
     asked = gpus and config.sampler.device != "cpu"
     setting = Setting(config, ranks, per_node, gpus, sharing,

@@ -6,17 +6,19 @@ data root (`is_prepared`, checked before a job is queued) and how to prepare the
 `data.name` to its kind: a new dataset of a known kind is one row, a new kind one class. Every loader
 returns a PyG `Data` (train/graph/form.py): x, y, edge_index and the split as index tensors; a heterogeneous
 graph's is its typed form (train/graph/typed_graph.py: node_type, edge_type and its HeteroMeta beside it).
+`DatasetKind`, the interface every kind answers, is in train/graph/datasets/base.py.
 """
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from train.config import DataConfig
 from train.errors import UserError
 from train.files import check_dir
+from train.graph.datasets.base import DatasetKind, make_data
 from train.graph.datasets.igbh import IGBH_TYPES, igbh_full, igbh_label_name
 from train.graph.datasets.ogb_links import OGB_LINK_DATASETS, open_ogbl
 from train.graph.datasets.ogb_nodes import OGB_NODE_DATASETS, mag_size, ogb_source, open_ogb
@@ -32,61 +34,6 @@ if TYPE_CHECKING:  # PyG is imported where a graph is made: the doctor's probe o
 def untyped_target(data: DataConfig) -> str:
     return (f"data.target_node_type={data.target_node_type!r} is set, but data.name={data.name} is a graph of one "
             "node type; leave data.target_node_type empty, or give a heterogeneous graph (docs/data.md).")
-
-
-def make_data(name: str, root: Path) -> str:
-    """The command that prepares dataset `name` into `root` (mk/data.mk)."""
-    return f"make data DATASET={name} DATA_DIR={root}"
-
-
-class DatasetKind(ABC):
-    """One dataset (`name`) of one kind; `root` is the data root (data.root, else DATA_DIR, else ./data)."""
-
-    name: str
-    kind: str  # what the kind is called in `describe`
-    loader: str  # whose loading peak the memory plan counts (train/plan/held.py LOADER_PEAK)
-    in_data_root = True  # its files live under the data root
-    # What it can be trained for (task.name): node classification needs labels; link prediction edges, and takes
-    # the dataset's own link split where it has one (train/graph/link_fields.py), else makes one.
-    tasks: tuple[str, ...] = ("node", "link")
-    own_link_split = False  # its graph carries its own link split (a link task keeps it), else the task makes one
-    typed: bool | None = False  # a heterogeneous graph (None: told by its files, data.name=files)
-
-    def check(self, data: DataConfig) -> None:
-        """What the config must give for this kind beyond its name (raises UserError)."""
-
-    @abstractmethod
-    def describe(self) -> str:
-        """What it is, where its files come from and what prepares them: one sentence."""
-
-    @abstractmethod
-    def folder(self, data: DataConfig, root: Path) -> Path | None:
-        """Where its files are (None: nothing on disk)."""
-
-    @abstractmethod
-    def plan_size(self, data: DataConfig) -> GraphSize:
-        """Its size for the memory plan, without loading it."""
-
-    @abstractmethod
-    def load(self, data: DataConfig, root: Path) -> Data:
-        """The graph; a dataset that needs preparing must be prepared (`prepare`)."""
-
-    def prepare(self, data: DataConfig, root: Path) -> None:
-        """Download and process it into `root` (once, on a login node); nothing for most kinds."""
-
-    @abstractmethod
-    def is_prepared(self, data: DataConfig, root: Path) -> bool:
-        """Whether a job can load it from `root` without internet."""
-
-    def unprepared(self, data: DataConfig, root: Path, source: str) -> str:
-        """Why it is not prepared under `root` (named by `source`, e.g. DATA_DIR) and how to prepare it."""
-        return (f"dataset {self.name!r} is not prepared in {str(root)!r} ({source}): {self.describe()}; "
-                f"prepare it on a login node (with internet): {make_data(self.name, root)}")
-
-    @abstractmethod
-    def probe(self, data: DataConfig, root: Path) -> dict:
-        """What the doctor records of it on a node, never downloading: name, root, dir, state (generated,
-        missing, present) and detail; for files found, `counted` (their bytes make its size) and `opened`."""
 
 
 class Synthetic(DatasetKind):

@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
-from train.config import SamplerConfig
+from train.config import DataConfig, SamplerConfig, spec_named
 from train.errors import UserError
 from train.graph.edge_rows import EdgeRows, gather_pinned
 from train.graph.form import CSC, form_of
@@ -32,8 +32,9 @@ from train.graph.typed_csc import TypedSegments
 # beyond the planned working sets, and what other libraries (NCCL, cuBLAS) allocate on their first use.
 GPU_HEADROOM = 0.1
 INDEX_BYTES = 8  # int64 ids: the sampler's node map, and the CSC but where the node shares it in int32
-# data.feature_dtype: how the features placed on the GPU are stored (the model computes in float32).
-FEATURE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+# data.feature_dtype: how the features placed on the GPU are stored (the model computes in float32); each allowed
+# value (its declaration's choices) is the name of a torch dtype.
+FEATURE_DTYPES = {name: getattr(torch, name) for name in spec_named(DataConfig, "feature_dtype").choices}
 
 
 def gpu_structure_bytes(num_nodes: int, num_edges: int, with_perm: bool, csc_index_bytes: int = INDEX_BYTES) -> int:
@@ -103,6 +104,26 @@ def gpu_placement(structure_bytes: int, feature_bytes: int, free: int, working_b
     structure = structure_bytes <= placement.budget
     features = structure and structure_bytes + feature_bytes <= placement.budget
     return dataclasses.replace(placement, structure=structure, features=features)
+
+
+def samples_on_gpu(asked: str, placement: Placement | None) -> bool:
+    """The sampler.device rule, the one home the run (plan_sampling) and the memory plan (train/plan/terms.py
+    Setting.gpu_sampling) read.
+
+    Args:
+        asked: sampler.device: cpu, auto or cuda.
+        placement: where the graph fits on the GPU (gpu_placement); None where the GPU's memory is unknown (the
+            plan without --gpu-memory).
+
+    Returns:
+        Whether batches are sampled on the GPU: never for cpu; for auto where the structure and the features fit;
+        for cuda where the structure fits. Unknown memory: cuda is planned on the GPU, auto on the host.
+    """
+    if asked == "cpu":
+        return False
+    if placement is None:
+        return asked == "cuda"
+    return placement.features if asked == "auto" else placement.structure
 
 
 @dataclass
@@ -201,7 +222,7 @@ def plan_sampling(data: Data, config: SamplerConfig, device: torch.device, free_
     placement = gpu_placement(structure, features, free_gpu_bytes, working_bytes)
     auto = config.device == "auto"
     note = placement.describe(str(device), config.device)
-    if not (placement.features if auto else placement.structure):
+    if not samples_on_gpu(config.device, placement):
         cpu_plan.note, cpu_plan.fell_back, cpu_plan.each_rank = note, not auto, True
         return cpu_plan
     gpu_csc = tuple(t.to(device) if t is not None else None for t in csc)

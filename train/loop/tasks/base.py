@@ -46,7 +46,25 @@ class BatchResult:
 
 
 class Task(ABC):
-    """One kind of training: node classification or link prediction."""
+    """One kind of training (its row in train/builtin_tasks.py names the class): what the loop asks of it.
+
+    A subclass sets `name` (its `task.name`, the row's key) and answers the abstract methods; the loop owns the
+    rest (DDP, the optimizer, seeding, Join, records, checkpoints). Node classification (`NodeTask`) and link
+    prediction (`LinkTask`) are the two built in; CONTRIBUTING.md ("Adding a task") adds a third.
+
+    Args:
+        parts: the run's config, this rank's environment and device, the graph and its form (`TaskParts`).
+
+    Example::
+
+        class SmoothedNodeTask(NodeTask):
+            name = "node-smoothed"
+
+            def forward(self, ddp, batch):
+                plain = super().forward(ddp, batch)
+                loss = functional.cross_entropy(plain.logits, plain.target, label_smoothing=0.1)
+                return BatchResult(loss, plain.logits, plain.target, plain.seeds)
+    """
 
     name: str
     # Whether a batch of one seed can be one row of the model's output (a node: yes; an edge: its two ends at least):
@@ -60,7 +78,15 @@ class Task(ABC):
     # ---- the model ----------------------------------------------------------------------------
     @abstractmethod
     def build_model(self, spec: ModelSpec, width: int) -> nn.Module:
-        """The module the run trains and checkpoints save (every parameter in its state_dict)."""
+        """The module the run trains.
+
+        Args:
+            spec: the resolved model (`model.name` and its arguments).
+            width: the graph's feature width (the model's in_channels).
+
+        Returns:
+            The module checkpoints save (every parameter in its state_dict).
+        """
 
     @abstractmethod
     def describe_model(self, spec: ModelSpec, width: int) -> dict:
@@ -92,11 +118,30 @@ class Task(ABC):
     @abstractmethod
     def batches(self, seeds: Tensor, epoch: int, sampling: SamplingPlan, step: ModelStep,
                 timer: PhaseTimer) -> Iterator[Data]:
-        """The batches of this rank's `seeds`, in order, on the host (or where the sampler put them)."""
+        """The batches of this rank's part of an epoch.
+
+        Args:
+            seeds: this rank's shard of the epoch's items (`epoch_shard`).
+            epoch: the epoch, for the sampler's seed.
+            sampling: where batches are sampled and gathered from (train/graph/sampling/device_plan.py).
+            step: how a batch reaches the model (`step.uses_graph`: whether it needs neighbours).
+            timer: the phases a batch's time is counted in (sample, gather).
+
+        Returns:
+            The batches, in order, on the host (or where the sampler put them).
+        """
 
     @abstractmethod
     def forward(self, ddp: nn.Module, batch: Data) -> BatchResult:
-        """A batch (on the device) through the model: its loss and what its counts read."""
+        """A batch through the model.
+
+        Args:
+            ddp: the module DDP wraps (`ddp_module`).
+            batch: one of `batches`, on the device.
+
+        Returns:
+            Its loss, the scored outputs, their targets and the seeds it counts as (`BatchResult`).
+        """
 
     @abstractmethod
     def counts(self, result: BatchResult) -> tuple[int, int]:
@@ -110,4 +155,13 @@ class Task(ABC):
 
     @abstractmethod
     def evaluate(self, step: ModelStep, model: nn.Module, sampling: SamplingPlan) -> dict[str, float]:
-        """The val and test figures, the same on every rank; collective over all ranks."""
+        """The evaluation after an epoch; collective over all ranks.
+
+        Args:
+            step: how a batch reaches the model.
+            model: the module `build_model` made (its weights as trained so far).
+            sampling: where batches are sampled (eval.mode=sampled, or a model without the per-layer API).
+
+        Returns:
+            The val and test figures by name (e.g. val_acc, test_acc), the same on every rank.
+        """
