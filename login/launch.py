@@ -3,7 +3,7 @@ once before any rank starts, and a failure told by the project's own message, no
 
     python -m login.launch [--nproc N] [--code-dir DIR] COMMAND --config C [section.key=value ...] [OPTION ...]
 
-COMMAND is fit or doctor (N ranks, started by torchrun's own launcher in this process), or model (the model
+COMMAND is fit, doctor or predict (N ranks, started by torchrun's own launcher in this process), or model (the model
 check, here). Before any rank starts, the config and its overrides (and for fit the dataset's name and the
 model's contract) are checked in this one process, as `make submit` checks them before sbatch: a mistake is
 one `error:` line and exit status 2. A rank that fails later prints its own message; torchrun's report of it
@@ -24,7 +24,7 @@ import socket
 import sys
 from pathlib import Path
 
-RANKED = ("fit", "doctor")  # the commands that run on every rank; `model` runs here
+RANKED = ("fit", "doctor", "predict")  # the commands that run on every rank; `model` runs here
 # torchrun's loggers that report a rank's failure (its exit code, then the others being stopped) in lines of
 # their own: the rank has said what went wrong, and this process's exit status is the rank's.
 LAUNCHER_LOGGERS = ("torch.distributed.elastic.multiprocessing.api", "torch.distributed.elastic.agent.server.api",
@@ -65,6 +65,13 @@ def check_input(command: str, rest: list[str]):
     from train.cli.fit import config_of
 
     args = build_parser().parse_args([command, *rest])
+    if command == "predict":  # the run's own config, and its final weights there
+        from train.cli.predict import predict_config, run_path
+        from train.loop.finished_run import read_record
+
+        config = predict_config(args)
+        read_record(run_path(args))
+        return config
     config = config_of(args)  # before torch loads: a config error takes a moment
     if command == "fit":  # what every rank's preflight checks first that needs no rank (train/cli/preflight.py)
         from train.cli.preflight import check_model_input, check_outputs

@@ -2,7 +2,7 @@
 # `make submit ... DOCTOR=1` runs the doctor as the job's first step (jobs/train.sbatch) and
 # trains only when every check passed.
 
-# make report: the run directory (runs/<id>); empty: the newest run
+# make report, make predict: the run directory (runs/<id>); empty: the newest run
 RUN ?=
 # make report: runs to compare side by side, by id under runs/ or by directory ('7 8'): one table and compare.png
 RUNS ?=
@@ -13,7 +13,7 @@ TB_PORT ?= 6006
 # NODES or GPUS given by the user (not mk/jobs.mk's defaults): the doctor runs as a SLURM job.
 DOCTOR_ON_SLURM = $(filter command line environment,$(origin NODES) $(origin GPUS))
 
-.PHONY: doctor report tensorboard logs tail
+.PHONY: doctor report predict tensorboard logs tail
 
 doctor: $(if $(DOCTOR_ON_SLURM),,check-doctor setup) ## Check ranks, GPUs, network, data, all-reduce: NPROC local processes, or a job with NODES= GPUS=
 ifneq ($(DOCTOR_ON_SLURM),)
@@ -27,6 +27,10 @@ endif
 report: check-report setup ## Draw RUN/curves.png and print the run's summary (default: the newest run); RUNS='a b': side by side
 	@$(call split,runs,RUNS); run=(); [[ -z $$RUN ]] || run=("$$RUN"); \
 	"$$VENV/bin/python" -m train report -- "$${run[@]}" "$${runs[@]}"
+
+predict: check-predict setup ## Write every node's prediction and embedding of RUN (default: the newest run) on NPROC local ranks
+	@$(call split,args,ARGS); run=(); [[ -z $$RUN ]] || run=(--run-dir "$$RUN"); \
+	"$$VENV/bin/python" -m login.launch --nproc "$$NPROC" --code-dir "$$CODE_DIR" predict "$${run[@]}" "$${args[@]}"
 
 tensorboard: check-tensorboard setup ## Serve the runs' TensorBoard event files (runs/) on this node; prints the ssh -L line to reach it
 	@"$$VENV/bin/python" -m login.tensorboard --port "$$TB_PORT"

@@ -25,6 +25,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "doctor": ("train.doctor", "check the allocation, devices, network and data before a run"),
     "report": ("train.cli.report", "draw curves.png and print a summary for a run directory; several: side by side"),
     "model": ("train.cli.model", "check model.name and model.kwargs as fit will build the model; nothing is written"),
+    "predict": ("train.cli.predict", "write every node's prediction and embedding of a finished run (.npy rows)"),
     "plan": ("train.cli.plan", "print the memory a run will need per node, rank and GPU; refuse one that cannot fit"),
 }
 

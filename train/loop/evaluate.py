@@ -287,23 +287,29 @@ class LayerWisePass:
     """The exact pass, reusable by any task: the hidden layers computed once over full in-neighbourhoods, each
     rank its shard (RowOwners), then the last layer's rows (logits, or a link task's embeddings) for any nodes a
     rank asks for, as often as it asks. The rows a chunk reads of other ranks' shards come from their owners, so
-    `last_rows` is collective: every rank calls it as often as the others, with its own (maybe empty) nodes."""
+    `last_rows` is collective: every rank calls it as often as the others, with its own (maybe empty) nodes.
+    `keep_layer`: a hidden layer whose shard of rows (this rank's, RowOwners) is kept, where each is otherwise
+    dropped once the next is computed, for `kept_rows` (predict's embeddings)."""
 
     def __init__(self, api: LayerWise, data: Data, config: Config, env: DistEnv, device: torch.device,
-                 sampling: SamplingPlan):
+                 sampling: SamplingPlan, keep_layer: int | None = None):
         self.api, self.data, self.device = api, data, device
         self.graph = GraphAt.of(data, sampling)
         self.batch_size = config.sampler.eval_batch_size
         self.degrees: dict[str, Tensor] = {}  # by which in-edges count, computed once per pass
         owners = RowOwners(form_of(data).num_nodes(data), env.world_size)
         my_start = int(owners.starts[env.rank])
+        self.world_size, self.owners, self.my_start = env.world_size, owners, my_start
 
         def from_features(n_id: Tensor) -> Tensor:
             return _gather(self.graph.x, n_id, device)  # every rank holds the whole feature matrix (shared per node)
 
         inputs = from_features
+        self.kept: Tensor | None = None
         for index in range(api.num_layers - 1):
             mine = self._rows(index, owners.rows(env.rank), inputs)
+            if index == keep_layer:
+                self.kept = mine
 
             def inputs(n_id: Tensor, shard=mine) -> Tensor:
                 if env.world_size == 1:  # every row is this rank's
@@ -324,6 +330,12 @@ class LayerWisePass:
     def _rows(self, index: int, nodes: Tensor, inputs) -> Tensor:
         return _layer_rows(self.api, index, self.graph, nodes, self.batch_size, self.device, inputs,
                            self.degree_for(index))
+
+    def kept_rows(self, nodes: Tensor) -> Tensor:
+        """The kept hidden layer's rows of `nodes` (any of the graph's); collective, as `last_rows`."""
+        if self.world_size == 1:
+            return _gather(self.kept, nodes, self.device)
+        return fetch_rows(nodes, self.kept, self.my_start, self.owners, self.device)
 
     def last_rows(self, nodes: Tensor) -> Tensor:
         """The last layer's rows of `nodes` (any of the graph's, in their order), where the layers' rows are kept."""

@@ -92,6 +92,12 @@ class Task(ABC):
     def describe_model(self, spec: ModelSpec, width: int) -> dict:
         """What a checkpoint records of the model (a resume with another is refused)."""
 
+    @classmethod
+    def model_from_record(cls, spec: ModelSpec, in_channels, out_channels: int, meta, description: dict) -> nn.Module:
+        """The model from a checkpoint's record alone (`describe_model`'s dict; train/loop/finished_run.py), as
+        `build_model` builds it on the graph: the plug-in's model with the recorded widths and types."""
+        return spec.build(in_channels, out_channels, meta=meta)
+
     def encoder(self, model: nn.Module) -> nn.Module:
         """The plug-in's model inside `model`: what `ModelStep` calls on a batch."""
         return model

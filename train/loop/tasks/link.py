@@ -106,6 +106,10 @@ class LinkTask(Task):
     def describe_model(self, spec: ModelSpec, width: int) -> dict:
         return {**spec.describe(width, self.config.task.embedding), "head": self.config.task.head}
 
+    @classmethod
+    def model_from_record(cls, spec: ModelSpec, in_channels, out_channels: int, meta, description: dict) -> nn.Module:
+        return LinkModel(spec.build(in_channels, out_channels), HEADS[description["head"]](out_channels))
+
     def encoder(self, model: nn.Module) -> nn.Module:
         return model.encoder
 

@@ -1,0 +1,79 @@
+"""`python -m train predict --run-dir RUN [data.key=value ...] [--out DIR] [--layer K]`: every node's rows of a run."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from train.config import Config, load_config
+from train.errors import UserError
+
+# What predict may change of the run's settings: the graph it runs on (the same shape: grown, or a later
+# snapshot), how the pass is chunked and placed, and the process group's timeouts. The model, task and
+# training settings are the run's.
+OVERRIDABLE = ("data.", "sampler.eval_batch_size=", "sampler.device=", "dist.")
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--run-dir", default="", metavar="RUN",
+                        help="a finished run's directory (runs/<id>), or its id under runs/ (default: the newest run)")
+    parser.add_argument("--out", default="", metavar="DIR", help="where the rows go (default: RUN/predictions)")
+    parser.add_argument("--layer", type=int, default=None, metavar="K",
+                        help="the hidden layer whose rows are the embeddings (default: the last, before the output)")
+    parser.add_argument("overrides", nargs="*", metavar="data.key=value",
+                        help="another graph of the same shape (data.*), or sampler.eval_batch_size, sampler.device")
+
+
+def run_path(args) -> Path:
+    """The run predict reads: --run-dir as `make report` names a run, else the newest run under runs/."""
+    from train.loop.report import resolve_run
+    from train.loop.rundir import RUNS, newest_run
+
+    if args.run_dir:
+        return resolve_run(args.run_dir)
+    newest = newest_run()
+    if newest is None:
+        raise UserError(f"no run under {RUNS}/ yet: train one first (make run), or name one: make predict RUN=<dir>")
+    return newest
+
+
+def predict_config(args) -> Config:
+    """The run's config (RUN/config.yaml) with the overrides predict allows; others refused by name."""
+    refused = [item for item in args.overrides if not item.startswith(OVERRIDABLE)]
+    if refused:
+        raise UserError(f"predict cannot change {', '.join(refused)}: the model, task and training are the run's. "
+                        f"It takes data.* (another graph of the same shape), sampler.eval_batch_size, "
+                        f"sampler.device and dist.*.")
+    path = run_path(args) / "config.yaml"
+    if not path.is_file():
+        raise UserError(f"RUN={str(run_path(args))!r} holds no config.yaml: give a finished run's directory "
+                        "(runs/<id>).")
+    return load_config(str(path), args.overrides, "RUN")
+
+
+def out_dir(args) -> Path:
+    return Path(args.out) if args.out else run_path(args) / "predictions"
+
+
+def main(args) -> int:
+    from train.cli.env import command_line
+    from train.cluster.distenv import resolve
+
+    config = predict_config(args)
+    env = resolve(os.environ, command=command_line())
+    from train.cluster.procgroup import process_group
+    from train.graph.sharing.shared_graph import shared_graphs
+    from train.loop.finished_run import read_record
+    from train.loop.predict import predict
+    from train.loop.run import obtain_graph
+
+    record = read_record(run_path(args))  # before the rendezvous: a missing model.pt is one message
+    with process_group(env, config.dist) as (_backend, device), shared_graphs():
+        data = obtain_graph(config, env)
+        manifest = predict(config, env, device, data, record, out_dir(args), args.layer)
+    if env.is_main:
+        for name, meta in manifest["files"].items():
+            print(f"wrote {out_dir(args) / name}: {meta['dtype']} {'x'.join(map(str, meta['shape']))}, "
+                  f"{meta['holds']}", flush=True)
+        print(f"manifest {out_dir(args) / 'manifest.json'}", flush=True)
+    return 0
