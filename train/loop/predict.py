@@ -27,6 +27,7 @@ import torch.distributed as dist
 from torch import Tensor
 from torch_geometric.data import Data
 
+from train.builtin_tasks import task_row
 from train.cluster.distenv import DistEnv
 from train.config import Config
 from train.errors import EXIT_USER_ERROR, UserError
@@ -56,12 +57,13 @@ class Output:
     holds: str
 
 
-def outputs_for(task: str, multilabel: bool, classes: int, hidden: int, layer: int) -> list[Output]:
-    """The files a predict writes for a run of `task` (its model's `classes` outputs and `hidden` embedding width)."""
+def outputs_for(classifies: bool, multilabel: bool, classes: int, hidden: int, layer: int) -> list[Output]:
+    """The files a predict writes: a run that classifies nodes (its model's `classes` outputs) writes its classes
+    and probabilities beside the embeddings (`hidden` wide); a run whose seeds are edges, the embeddings alone."""
     embedding = Output("embeddings.npy", hidden, "float32",
                        f"each node's embedding: the rows of hidden layer {layer} (0 is the first)"
-                       if task == "node" else "each node's embedding: the encoder's output, which the link head scores")
-    if task != "node":
+                       if classifies else "each node's embedding: the encoder's output, which the link head scores")
+    if not classifies:
         return [embedding]
     if multilabel:
         return [Output("probabilities.npy", classes, "float32", "each task's probability (sigmoid of its logit)"),
@@ -140,6 +142,12 @@ def row_values(logits: torch.Tensor, embeddings: torch.Tensor, outputs: list[Out
     return values
 
 
+def classifies_nodes(config: Config) -> bool:
+    """Whether the run's task classifies its seed nodes (its model's last layer gives each node's logits), or
+    trains on edges (an encoder whose last layer gives the embeddings its head scores)."""
+    return task_row(config.task.name).seeds == "nodes"
+
+
 def predicted_nodes(data: Data) -> Tensor:
     """The nodes predict writes a row for, in row order: every node, or a typed graph's target type's (row i: the
     type's node i)."""
@@ -176,7 +184,7 @@ def prepared(config: Config, env: DistEnv, device: torch.device, data: Data, rec
                         "docs/models.md says which models have one.")
     hidden_layers = api.num_layers - 1
     chosen = hidden_layers - 1 if layer is None else layer
-    if config.task.name == "node" and not 0 <= chosen < hidden_layers:
+    if classifies_nodes(config) and not 0 <= chosen < hidden_layers:
         raise UserError(f"--layer {layer} is not a hidden layer of this model: it has {hidden_layers} "
                         f"(0 to {hidden_layers - 1}; the last, {hidden_layers - 1}, is the default).")
     return Prepared(task, api, chosen)
@@ -187,13 +195,13 @@ def predict(config: Config, env: DistEnv, device: torch.device, data: Data, reco
     """Write every node's rows into `out_dir` (collective over all ranks); returns the manifest (on every rank)."""
     run = told_once_value(env, lambda: prepared(config, env, device, data, record, layer))
     api, chosen, form = run.api, run.layer, form_of(data)
-    node_task = config.task.name == "node"
+    node_task = classifies_nodes(config)
     sampling = plan_sampling(run.task.graph, config.sampler, device, feature_dtype=config.data.feature_dtype)
     nodes = predicted_nodes(data)
     total = nodes.numel()
     multilabel = node_task and form.multilabel(data)
     width = api.widths[chosen] if node_task else api.widths[-1]
-    outputs = outputs_for(config.task.name, multilabel, api.widths[-1], width, chosen)
+    outputs = outputs_for(node_task, multilabel, api.widths[-1], width, chosen)
     files = RowFiles(out_dir, outputs, total)
     written_by_rank0(env.is_main, files.preallocate)
     mine = rank_shard(nodes, env.rank, env.world_size)
