@@ -34,6 +34,7 @@ class DataConfig:
     root: str = ""  # "" -> $DATA_DIR, else ./data
     path: str = ""  # data.name=files: a folder of arrays or a saved PyG Data (.pt), see graph/datasets/graph_files.py
     share: str = "node"  # node: one copy per node in shared memory; process: each rank loads its own
+    features: str = "auto"  # node: each node every row; sharded: its own; auto: decided (graph/sharing/feature_layout)
     share_dir: str = ""  # "" -> /dev/shm, else node-local disk ($SLURM_TMPDIR, $TMPDIR, /tmp) when it is too small
     share_keep: bool = False  # keep the shared files until exit, to inspect them; else unlink once all ranks map them
     load_timeout_seconds: float = 3600.0  # how long ranks wait for the others to load the graph (all nodes)
@@ -184,7 +185,7 @@ class Config:
 
 
 CHOICES: dict[str, tuple[str, ...]] = {
-    "data.share": ("node", "process"),
+    "data.share": ("node", "process"), "data.features": ("auto", "node", "sharded"),
     "sampler.device": ("auto", "cpu", "cuda"),
     "data.feature_dtype": ("float32", "bfloat16", "float16"),
     "data.featureless": ("zeros", "degree"),

@@ -19,7 +19,9 @@ from pathlib import Path
 
 from train.config import Config
 from train.errors import UserError
-from train.loop.killed_rank import NODE_MEMORY_REMEDIES, figures_of_plan, figures_text, memory_words
+from train.graph.sharing.feature_layout import LayoutChoice
+from train.loop.killed_rank import figures_of_plan, figures_text, memory_words
+from train.plan.sharded import SHARDED, gpu_need, layout_lines, layout_of, node_refusal
 from train.plan.terms import GIB, GraphSize, Plan, make_plan, shared_graph_bytes
 
 __all__ = ["GraphSize", "Plan", "format_plan", "graph_size", "make_plan", "refusals", "shared_graph_bytes"]
@@ -121,7 +123,7 @@ def format_plan(plan: Plan, config: Config) -> str:
              f"eval.mode={config.eval.mode}"]
     capacity = {"node": plan.node_capacity, "GPU": plan.gpu_capacity}
     for scope, items in plan.rows.items():
-        if not items:
+        if not items or scope == SHARDED:  # printed beside the layout (layout_lines)
             continue
         for i, (item, value) in enumerate(items.items()):
             lines.append(f"{('per ' + scope) if i == 0 else '':<9} {item:<56} {memory_words(value):>11}")
@@ -132,18 +134,17 @@ def format_plan(plan: Plan, config: Config) -> str:
     return "\n".join(lines)
 
 
-def refusals(plan: Plan) -> list[str]:
+def refusals(plan: Plan, config: Config, loaded: GraphSize, choice: LayoutChoice) -> list[str]:
+    """What does not fit: a node in the layout data.features takes (`choice`), a GPU, sampler.device=cuda."""
     found = []
-    cap, source = plan.node_capacity
-    if cap is not None and plan.node_peak > cap:
-        found.append(f"a node needs {memory_words(plan.node_peak)} at its peak but has {memory_words(cap)} ({source}): "
-                     f"{NODE_MEMORY_REMEDIES}")
+    if (node := node_refusal(plan, config, loaded, choice)) is not None:
+        found.append(node)
     if plan.fallback:
         found.append(plan.fallback + " Ask for what the run would do (sampler.device=cpu), or use GPUs with more "
                      "memory")
-    cap, source = plan.gpu_capacity
-    if cap is not None and plan.rows["GPU"] and plan.gpu_total > cap:
-        found.append(f"a GPU needs {memory_words(plan.gpu_total)} but has {memory_words(cap)} ({source}): lower "
+    (cap, source), need = plan.gpu_capacity, gpu_need(plan, choice)
+    if cap is not None and plan.rows["GPU"] and need > cap:
+        found.append(f"a GPU needs {memory_words(need)} but has {memory_words(cap)} ({source}): lower "
                      "sampler.batch_size, the fanouts or model.hidden, or keep the graph on the host "
                      "(sampler.device=cpu)")
     return found
@@ -181,12 +182,14 @@ def main(args) -> int:
         if value is not None and value <= 0:
             raise UserError(f"{flag}={value} must be a positive number of GiB.")
     gpu_capacity = gpu_memory(args.gpu_memory) if not args.cpu else (None, "no GPUs")
-    plan = make_plan(config, graph_size(config), args.nodes, ranks, gpus=not args.cpu, gpu_bytes=gpu_capacity[0])
+    loaded = graph_size(config)
+    plan = make_plan(config, loaded, args.nodes, ranks, gpus=not args.cpu, gpu_bytes=gpu_capacity[0])
     plan.node_capacity = (None, f"unknown: {args.node_memory_unknown}; give --node-memory GiB") \
         if args.node_memory_unknown else node_memory(args.partition, args.node_memory)
     plan.gpu_capacity = gpu_capacity
-    print(format_plan(plan, config), flush=True)
-    found = refusals(plan)
+    choice = layout_of(plan, config, loaded, *plan.node_capacity)  # the run's own decision (run_layout)
+    print(format_plan(plan, config) + "\n" + "\n".join(layout_lines(plan, choice)), flush=True)
+    found = refusals(plan, config, loaded, choice)
     if found:
         raise UserError("this plan does not fit: " + "; ".join(found) + ".")
     print(verdict(plan, gpus=not args.cpu), flush=True)
