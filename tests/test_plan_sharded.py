@@ -4,6 +4,7 @@ memory plan's per-node bytes under `node` and under `sharded` (train/plan/sharde
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from dataclasses import replace
@@ -170,6 +171,25 @@ def test_the_run_and_the_plan_take_the_same_layout_from_the_same_figures(tmp_pat
     assert run_layout(config, loaded, 2, 4, gpus=False, limit=copy, source="x").layout == "node"
 
 
+def test_the_job_s_mem_binds_the_plan_as_it_binds_the_run(tmp_path):
+    """MEM (the job's --mem) below a node's memory is the limit the plan weighs, as SLURM_MEM_PER_NODE is the run's:
+    both take the same layout, from the same figures."""
+    config, loaded, plan = wide_plan(2, 4)
+    layout_of(plan, config, loaded, None, "unknown")
+    mem_mb = int((plan.node_peak + plan.rows[SHARDED]["peak"]) / 2 / 2**20)
+    done = subprocess.run([sys.executable, "-m", "train", "plan", "--config", "synthetic", "--nodes", "2", "--gpus",
+                           "4", "--cpu", "--node-memory", "512", "--mem-mb", str(mem_mb), "--", *WIDE], cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), "PATH": "/bin"}, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert f"{mem_mb / 1024:,.1f} GiB  (MEM: the job's --mem)" in done.stdout
+    limit, source = node_limit(mem_mb, tmp_path / "no-cgroup", tmp_path, physical=512 * GIB)
+    assert (limit, source) == (mem_mb * 2**20, "SLURM's --mem (SLURM_MEM_PER_NODE)")
+    ran = run_layout(config, loaded, 2, 4, gpus=False, limit=limit, source=source)
+    printed = next(line for line in done.stdout.splitlines() if line.startswith("data.features: "))
+    assert ran.layout == "sharded" and printed == f"data.features: {ran.reason}".replace(source, "MEM: the job's --mem")
+
+
 def test_what_is_needed_is_the_fewest_nodes_that_fit_sharded():
     config, loaded, plan = wide_plan(1, 2)
     sharded_at = {n: sharded_rows(plan, config, loaded, n)["peak"] for n in (2, 3, 4)}
@@ -181,7 +201,7 @@ def test_what_is_needed_is_the_fewest_nodes_that_fit_sharded():
 
 # ---- make submit DRY_RUN=1, IGBH-full on 2 TiB nodes --------------------------------------------------
 
-def submit_igbh(tmp_path: Path, nodes: int) -> subprocess.CompletedProcess:
+def submit_igbh(tmp_path: Path, nodes: int, *knobs: str) -> subprocess.CompletedProcess:
     """`make submit DRY_RUN=1` of IGBH-full in float16 on 8 nodes of 8 GPUs and 2 TiB each (a stand-in sinfo)."""
     bindir = tmp_path / f"bin{nodes}"
     standin_bin.install(bindir, "sinfo")  # answers from bindir/sinfo.table
@@ -194,12 +214,13 @@ def submit_igbh(tmp_path: Path, nodes: int) -> subprocess.CompletedProcess:
     env.update(PATH=f"{bindir}:{env['PATH']}", STANDIN_DIR=str(bindir), STANDIN_RECORD=str(tmp_path / "sbatch"))
     args = f"data.name=igbh-full data.feature_dtype=float16 data.path={folder}"
     return subprocess.run(["make", "--no-print-directory", "submit", "DRY_RUN=1", "CONFIG=igbh-rgat", f"ARGS={args}",
-                           f"NODES={nodes}", f"GPUS={8 * nodes}", "IMAGE=none"], cwd=ROOT, env=env,
+                           f"NODES={nodes}", f"GPUS={8 * nodes}", "IMAGE=none", *knobs], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=120)
 
 
 def test_igbh_full_fits_2_tib_nodes_sharded_over_8_and_fits_no_one_node(tmp_path):
-    eight, one = map_side_by_side(lambda nodes: submit_igbh(tmp_path, nodes), [8, 1])
+    """On one node the job's MEM (its cgroup's limit) binds below sinfo's memory, as it binds the run."""
+    eight, one = map_side_by_side(lambda args: submit_igbh(tmp_path, *args), [(8,), (1, "MEM=1800G")])
     assert eight.returncode == 0, eight.stderr
     assert "data.features: sharded: the features (2,087.8 GiB) and structure" in eight.stdout
     assert "the node's limit is 2,048.0 GiB (sinfo -p big: smallest node); sharded over 8 nodes" in eight.stdout
@@ -208,7 +229,8 @@ def test_igbh_full_fits_2_tib_nodes_sharded_over_8_and_fits_no_one_node(tmp_path
     assert float(copy.split()[-2].replace(",", "")) > 2048 >= float(sharded.split()[-2].replace(",", ""))
     assert "# DRY_RUN=1: nothing submitted" in eight.stdout
     assert one.returncode == 2, one.stdout
-    assert "at its peak but has 2,048.0 GiB (sinfo -p big: smallest node), on one node, where sharding the features " \
+    assert "at its peak but has 1,800.0 GiB (MEM: the job's --mem), on one node, where sharding the features " \
         "changes nothing" in one.stderr
-    assert "sharded, 8 nodes of 8 rank(s) would fit (NODES=8, 64 ranks" in one.stderr
+    needed = int(re.search(r"sharded, (\d+) nodes of 8 rank\(s\) would fit \(NODES=\1, ", one.stderr)[1])
+    assert needed > 8  # more than on 2,048 GiB nodes
     assert "Traceback" not in one.stderr and not (tmp_path / "sbatch").exists()

@@ -17,6 +17,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from train.cluster.memory_limit import smallest
 from train.config import Config
 from train.errors import UserError
 from train.graph.sharing.feature_layout import LayoutChoice
@@ -162,6 +163,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--partition", default=os.environ.get("PARTITION", ""), help="asked of sinfo for node memory")
     parser.add_argument("--node-memory", type=float, default=None, metavar="GIB", help="memory of one node, GiB")
     parser.add_argument("--gpu-memory", type=float, default=None, metavar="GIB", help="memory of one GPU, GiB")
+    parser.add_argument("--mem-mb", type=int, default=None, metavar="MB",
+                        help="the job's --mem per node in MB (make submit's MEM; 0: the whole node): the run may hold "
+                             "no more, and data.features=auto weighs it as the run does")
     parser.add_argument("--node-memory-unknown", default="", metavar="WHY",
                         help="sinfo is not asked: the caller knows it cannot answer (make submit: no controller)")
     parser.add_argument("--figures-file", default="", metavar="PATH",
@@ -181,11 +185,15 @@ def main(args) -> int:
     for flag, value in (("--node-memory", args.node_memory), ("--gpu-memory", args.gpu_memory)):
         if value is not None and value <= 0:
             raise UserError(f"{flag}={value} must be a positive number of GiB.")
+    if args.mem_mb is not None and args.mem_mb < 0:
+        raise UserError(f"--mem-mb={args.mem_mb} must be a number of MB, or 0 for the whole node.")
     gpu_capacity = gpu_memory(args.gpu_memory) if not args.cpu else (None, "no GPUs")
     loaded = graph_size(config)
     plan = make_plan(config, loaded, args.nodes, ranks, gpus=not args.cpu, gpu_bytes=gpu_capacity[0])
-    plan.node_capacity = (None, f"unknown: {args.node_memory_unknown}; give --node-memory GiB") \
+    node = (None, f"unknown: {args.node_memory_unknown}; give --node-memory GiB") \
         if args.node_memory_unknown else node_memory(args.partition, args.node_memory)
+    plan.node_capacity = smallest([node, (args.mem_mb * 2**20 if args.mem_mb else None, "MEM: the job's --mem")],
+                                  node[1])
     plan.gpu_capacity = gpu_capacity
     choice = layout_of(plan, config, loaded, *plan.node_capacity)  # the run's own decision (run_layout)
     print(format_plan(plan, config) + "\n" + "\n".join(layout_lines(plan, choice)), flush=True)

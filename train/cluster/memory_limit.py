@@ -78,10 +78,14 @@ def node_limit(slurm_mem_mb: int | None, proc_cgroup: Path = PROC_CGROUP, root: 
     Returns:
         (bytes or None where nothing is known, the source in words).
     """
-    known = [(cgroup_limit_bytes(proc_cgroup, root), "the job's cgroup"),
-             (slurm_mem_mb * MIB if slurm_mem_mb else None, "SLURM's --mem (SLURM_MEM_PER_NODE)"),
-             (physical if physical is not None else physical_memory_bytes(), "the node's memory")]
-    known = [(value, source) for value, source in known if value]
-    if not known:
-        return None, "unknown: no cgroup limit, no SLURM --mem, and the system does not say its memory"
-    return min(known, key=lambda pair: pair[0])
+    return smallest([(cgroup_limit_bytes(proc_cgroup, root), "the job's cgroup"),
+                     (slurm_mem_mb * MIB if slurm_mem_mb else None, "SLURM's --mem (SLURM_MEM_PER_NODE)"),
+                     (physical if physical is not None else physical_memory_bytes(), "the node's memory")],
+                    "unknown: no cgroup limit, no SLURM --mem, and the system does not say its memory")
+
+
+def smallest(limits: list[tuple[int | None, str]], unknown: str) -> tuple[int | None, str]:
+    """The smallest known (bytes, source) of `limits` (None or 0: not known), else (None, `unknown`): the run's
+    limits (node_limit) and the plan's (a node's memory and the job's --mem, train/cli/plan.py) alike."""
+    known = [(value, source) for value, source in limits if value]
+    return min(known, key=lambda pair: pair[0]) if known else (None, unknown)
