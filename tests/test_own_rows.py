@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -113,6 +114,15 @@ def test_own_files_shards_are_their_rows(tmp_path):
 def test_igbh_s_shards_are_its_rows_per_type(tmp_path):
     folder = write_igbh(tmp_path / "igbh", papers=120)
     assert_shards_are_the_whole(DataConfig(name="igbh", path=str(folder), num_classes=19), 3)
+
+
+def test_a_saved_hetero_data_s_shards_are_its_rows_per_type(tmp_path):
+    from train.graph.datasets.hetero_synthetic import hetero_synthetic
+
+    torch.save(hetero_synthetic(DataConfig(num_nodes=200)), tmp_path / "hetero.pt")
+    config = DataConfig(name="files", path=str(tmp_path / "hetero.pt"), target_node_type="paper")
+    assert_shards_are_the_whole(config, 2)
+    assert_shards_are_the_whole(replace(config, featureless="degree"), 3)  # venues: log(1 + in-degree)
 
 
 def test_a_downloaded_graph_loaded_whole_keeps_its_own_rows():

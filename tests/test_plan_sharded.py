@@ -16,7 +16,7 @@ from tests.harness import standin_bin
 from tests.harness.localjob import ROOT
 from tests.harness.side_by_side import map_side_by_side
 from train.cli.plan import graph_size
-from train.cluster.distenv import job_facts
+from train.cluster.distenv import job_facts, resolve
 from train.cluster.memory_limit import cgroup_limit_bytes, node_limit
 from train.config import load_config
 from train.graph.sharing.feature_layout import resolved_layout
@@ -24,6 +24,7 @@ from train.plan.sharded import (
     FETCH_ON_GPU,
     SHARDED,
     layout_of,
+    node_layout,
     nodes_needed,
     run_layout,
     shard_rows,
@@ -188,6 +189,24 @@ def test_the_job_s_mem_binds_the_plan_as_it_binds_the_run(tmp_path):
     ran = run_layout(config, loaded, 2, 4, gpus=False, limit=limit, source=source)
     printed = next(line for line in done.stdout.splitlines() if line.startswith("data.features: "))
     assert ran.layout == "sharded" and printed == f"data.features: {ran.reason}".replace(source, "MEM: the job's --mem")
+
+
+def test_a_running_node_takes_the_layout_from_its_own_job_and_limit():
+    """node_layout: the job's shape from its DistEnv, its --mem from SLURM_MEM_PER_NODE (here below the copy's
+    need, so below any node's memory too), the same answer as the plan at that limit."""
+    config, loaded, plan = wide_plan(2, 4)
+    layout_of(plan, config, loaded, None, "unknown")
+    mem_mb = int((plan.node_peak + plan.rows[SHARDED]["peak"]) / 2 / 2**20)
+    env = resolve({"SLURM_JOB_ID": "7", "SLURM_PROCID": "0", "SLURM_NTASKS": "4", "SLURM_LOCALID": "0",
+                   "SLURM_NODEID": "0", "SLURM_JOB_NUM_NODES": "2", "SLURM_TASKS_PER_NODE": "2(x2)",
+                   "SLURM_JOB_NODELIST": "n[1-2]", "SLURM_STEP_NODELIST": "n[1-2]", "SLURM_NNODES": "2",
+                   "SLURM_STEP_NUM_NODES": "2", "SLURM_STEP_NUM_TASKS": "4", "SLURM_STEP_TASKS_PER_NODE": "2(x2)",
+                   "MASTER_ADDR": "n1", "MASTER_PORT": "29500", "SLURM_MEM_PER_NODE": str(mem_mb)})
+    assert (env.num_nodes, env.world_size, env.mem_per_node) == (2, 4, mem_mb)
+    choice = node_layout(config, env, gpus=False)
+    limit, source = node_limit(mem_mb)  # this machine's cgroup, were it smaller still, would bind instead
+    assert limit <= mem_mb * 2**20
+    assert choice.layout == "sharded" and f"the node's limit is {limit / GIB:,.1f} GiB ({source})" in choice.reason
 
 
 def test_what_is_needed_is_the_fewest_nodes_that_fit_sharded():

@@ -156,6 +156,17 @@ def run_layout(config: Config, loaded: GraphSize, nodes: int, ranks: int, gpus: 
     return layout_of(make_plan(config, loaded, nodes, ranks, gpus=gpus), config, loaded, limit, source)
 
 
+def node_layout(config: Config, env, gpus: bool) -> LayoutChoice:
+    """data.features on this node of a running job (`env`: its DistEnv): the plan of the job, from the graph's size
+    as the plan reads it (never loading it), weighed against this node's own limit. What the run calls; every node
+    of a job takes the same layout where their limits agree (one limit per job: its --mem, its nodes' memory)."""
+    from train.cluster.memory_limit import node_limit
+    from train.graph.datasets.loading import dataset_kind  # torch and PyG: only once a layout is asked for
+
+    loaded = dataset_kind(config.data).plan_size(config.data)
+    return run_layout(config, loaded, env.num_nodes, env.world_size, gpus, *node_limit(env.mem_per_node))
+
+
 def nodes_needed(plan: Plan, config: Config, loaded: GraphSize, limit: int) -> int | None:
     """The fewest nodes (of the plan's ranks per node) whose sharded peak fits `limit`; None where even MOST_NODES
     would not (the structure and the ranks alone are too large). The peak falls as nodes are added."""
