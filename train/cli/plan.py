@@ -17,9 +17,12 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from train.cluster.memory_limit import smallest
 from train.config import Config
 from train.errors import UserError
-from train.loop.killed_rank import NODE_MEMORY_REMEDIES, figures_of_plan, figures_text, memory_words
+from train.graph.sharing.feature_layout import LayoutChoice
+from train.loop.killed_rank import figures_of_plan, figures_text, memory_words
+from train.plan.sharded import SHARDED, gpu_need, layout_lines, layout_of, node_refusal
 from train.plan.terms import GIB, GraphSize, Plan, make_plan, shared_graph_bytes
 
 __all__ = ["GraphSize", "Plan", "format_plan", "graph_size", "make_plan", "refusals", "shared_graph_bytes"]
@@ -121,7 +124,7 @@ def format_plan(plan: Plan, config: Config) -> str:
              f"eval.mode={config.eval.mode}"]
     capacity = {"node": plan.node_capacity, "GPU": plan.gpu_capacity}
     for scope, items in plan.rows.items():
-        if not items:
+        if not items or scope == SHARDED:  # printed beside the layout (layout_lines)
             continue
         for i, (item, value) in enumerate(items.items()):
             lines.append(f"{('per ' + scope) if i == 0 else '':<9} {item:<56} {memory_words(value):>11}")
@@ -132,18 +135,17 @@ def format_plan(plan: Plan, config: Config) -> str:
     return "\n".join(lines)
 
 
-def refusals(plan: Plan) -> list[str]:
+def refusals(plan: Plan, config: Config, loaded: GraphSize, choice: LayoutChoice) -> list[str]:
+    """What does not fit: a node in the layout data.features takes (`choice`), a GPU, sampler.device=cuda."""
     found = []
-    cap, source = plan.node_capacity
-    if cap is not None and plan.node_peak > cap:
-        found.append(f"a node needs {memory_words(plan.node_peak)} at its peak but has {memory_words(cap)} ({source}): "
-                     f"{NODE_MEMORY_REMEDIES}")
+    if (node := node_refusal(plan, config, loaded, choice)) is not None:
+        found.append(node)
     if plan.fallback:
         found.append(plan.fallback + " Ask for what the run would do (sampler.device=cpu), or use GPUs with more "
                      "memory")
-    cap, source = plan.gpu_capacity
-    if cap is not None and plan.rows["GPU"] and plan.gpu_total > cap:
-        found.append(f"a GPU needs {memory_words(plan.gpu_total)} but has {memory_words(cap)} ({source}): lower "
+    (cap, source), need = plan.gpu_capacity, gpu_need(plan, choice)
+    if cap is not None and plan.rows["GPU"] and need > cap:
+        found.append(f"a GPU needs {memory_words(need)} but has {memory_words(cap)} ({source}): lower "
                      "sampler.batch_size, the fanouts or model.hidden, or keep the graph on the host "
                      "(sampler.device=cpu)")
     return found
@@ -162,6 +164,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--partition", default=os.environ.get("PARTITION", ""), help="asked of sinfo for node memory")
     parser.add_argument("--node-memory", type=float, default=None, metavar="GIB", help="memory of one node, GiB")
     parser.add_argument("--gpu-memory", type=float, default=None, metavar="GIB", help="memory of one GPU, GiB")
+    parser.add_argument("--mem-mb", type=int, default=None, metavar="MB",
+                        help="the job's --mem per node in MB (make submit's MEM; 0: the whole node): the run may hold "
+                             "no more, and data.features=auto weighs it as the run does")
     parser.add_argument("--node-memory-unknown", default="", metavar="WHY",
                         help="sinfo is not asked: the caller knows it cannot answer (make submit: no controller)")
     parser.add_argument("--figures-file", default="", metavar="PATH",
@@ -181,13 +186,19 @@ def main(args) -> int:
     for flag, value in (("--node-memory", args.node_memory), ("--gpu-memory", args.gpu_memory)):
         if value is not None and value <= 0:
             raise UserError(f"{flag}={value} must be a positive number of GiB.")
+    if args.mem_mb is not None and args.mem_mb < 0:
+        raise UserError(f"--mem-mb={args.mem_mb} must be a number of MB, or 0 for the whole node.")
     gpu_capacity = gpu_memory(args.gpu_memory) if not args.cpu else (None, "no GPUs")
-    plan = make_plan(config, graph_size(config), args.nodes, ranks, gpus=not args.cpu, gpu_bytes=gpu_capacity[0])
-    plan.node_capacity = (None, f"unknown: {args.node_memory_unknown}; give --node-memory GiB") \
+    loaded = graph_size(config)
+    plan = make_plan(config, loaded, args.nodes, ranks, gpus=not args.cpu, gpu_bytes=gpu_capacity[0])
+    node = (None, f"unknown: {args.node_memory_unknown}; give --node-memory GiB") \
         if args.node_memory_unknown else node_memory(args.partition, args.node_memory)
+    plan.node_capacity = smallest([node, (args.mem_mb * 2**20 if args.mem_mb else None, "MEM: the job's --mem")],
+                                  node[1])
     plan.gpu_capacity = gpu_capacity
-    print(format_plan(plan, config), flush=True)
-    found = refusals(plan)
+    choice = layout_of(plan, config, loaded, *plan.node_capacity)  # the run's own decision (run_layout)
+    print(format_plan(plan, config) + "\n" + "\n".join(layout_lines(plan, choice)), flush=True)
+    found = refusals(plan, config, loaded, choice)
     if found:
         raise UserError("this plan does not fit: " + "; ".join(found) + ".")
     print(verdict(plan, gpus=not args.cpu), flush=True)

@@ -94,6 +94,7 @@ class DistEnv:
     cluster_name: str | None = None  # SLURM_CLUSTER_NAME: job ids repeat across clusters (train/loop/rundir.py)
     submission_id: str | None = None  # PYG_SUBMISSION_ID: one id for every requeue of a `make submit`
     gpu_allocation: tuple[tuple[str, str], ...] = ()  # SLURM's GPU variables that are set, as (name, value)
+    mem_per_node: int | None = None  # SLURM_MEM_PER_NODE: the job's --mem in MB (0: the whole node)
     sources: Mapping[str, str] = field(default_factory=dict)
 
     @property

@@ -25,6 +25,8 @@ VARIABLES: dict[str, tuple[str, ...]] = {
     # of them is refused (train/cluster/devices.py invisible_gpus), never left to train on the CPU.
     "gpu_allocation": ("SLURM_GPUS_PER_TASK", "SLURM_GPUS_ON_NODE", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS",
                        "SLURM_GPUS_PER_NODE", "SLURM_GPUS"),
+    # SLURM's --mem in MB (0: the whole node): a limit data.features=auto weighs (train/cluster/memory_limit.py)
+    "mem_per_node": ("SLURM_MEM_PER_NODE",),
 }
 
 
@@ -46,6 +48,15 @@ def _data_dir(environ: Mapping[str, str], _torchrun: bool) -> Fact:
 def _node_tmpdirs(environ: Mapping[str, str], _torchrun: bool) -> Fact:
     found = [(name, environ[name]) for name in VARIABLES["node_tmpdirs"] if environ.get(name)]
     return tuple(value for _, value in found), ", ".join(name for name, _ in found) or "unset"
+
+
+def _mem_per_node(environ: Mapping[str, str], _torchrun: bool) -> Fact:
+    value = environ.get("SLURM_MEM_PER_NODE", "").strip()
+    if not value:
+        return None, "unset"
+    if not value.isdigit():  # SLURM writes MB; anything else is not a limit this run can read
+        return None, f"SLURM_MEM_PER_NODE (not a number of MB: {value!r}; taken as unset)"
+    return int(value), "SLURM_MEM_PER_NODE"
 
 
 def _gpu_allocation(environ: Mapping[str, str], _torchrun: bool) -> Fact:
@@ -74,6 +85,7 @@ READERS: dict[str, Callable[[Mapping[str, str], bool], Fact]] = {
     "cluster_name": _text("cluster_name", strip=True),
     "submission_id": _text("submission_id", strip=True),
     "gpu_allocation": _gpu_allocation,
+    "mem_per_node": _mem_per_node,
 }
 
 

@@ -31,6 +31,9 @@ class DataConfig:
                         "train/graph/datasets/graph_files.py")
     share: str = setting("node", "node: one copy per node in shared memory; process: each rank loads its own",
                          choices=("node", "process"))
+    features: str = setting("auto", "node: each node holds every feature row; sharded: each node its own rows, "
+                            "the others fetched by all-to-all; auto: decided from the node's memory "
+                            "(train/graph/sharing/feature_layout.py)", choices=("auto", "node", "sharded"))
     share_dir: str = setting("", "'' -> /dev/shm, else node-local disk ($SLURM_TMPDIR, $TMPDIR, /tmp) when it is "
                              "too small")
     share_keep: bool = setting(False, "keep the shared files until exit, to inspect them; else unlink once all "

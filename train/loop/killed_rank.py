@@ -12,10 +12,11 @@ node's own Python (train/cli/killed.py).
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 from dataclasses import dataclass, fields
+
+from train.cluster.memory_limit import physical_memory_bytes as node_memory_bytes
 
 GIB = 2**30
 # What lowers a node's memory peak, as the memory plan's refusal says it (train/cli/plan.py).
@@ -89,14 +90,6 @@ def silent_rank_cause(figures: MemoryFigures) -> str:
     return (f"killed (often by the kernel's out-of-memory killer: {memory_sentence(figures, 'a rank', 'this node')}), "
             "crashed (SIGSEGV, or SIGBUS from a full /dev/shm), or its node was lost; "
             "the launcher's line names the signal")
-
-
-def node_memory_bytes() -> int | None:
-    """This machine's physical memory, or None where the system does not say."""
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError):
-        return None
 
 
 def figures_of_plan(plan, node_memory: int | None) -> MemoryFigures:

@@ -1,7 +1,9 @@
 #!/bin/bash
-# Stand-in sinfo for tests/test_jobs.py: partitions gpu (default; 2 nodes, 64 CPUs, 4 A100 each, 125 GiB,
-# 2 days) and cpu (3 nodes of 8 CPUs, 15.6 GiB, 1 h); answers the formats jobs/lib/cluster.sh (one line per
-# node and partition) and the memory plan (%m) ask for.
+# Stand-in sinfo for tests/test_jobs.py and tests/test_plan_sharded.py, answering from a table of nodes, one line
+# per node and partition as `sinfo -h -N -o '%P|%N|%c|%G|%m|%l'` prints them (the default partition marked *):
+# $STANDIN_DIR/sinfo.table where it exists, else partitions gpu (default; 2 nodes, 64 CPUs, 4 A100 each, 125 GiB,
+# 2 days) and cpu (3 nodes of 8 CPUs, 15.6 GiB, 1 h). Asked for %m alone (the memory plan) it prints the memory of
+# each node of the partition asked (-p), or of all.
 set -euo pipefail
 fmt='' part=''
 while (($#)); do
@@ -9,10 +11,17 @@ while (($#)); do
     esac
     shift
 done
+table() {
+    if [[ -e ${STANDIN_DIR:-}/sinfo.table ]]; then
+        cat "$STANDIN_DIR/sinfo.table"
+    else
+        printf 'gpu*|g1|64|gpu:a100:4(S:0-1)|128000|2-00:00:00\ngpu*|g2|64|gpu:a100:4(S:0-1),tmpdisk:100|128000|2-00:00:00\n'
+        printf 'cpu|c%s|8|(null)|16000|1:00:00\n' 1 2 3
+    fi
+}
 case $fmt in
-%m) case $part in gpu) echo 128000 ;; cpu) echo 16000 ;; *) printf '128000\n16000\n' ;; esac ;;
-'%P|%N|%c|%G|%m|%l')
-    printf 'gpu*|g1|64|gpu:a100:4(S:0-1)|128000|2-00:00:00\ngpu*|g2|64|gpu:a100:4(S:0-1),tmpdisk:100|128000|2-00:00:00\n'
-    printf 'cpu|c%s|8|(null)|16000|1:00:00\n' 1 2 3
-    ;;
+%m) table | while IFS='|' read -r partition _node _cpus _gres memory _limit; do
+    [[ -n $part && ${partition%\*} != "$part" ]] || echo "$memory"
+done ;;
+'%P|%N|%c|%G|%m|%l') table ;;
 esac

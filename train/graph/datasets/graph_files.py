@@ -28,6 +28,7 @@ from torch_geometric.data import Data
 
 from train.errors import UserError
 from train.files import dir_problem, file_problem
+from train.graph.datasets.own_rows import OwnedRows, check_feature_rows, check_finite, place_rows, take_rows
 from train.graph.datasets.raw_files import npy_problem, pt_problem
 from train.graph.edge_rows import EDGE_VALUES
 from train.graph.labels import is_multilabel, multilabel_expected, multilabel_problem, multilabel_targets
@@ -136,19 +137,21 @@ def _split_indices(arrays: Mapping[str, Tensor], split: str, num_nodes: int, sou
     return idx.long()
 
 
-def check_graph(arrays: Mapping[str, Tensor], source: str,
-                scan_values: bool = True) -> tuple[Tensor, dict[str, Tensor]]:
+def check_graph(arrays: Mapping[str, Tensor], source: str, scan_values: bool = True,
+                scan_features: bool = True) -> tuple[Tensor, dict[str, Tensor]]:
     """Every array's shape and dtype, the labels and the split; (y as a 1-D vector, or N x T when
     multi-label; the split as indices).
 
     `scan_values=False` (the memory plan) reads no feature and no edge: x's NaNs and edge_index's
-    node ids are left to the check `fit` makes.
+    node ids are left to the check `fit` makes. `scan_features=False`: x's values are not read (a node reading
+    its own rows checks those: own_files).
     """
     missing = [name for name in ARRAYS if name not in arrays]
     if missing:
         raise UserError(f"{source}: {', '.join(missing)} missing; expected the arrays edge_index (2 x num_edges), "
                         "x (num_nodes x num_features), y (num_nodes) and a split (train/val/test _idx or _mask).")
-    num_nodes = _check_features(arrays["x"], source, scan_values)
+    num_nodes = _check_features(arrays["x"], source, scan_values and scan_features)
+    _check_x_rows(arrays, source)
     _check_edge_index(arrays["edge_index"], num_nodes, source, scan_values)
     check_edge_values(arrays, source, scan_values)
     y = _check_labels(arrays["y"], num_nodes, source)
@@ -157,15 +160,17 @@ def check_graph(arrays: Mapping[str, Tensor], source: str,
     return y, splits
 
 
-def validate_graph(arrays: Mapping[str, Tensor], source: str) -> Data:
-    """The project's `Data` from named arrays, or a UserError naming the array and its problem."""
-    y, splits = check_graph(arrays, source)
-    x, edge_index = arrays["x"], arrays["edge_index"]
+def validate_graph(arrays: Mapping[str, Tensor], source: str, features: Tensor | None = None) -> Data:
+    """The project's `Data` from named arrays, or a UserError naming the array and its problem. `features`: the
+    node's own rows of x, read and checked (own_files), in x's place; x's values are then not read."""
+    y, splits = check_graph(arrays, source, scan_features=features is None)
+    x, edge_index = (arrays["x"] if features is None else features), arrays["edge_index"]
     y = multilabel_targets(y) if is_multilabel(y) else y.long()
     values = {name: _float32(value) for name, value in check_edge_values(arrays, source, scan_values=False).items()}
+    nodes = {} if features is None else {"num_nodes": int(arrays["x"].size(0))}  # x: the node's rows alone
     return Data(x=_float32(x), y=y,
                 edge_index=edge_index if edge_index.dtype == torch.long else edge_index.long(),
-                train_idx=splits["train"], val_idx=splits["val"], test_idx=splits["test"], **values)
+                train_idx=splits["train"], val_idx=splits["val"], test_idx=splits["test"], **values, **nodes)
 
 
 def _float32(t: Tensor) -> Tensor:
@@ -229,6 +234,12 @@ def _check_features(x: Tensor, source: str, scan_values: bool = True) -> int:
         raise UserError(f"{source}: x holds NaN or infinite values in {bad.numel()} rows (first: row {int(bad[0])}); "
                         "fill or drop them before training.")
     return num_nodes
+
+
+def _check_x_rows(arrays: Mapping[str, Tensor], source: str) -> None:
+    """x holds a row for each node y labels (a shorter x is named as the feature file it is, not as a long y)."""
+    labels = int(arrays["y"].size(0)) if arrays["y"].dim() else 0
+    check_feature_rows(int(arrays["x"].size(0)), labels, f"{source}: x", f"y holds {labels:,} labels, one per node")
 
 
 def _is_integer(t: Tensor) -> bool:
@@ -313,3 +324,18 @@ def read_graph_arrays(path: str) -> tuple[dict[str, Tensor], str]:
 def load_files(path: str) -> Data:
     """data.path: a folder of arrays or a saved `Data` (.pt), validated."""
     return validate_graph(*read_graph_arrays(path))
+
+
+def own_files(path: str, owned: OwnedRows) -> Data:
+    """data.path read as `load_files` reads it, but x: only the node's own rows are read from the memory-mapped file
+    (train/graph/datasets/own_rows.py), and only they are checked for NaNs (each node checks its own)."""
+    arrays, source = read_graph_arrays(path)
+    if "x" in arrays and "y" in arrays:  # else check_graph names what is missing
+        _check_features(arrays["x"], source, scan_values=False)
+        _check_x_rows(arrays, source)
+        rows = owned[""][0]
+        own = take_rows(arrays["x"], rows)
+        check_finite(own, rows, f"{source}: x")
+        features = place_rows({"": own}, owned, int(arrays["x"].size(1)))
+        return validate_graph(arrays, source, features)
+    return validate_graph(arrays, source)

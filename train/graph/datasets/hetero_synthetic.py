@@ -21,6 +21,8 @@ if TYPE_CHECKING:  # torch and PyG on use: the config's checks read its types (h
     from torch import Tensor
     from torch_geometric.data import HeteroData
 
+    from train.graph.datasets.own_rows import OwnedRows
+
 AUTHORS_PER_PAPER = 3
 AUTHOR_SIGNAL = 2.0  # author features: class centroid strength against unit noise
 VENUES = 16
@@ -58,8 +60,21 @@ def _same_class_pick(classes_from: Tensor, pool_classes: Tensor, homophily: floa
 
 def hetero_synthetic(config: DataConfig) -> HeteroData:
     """The graph as a PyG `HeteroData`: papers (y and the split), authors, venues, and their relations."""
+    return _generate(config, None)[0]
+
+
+def hetero_synthetic_rows(config: DataConfig, owned: OwnedRows) -> tuple[HeteroData, dict[str, Tensor]]:
+    """The graph without features (each type's num_nodes set) and each featured type's own rows: the very rows of
+    the whole graph's x (train/graph/datasets/own_rows.py), never the whole x."""
+    return _generate(config, owned)
+
+
+def _generate(config: DataConfig, owned: OwnedRows | None) -> tuple[HeteroData, dict[str, Tensor]]:
+    """The graph; with `owned`, its features are only the rows owned, returned beside it."""
     import torch
     from torch_geometric.data import HeteroData
+
+    from train.graph.datasets.own_rows import normal_rows
 
     gen = torch.Generator().manual_seed(config.seed)
     papers, classes, width = config.num_nodes, config.num_classes, config.num_features
@@ -77,9 +92,16 @@ def hetero_synthetic(config: DataConfig) -> HeteroData:
     published = torch.stack([torch.arange(papers), torch.randint(VENUES, (papers,), generator=gen)])
 
     centroids = torch.randn(classes, width, generator=gen)
-    hetero = HeteroData()
-    hetero["paper"].x = config.feature_signal * centroids[paper_class] + torch.randn(papers, width, generator=gen)
-    hetero["author"].x = AUTHOR_SIGNAL * centroids[author_class] + torch.randn(authors, width, generator=gen)
+    hetero, own = HeteroData(), {}
+    for node_type, classes_of, signal in (("paper", paper_class, config.feature_signal),
+                                          ("author", author_class, AUTHOR_SIGNAL)):
+        count = classes_of.numel()
+        if owned is None:
+            hetero[node_type].x = signal * centroids[classes_of] + torch.randn(count, width, generator=gen)
+        else:
+            rows = owned[node_type][0]
+            own[node_type] = signal * centroids[classes_of[rows]] + normal_rows(gen, count, width, rows)
+            hetero[node_type].num_nodes = count
     hetero["venue"].num_nodes = VENUES
     hetero[TARGET].y = paper_class
     perm = torch.randperm(papers, generator=gen)
@@ -90,7 +112,7 @@ def hetero_synthetic(config: DataConfig) -> HeteroData:
     for (src, rel, dst), edge_index in zip(RELATIONS, (writes, cites, published)):
         hetero[src, rel, dst].edge_index = edge_index
         hetero[dst, f"rev_{rel}", src].edge_index = edge_index.flip(0)
-    return hetero
+    return hetero, own
 
 
 def hetero_synthetic_edges(config: DataConfig) -> int:

@@ -7,9 +7,10 @@ from torch_geometric.data import Data
 from torch_geometric.utils import to_undirected
 
 from train.config import DataConfig
+from train.graph.datasets.own_rows import OwnedRows, normal_rows, place_rows
 
 
-def synthetic_graph(config: DataConfig) -> Data:
+def synthetic_graph(config: DataConfig, owned: OwnedRows | None = None) -> Data:
     """A stochastic block model with noisy class-dependent features, fixed by `config.seed`.
 
     Features alone separate the classes poorly (`feature_signal` is small against unit
@@ -17,7 +18,8 @@ def synthetic_graph(config: DataConfig) -> Data:
     them denoises the features: a GNN must use the graph to do well. With `edge_features`, each
     edge also carries a noisy signal of its target's class (drawn last, so the graph without them
     is the same graph): with weak features and low homophily, only a model that reads the edges'
-    features does well.
+    features does well. `owned`: only the node's own rows of x are made, the very rows of the whole graph's
+    (train/graph/datasets/own_rows.py), and the rest of the graph is the whole graph's.
     """
     gen = torch.Generator().manual_seed(config.seed)
     n, c = config.num_nodes, config.num_classes
@@ -39,7 +41,12 @@ def synthetic_graph(config: DataConfig) -> Data:
     edge_index = to_undirected(edge_index, num_nodes=n)
 
     centroids = torch.randn(c, config.num_features, generator=gen)
-    x = config.feature_signal * centroids[y] + torch.randn(n, config.num_features, generator=gen)
+    if owned is None:
+        x = config.feature_signal * centroids[y] + torch.randn(n, config.num_features, generator=gen)
+    else:
+        rows = owned[""][0]  # the same sum as the whole graph's, in place: two copies of the node's rows at once
+        own = centroids[y[rows]].mul_(config.feature_signal).add_(normal_rows(gen, n, config.num_features, rows))
+        x = place_rows({"": own}, owned, config.num_features)
 
     perm = torch.randperm(n, generator=gen)
     num_train = int(n * config.train_fraction)
@@ -57,4 +64,5 @@ def synthetic_graph(config: DataConfig) -> Data:
         val_idx=perm[num_train : num_train + num_val].sort().values,
         test_idx=perm[num_train + num_val :].sort().values,
         **edges,
+        **({"num_nodes": n} if owned is not None else {}),  # x holds the node's own rows alone
     )
