@@ -32,11 +32,11 @@ from train.loop.killed_rank import (
     killed_rank_message,
     node_memory_bytes,
     parse_figures,
-    plan_figures,
     sacct_max_rss,
     signal_of_words,
     silent_rank_cause,
 )
+from train.plan.memory_figures import plan_figures
 from train.plan.terms import make_plan
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -99,29 +99,6 @@ def node_memory_bytes() -> int | None:
         return None
 
 
-def figures_of_plan(plan, node_memory: int | None) -> MemoryFigures:
-    """A memory plan's (train/plan/terms.py's Plan) figures, with the node's memory."""
-    from train.graph.sharing.segments import shares_graph
-    from train.plan.terms import shared_graph_bytes
-
-    shared = shared_graph_bytes(plan.size) if shares_graph(plan.share, plan.ranks_per_node) else 0
-    return MemoryFigures(rank_peak=plan.rank_peak, node_memory=node_memory, shared_graph=shared)
-
-
-def plan_figures(config, nodes: int, ranks: int, gpus: bool) -> MemoryFigures:
-    """The memory plan's figures for this run and this machine's memory; unknown where the plan cannot be made
-    (it is asked after a failure: it must not fail in turn)."""
-    memory = node_memory_bytes()
-    try:
-        from train.graph.datasets.loading import dataset_kind
-        from train.plan.terms import make_plan
-
-        plan = make_plan(config, dataset_kind(config.data).plan_size(config.data), nodes, ranks, gpus=gpus)
-        return figures_of_plan(plan, memory)
-    except Exception:  # a plan that cannot be made leaves the figures unknown, and the message says so
-        return MemoryFigures(node_memory=memory)
-
-
 def figures_text(figures: MemoryFigures) -> str:
     """The figures as one word per figure (NAME=BYTES; '-' where unknown), for the job's environment."""
     return " ".join(f"{f.name}={'-' if getattr(figures, f.name) is None else getattr(figures, f.name)}"

@@ -8,15 +8,15 @@ link: link prediction: edges as seeds with negatives, an encoder from the model 
 from torch_geometric.data import Data
 
 from train.config import Config
+from train.graph.link_split import split_on_loading
 from train.loop.tasks.base import BatchResult, Task, TaskParts
+from train.loop.tasks.link import LinkTask
 from train.loop.tasks.node import NodeTask
 
 
 def task_class(name: str) -> type[Task]:
     """The class of the task `name` (task.name; config.py has checked it)."""
     if name == "link":
-        from train.loop.tasks.link import LinkTask
-
         return LinkTask
     return NodeTask
 
@@ -31,8 +31,6 @@ def prepared_graph(config: Config, data: Data) -> Data:
     node shares it: a link task's edge split (train/graph/link_split.py), so its ranks map the message-passing
     graph and the split once per node; node classification trains on the graph as loaded."""
     if config.task.name == "link":
-        from train.graph.link_split import split_on_loading
-
         return split_on_loading(data, config)
     return data
 
