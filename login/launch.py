@@ -26,7 +26,6 @@ from train.__main__ import build_parser
 from train.__main__ import main as train_main
 from train.cli.fit import config_of
 from train.errors import EXIT_USER_ERROR, UserError
-from train.graph.datasets.lookup import dataset_kind
 
 RANKED = ("fit", "doctor")  # the commands that run on every rank; `model` runs here
 
@@ -63,6 +62,7 @@ def check_input(command: str, rest: list[str]):
     config = config_of(args)  # before torch loads: a config error takes a moment
     if command == "fit":  # what every rank's preflight checks first that needs no rank (train/cli/preflight.py)
         from train.cli.preflight import check_model_input, check_outputs  # with torch: the model's contract
+        from train.graph.datasets.lookup import dataset_kind  # numpy: a config error is told before it loads
 
         dataset_kind(config.data)  # a known name, and what its kind needs (data.path for files)
         check_model_input(config)

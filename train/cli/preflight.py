@@ -15,9 +15,9 @@ from train.config import Config, check_layer_fanouts
 from train.errors import UserError
 from train.files import check_file
 from train.graph.datasets.lookup import checked_data_root, data_root, dataset_kind
+from train.loop import tensorboard_events
 from train.loop.rundir import decide
 from train.loop.tasks import task_class
-from train.loop.tensorboard_events import unavailable
 from train.models.contract import check_model
 
 
@@ -59,7 +59,7 @@ def check_fit(config: Config, env: DistEnv) -> None:
 
 def check_outputs(config: Config) -> None:
     """output.tensorboard=true where the tensorboard package is missing (auto says so and trains without)."""
-    missing = unavailable() if config.output.tensorboard == "true" else None
+    missing = tensorboard_events.unavailable() if config.output.tensorboard == "true" else None
     if missing:
         raise UserError(f"output.tensorboard=true, but {missing}; or output.tensorboard=auto to train without "
                         "event files (the log then says so).")
