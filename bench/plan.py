@@ -160,7 +160,7 @@ CASES = (
 
 
 def planned(case: Case):
-    from train.cli.plan import graph_size, make_plan
+    from train.cli.plan_run import graph_size, make_plan
     from train.config import load_config
 
     config = load_config(case.config, list(case.overrides))

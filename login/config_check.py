@@ -9,13 +9,15 @@ nodes, and names the `make data` that prepares it. --value KEY prints the value 
 give KEY (section.name; make submit DRY_RUN=1 shows trainer.max_restarts), nothing where this Python cannot
 load the config. Exit status 0: valid, or not checkable with this Python
 (then one line on stdout says what was not checked and why); 2: not valid, the package's message on stderr.
-The config needs PyYAML; the dataset's check numpy too (train.graph.datasets.loading: no shipped config's check imports
+The config needs PyYAML; the dataset's check numpy too (train.graph.datasets.lookup: no shipped config's check imports
 torch, which only loading a graph needs; tests/test_layout.py), which a login node's python3 may lack.
 """
 
 from __future__ import annotations
 
 import sys
+
+from train.errors import UserError  # the standard library only
 
 USAGE = "usage: python3 -m login.config_check [--dataset] [--data-dir DIR] [--value KEY] CONFIG [OVERRIDE...]"
 
@@ -24,20 +26,18 @@ def check(config_name: str, overrides: list[str], dataset: bool, data_dir: str |
     """'' when the config (with `dataset` its data.name; with `data_dir` also its files there) is valid; what
     was not checked when this Python cannot tell. Raises train.errors.UserError when it is not valid."""
     try:
-        from train.config import load_config
+        from train.config import load_config  # optional here: a login node's python3 may lack PyYAML
     except ModuleNotFoundError as exc:
         return f"{sys.executable} cannot import {exc.name}: CONFIG and ARGS were not checked here"
     config = load_config(config_name, overrides)
     if dataset or data_dir is not None:
         try:
-            from train.graph.datasets.loading import dataset_kind, unprepared
+            from train.graph.datasets.lookup import dataset_kind, unprepared  # optional here: numpy
         except ModuleNotFoundError as exc:
             unchecked = "" if data_dir is None else f"; whether it is prepared in {data_dir or 'data'} was not checked"
             return f"{sys.executable} cannot import {exc.name}: the dataset name is checked in the image{unchecked}"
         dataset_kind(config.data, config.task.name)
         if data_dir is not None:
-            from train.errors import UserError
-
             missing = unprepared(config.data, data_dir)
             if missing:
                 raise UserError(missing)
@@ -48,11 +48,9 @@ def value(config_name: str, overrides: list[str], key: str) -> str:
     """The value `key` (section.name) has in the config with its overrides; '' where this Python cannot load it.
     Raises train.errors.UserError when the config is not valid or has no such key."""
     try:
-        from train.config import load_config
+        from train.config import load_config  # optional here: a login node's python3 may lack PyYAML
     except ModuleNotFoundError:
         return ""
-    from train.errors import UserError
-
     config = load_config(config_name, overrides)
     section, _, name = key.partition(".")
     found = getattr(getattr(config, section, None), name, None) if name else None
@@ -83,8 +81,6 @@ def main(argv: list[str]) -> int:
         print(USAGE, file=sys.stderr)
         return 2
     dataset, data_dir, key, argv = parsed
-    from train.errors import UserError  # the standard library only
-
     try:
         said = value(argv[0], argv[1:], key) if key else check(argv[0], argv[1:], dataset, data_dir)
     except UserError as exc:

@@ -17,18 +17,17 @@ unless it is set already, so torchrun's banner about it is not printed; CODE_DIR
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import shlex
-import socket
 import sys
 from pathlib import Path
 
+from train.__main__ import build_parser
+from train.__main__ import main as train_main
+from train.cli.fit import config_of
+from train.errors import EXIT_USER_ERROR, UserError
+
 RANKED = ("fit", "doctor", "predict")  # the commands that run on every rank; `model` runs here
-# torchrun's loggers that report a rank's failure (its exit code, then the others being stopped) in lines of
-# their own: the rank has said what went wrong, and this process's exit status is the rank's.
-LAUNCHER_LOGGERS = ("torch.distributed.elastic.multiprocessing.api", "torch.distributed.elastic.agent.server.api",
-                    "torch.distributed.launcher.api")
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -42,8 +41,6 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 def code_dir_path(code_dir: str) -> Path | None:
     """CODE_DIR as an absolute folder (None when not given); `UserError` when it is not a folder."""
-    from train.errors import UserError
-
     if not code_dir:
         return None
     path = Path(code_dir).expanduser()
@@ -61,9 +58,6 @@ def threads_per_rank(nproc: int, cores: int) -> int:
 def check_input(command: str, rest: list[str]):
     """What every rank would refuse first, checked once: `UserError` (or argparse's exit) when it is wrong.
     Returns the config."""
-    from train.__main__ import build_parser
-    from train.cli.fit import config_of
-
     args = build_parser().parse_args([command, *rest])
     if command == "predict":  # the run's own config, and its final weights there
         from train.cli.predict import predict_config, run_path
@@ -74,8 +68,8 @@ def check_input(command: str, rest: list[str]):
         return config
     config = config_of(args)  # before torch loads: a config error takes a moment
     if command == "fit":  # what every rank's preflight checks first that needs no rank (train/cli/preflight.py)
-        from train.cli.preflight import check_model_input, check_outputs
-        from train.graph.datasets.loading import dataset_kind
+        from train.cli.preflight import check_model_input, check_outputs  # with torch: the model's contract
+        from train.graph.datasets.lookup import dataset_kind  # numpy: a config error is told before it loads
 
         dataset_kind(config.data)  # a known name, and what its kind needs (data.path for files)
         check_model_input(config)
@@ -97,50 +91,7 @@ def for_ranks(rest: list[str]) -> list[str]:
     return kept
 
 
-def exit_status(exitcode: int) -> int:
-    """A rank's exit code as a shell reports it: its own status, or 128 + the signal that ended it."""
-    return 128 - exitcode if exitcode < 0 else exitcode
-
-
-def killed_ranks(failures: dict, config, nproc: int) -> list[str]:
-    """The line for each rank that a signal ended (torchrun's failures: rank -> ProcessFailure), in rank order."""
-    import torch
-
-    from train.loop.killed_rank import killed_rank_message, plan_figures
-
-    killed = sorted(rank for rank, failure in failures.items() if failure.exitcode < 0)
-    if not killed:
-        return []
-    figures = plan_figures(config, 1, nproc, gpus=torch.cuda.is_available())
-    return [killed_rank_message(-failures[rank].exitcode, rank, socket.gethostname(), figures, failures[rank].pid)
-            for rank in killed]
-
-
-def launch(nproc: int, command: str, rest: list[str], config) -> int:
-    """torchrun's launcher in this process; the status of the rank a signal ended, else of the rank that failed
-    first, or 0."""
-    from torch.distributed.elastic.multiprocessing.api import SignalException
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.run import parse_args, run
-
-    for name in LAUNCHER_LOGGERS:
-        logging.getLogger(name).setLevel(logging.CRITICAL)
-    try:
-        run(parse_args(["--standalone", f"--nproc-per-node={nproc}", "-m", "train", command, *rest]))
-    except ChildFailedError as exc:
-        lines = killed_ranks(exc.failures, config, nproc)  # killed: the rank could say nothing
-        for line in lines:
-            print(f"error: {line}", file=sys.stderr, flush=True)
-        signalled = [failure for failure in exc.failures.values() if failure.exitcode < 0]
-        return exit_status((signalled or [exc.get_first_failure()[1]])[0].exitcode)
-    except SignalException as exc:  # Ctrl-C or a stop signal to the launcher: the ranks got it too
-        return 128 + exc.sigval
-    return 0
-
-
 def main(argv: list[str], environ: dict[str, str] | os._Environ = os.environ) -> int:
-    from train.errors import EXIT_USER_ERROR, UserError
-
     options = parse(argv)
     try:
         code_dir = code_dir_path(options.code_dir)
@@ -148,8 +99,6 @@ def main(argv: list[str], environ: dict[str, str] | os._Environ = os.environ) ->
             sys.path.insert(0, str(code_dir))
             environ["PYTHONPATH"] = os.pathsep.join(filter(None, (str(code_dir), environ.get("PYTHONPATH"))))
         if options.command not in RANKED:
-            from train.__main__ import main as train_main
-
             return train_main([options.command, *options.rest])
         config = check_input(options.command, options.rest)
     except UserError as exc:
@@ -163,6 +112,8 @@ def main(argv: list[str], environ: dict[str, str] | os._Environ = os.environ) ->
              os.path.relpath(Path(sys.executable).with_name("torchrun")), "--standalone",
              f"--nproc-per-node={options.nproc}", "-m", "train", options.command, *rest]
     print(shlex.join(shown), flush=True)
+    from login.ranks import launch  # torch loads once the input is known to be good
+
     return launch(options.nproc, options.command, rest, config)
 
 

@@ -19,6 +19,9 @@ import socket
 import sys
 from pathlib import Path
 
+from train.errors import EXIT_USER_ERROR
+from train.loop.rundir import RUNS  # where runs go: the one home of runs/
+
 HOST = "localhost"  # where TensorBoard listens: only this node's own users reach it, through ssh
 
 
@@ -49,9 +52,6 @@ def port_problem(port: int) -> str | None:
 
 
 def main(argv: list[str]) -> int:
-    from train.errors import EXIT_USER_ERROR
-    from train.loop.rundir import RUNS  # where runs go: the one home of runs/
-
     parser = argparse.ArgumentParser(prog="python -m login.tensorboard", description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, required=True, help="where TensorBoard listens on this node (TB_PORT)")
     options = parser.parse_args(argv)

@@ -171,7 +171,7 @@ def test_pt_file_that_is_no_graph_is_refused(tmp_path):
 
 def test_missing_path_is_refused_by_the_dataset_kind_and_the_loader(tmp_path):
     """The files kind needs data.path: every door that asks the kind (fit's checks, the plan, the loader) says so."""
-    from train.cli.plan import graph_size
+    from train.cli.plan_run import graph_size
     from train.graph.datasets.loading import dataset_kind
 
     config = load_config("tiny", ["data.name=files"])

@@ -14,7 +14,7 @@ from tests.harness.ogb_files import write_ogb
 from tests.harness.reddit_files import write_reddit_raw
 from tests.test_data_files import good_arrays, write_folder
 from tests.test_planetoid import SHARED_CORA, needs_cora
-from train.cli.plan import graph_size
+from train.cli.plan_run import graph_size
 from train.config import DataConfig, load_config
 from train.errors import UserError
 from train.graph.datasets import kinds

@@ -21,7 +21,7 @@ from torch_geometric.utils import k_hop_subgraph
 
 from tests.harness.localjob import run_local_job
 from tests.test_data_files import N, good_arrays, write_folder
-from train.cli.plan import format_plan
+from train.cli.plan_run import format_plan
 from train.config import DataConfig, SamplerConfig, load_config
 from train.errors import UserError
 from train.graph.datasets.kinds import dataset_kind

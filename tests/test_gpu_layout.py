@@ -24,10 +24,10 @@ from train.cluster.devices import (
     one_gpu_per_task,
     refuse_shared_gpus,
     shared_gpus,
-    torch_gpu_view,
 )
 from train.cluster.distenv import resolve
 from train.cluster.procgroup import nccl_error_handling
+from train.cluster.torch_gpus import torch_gpu_view
 from train.errors import EXIT_USER_ERROR, UserError
 from train.loop import rng
 from train.loop.checkpoint import FORMAT_VERSION, decode, encode
@@ -298,9 +298,10 @@ def test_fit_with_slurms_gpus_unseen_refuses_before_the_rendezvous_without_a_tra
 
 @pytest.mark.skipif(torch.cuda.device_count() > 0, reason="needs a torch that sees no GPU (the CPU machines)")
 def test_the_doctor_reports_the_same_refusal_on_every_rank():
+    from train.doctor.rank_record import inspect_device
+
     from tests.harness.doctor_records import minimal_record
     from train.doctor.checks import check_devices
-    from train.doctor.probes import inspect_device
 
     env = resolve({"SLURM_GPUS_PER_TASK": "1"}, pick_free_port=lambda: 29500)
     device = inspect_device(env, "gloo")

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from tests.harness.localjob import final_summary, run_local_job
-from train.cli.plan import graph_size
+from train.cli.plan_run import graph_size
 from train.config import SamplerConfig, load_config
 from train.errors import UserError
 from train.graph.sampling.device_plan import gpu_placement, plan_sampling, samples_on_gpu

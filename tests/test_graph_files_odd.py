@@ -19,7 +19,7 @@ from tests.harness.localjob import ROOT
 from tests.harness.oddfiles import ODD, make_odd, no_hang, words
 from tests.harness.users import VICTIM, call_as, ensure_user, sticky_dir
 from tests.test_data_files import N, good_arrays, write_folder
-from train.cli.plan import graph_size
+from train.cli.plan_run import graph_size
 from train.config import DataConfig, load_config
 from train.errors import UserError
 from train.graph.datasets.loading import load_graph

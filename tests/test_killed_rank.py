@@ -20,6 +20,7 @@ import torch.distributed as dist
 from bench.localranks import scrubbed_env
 from tests.harness import standin_bin
 from tests.harness.jobscript import run_job_script
+from train.cluster.memory_limit import physical_memory_bytes as node_memory_bytes
 from train.config import load_config
 from train.loop import checkpoint as ck
 from train.loop.failure_report import _failure_cause, _whereabouts, announce
@@ -30,13 +31,12 @@ from train.loop.killed_rank import (
     figures_text,
     first_killed_task,
     killed_rank_message,
-    node_memory_bytes,
     parse_figures,
-    plan_figures,
     sacct_max_rss,
     signal_of_words,
     silent_rank_cause,
 )
+from train.plan.memory_figures import plan_figures
 from train.plan.terms import make_plan
 
 ROOT = Path(__file__).resolve().parents[1]

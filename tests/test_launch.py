@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from login.launch import exit_status, for_ranks, threads_per_rank
+from login.launch import for_ranks, threads_per_rank
+from login.ranks import exit_status
 from train.config import available_configs
 from train.models.user import search_path
 

@@ -47,6 +47,10 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 )
 # graph/'s top level is its core: a newcomer reads these names first, so they stay few.
 MAX_GRAPH_CORE_MODULES = 12
+# Import statements inside function bodies in train/ and login/ (189 before issue 39): a module's top says what it
+# needs. Inside a function stay only the CLI's subcommand dispatch (torch loads once the input is known to be good)
+# and optional dependencies (ogb, pandas, matplotlib, tensorboard, psutil, PyYAML and numpy on a login node).
+MAX_FUNCTION_BODY_IMPORTS = 40
 
 
 def module_name(path: Path) -> str:
@@ -327,7 +331,10 @@ def test_the_login_node_s_config_check_imports_no_torch(tmp_path):
     """make submit checks the config and the dataset on the login node (login/config_check.py), once per call:
     the config, the dataset kinds and their checks stay free of torch there (about 1 s an import), which only
     loading a graph imports. Every shipped config, heterogeneous graphs included, as shipped and with a data.path
-    (IGBH's check goes on to the folder's kind then)."""
+    (IGBH's check goes on to the folder's kind then). The torch-free facts live apart from the torch code, each
+    importing at its top (train/config.py, train/builtin_models.py, train/graph/datasets/kinds.py and lookup.py,
+    igbh.py, hetero_synthetic.py, ogb_nodes.py and ogb_links.py without torch; kind_graphs.py, loading.py,
+    synthetic.py and ogb_graphs.py with it): this test holds the line between them."""
     code = ("import sys\n"
             "from login.config_check import main\n"
             "from train.config import available_configs\n"
@@ -340,6 +347,51 @@ def test_the_login_node_s_config_check_imports_no_torch(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split()[0] == str(len(available_configs())) and "cannot import" not in done.stdout
+
+
+# ---- imports at the top ---------------------------------------------------------------------------------
+def function_body_imports(tree: ast.AST) -> list[int]:
+    """The lines of the import statements nested in a function's body (at any depth: in a class or a try inside
+    it too)."""
+    lines: list[int] = []
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if in_function and isinstance(child, (ast.Import, ast.ImportFrom)):
+                lines.append(child.lineno)
+            visit(child, in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)))
+
+    visit(tree, False)
+    return lines
+
+
+def test_imports_sit_at_the_top_of_each_module():
+    """At most MAX_FUNCTION_BODY_IMPORTS imports inside function bodies in train/ and login/: torch-free facts live
+    apart from torch code (the login node's check: test_the_login_node_s_config_check_imports_no_torch), so both
+    import at their top; what stays inside a function is the CLI's dispatch and the optional dependencies."""
+    found = {str(path.relative_to(ROOT)): lines for folder in ("train", "login")
+             for path in sorted((ROOT / folder).rglob("*.py"))
+             if (lines := function_body_imports(ast.parse(path.read_text(), str(path))))}
+    count = sum(len(lines) for lines in found.values())
+    assert found, "no import inside a function at all: the counter or the paths are wrong"
+    offenders = "\n".join(f"{path}: {len(lines)} (lines {', '.join(map(str, lines))})"
+                          for path, lines in sorted(found.items(), key=lambda item: -len(item[1])))
+    assert count <= MAX_FUNCTION_BODY_IMPORTS, (
+        f"{count} imports inside function bodies (at most {MAX_FUNCTION_BODY_IMPORTS}): import at the module's top, "
+        f"splitting torch-free facts from torch code where a module must stay free of torch:\n{offenders}")
+
+
+@pytest.mark.parametrize("source,lines", [
+    ("import os\ndef f():\n    import torch\n    from a import b\n", [3, 4]),
+    ("def f():\n    try:\n        import ogb\n    except ImportError:\n        pass\n", [3]),
+    ("class A:\n    def m(self):\n        def inner():\n            import json\n", [4]),
+    ("async def f():\n    from . import x\n", [2]),
+    ("import os\nif True:\n    import sys\nclass A:\n    import re\n", []),
+])
+def test_the_import_counter_sees_a_nested_import(source, lines):
+    """The count above would pass vacuously if it missed an import in a try, a nested function or a method, or
+    took a top-level (or class-level) one for a function's."""
+    assert function_body_imports(ast.parse(source)) == lines
 
 
 def test_each_stand_in_fixture_has_a_name_of_its_own():

@@ -162,7 +162,7 @@ def test_the_split_keeps_each_training_edges_own_values_in_either_direction():
 def test_the_memory_plan_counts_a_link_tasks_graph_as_the_node_shares_it_and_the_split_while_loading():
     """The node shares the training edges' CSC and the split's ids (not the loaded graph's edges); the process that
     loads holds the split's arrays at its peak (plan.held LINK_SPLIT_ARRAYS)."""
-    from train.cli.plan import graph_size
+    from train.cli.plan_run import graph_size
     from train.graph.datasets.kinds import dataset_kind
     from train.graph.datasets.loading import load_graph
     from train.plan.terms import make_plan
@@ -187,7 +187,7 @@ def test_the_memory_plan_counts_a_link_tasks_graph_as_the_node_shares_it_and_the
 def test_the_memory_plan_counts_the_edge_values_a_link_split_holds_while_loading():
     """With edge features the process that splits holds them as loaded and the training edges' own, beside the
     lookup's index arrays (plan.held LINK_VALUE_ARRAYS): the loading peak is at least that split's."""
-    from train.cli.plan import graph_size
+    from train.cli.plan_run import graph_size
     from train.plan.held import LINK_SPLIT_ARRAYS, LINK_VALUE_ARRAYS, held_size
     from train.plan.terms import make_plan
 

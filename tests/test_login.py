@@ -104,7 +104,7 @@ def test_config_check_names_an_unknown_dataset():
 
 
 def test_config_check_says_what_it_could_not_check(monkeypatch):
-    monkeypatch.setitem(sys.modules, "train.graph.datasets.loading", None)  # as on a login node without torch
+    monkeypatch.setitem(sys.modules, "train.graph.datasets.lookup", None)  # as on a login node without numpy
     assert "the dataset name is checked in the image" in config_check.check("tiny", [], dataset=True)
     assert config_check.check("tiny", [], dataset=False, data_dir="/d").endswith(
         "the dataset name is checked in the image; whether it is prepared in /d was not checked")
@@ -206,9 +206,9 @@ def test_no_python_longer_than_three_lines_in_a_shell_script(tmp_path):
 
 def test_the_login_package_is_linted_and_not_installed():
     assert 'include = ["train*"]' in (ROOT / "pyproject.toml").read_text()
-    # stdlib, PyYAML (through train.config), train's errors: a login node may have no torch. launch.py is the
-    # one exception: it starts make run's ranks on this machine through torch's own launcher.
-    for module in sorted(set((ROOT / "login").glob("*.py")) - {ROOT / "login" / "launch.py"}):
+    # stdlib, PyYAML (through train.config), train's errors: a login node may have no torch. ranks.py is the one
+    # exception: launch.py starts make run's ranks on this machine through it, with torch's own launcher.
+    for module in sorted(set((ROOT / "login").glob("*.py")) - {ROOT / "login" / "ranks.py"}):
         imported = {n.split(".")[0] for node in ast.walk(ast.parse(module.read_text()))
                     for n in ([a.name for a in node.names] if isinstance(node, ast.Import) else
                               [node.module or ""] if isinstance(node, ast.ImportFrom) else [])}

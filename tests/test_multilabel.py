@@ -17,7 +17,7 @@ from torch_geometric.data import Data
 
 from tests.harness.localjob import ROOT, final_summary, run_local_job
 from tests.test_data_files import write_folder
-from train.cli.plan import graph_size
+from train.cli.plan_run import graph_size
 from train.config import DataConfig, load_config
 from train.errors import UserError
 from train.graph.datasets.loading import load_graph

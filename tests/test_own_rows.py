@@ -117,7 +117,7 @@ def test_igbh_s_shards_are_its_rows_per_type(tmp_path):
 
 
 def test_a_saved_hetero_data_s_shards_are_its_rows_per_type(tmp_path):
-    from train.graph.datasets.hetero_synthetic import hetero_synthetic
+    from train.graph.datasets.synthetic import hetero_synthetic_graph as hetero_synthetic
 
     torch.save(hetero_synthetic(DataConfig(num_nodes=200)), tmp_path / "hetero.pt")
     config = DataConfig(name="files", path=str(tmp_path / "hetero.pt"), target_node_type="paper")

@@ -13,7 +13,7 @@ import torch
 
 from tests.harness import standin_bin
 from tests.harness.localjob import ROOT
-from train.cli.plan import GraphSize, graph_size, make_plan, shared_graph_bytes
+from train.cli.plan_run import GraphSize, graph_size, make_plan, shared_graph_bytes
 from train.config import DataConfig, load_config
 from train.graph.datasets.loading import synthetic_graph
 from train.graph.sharing.shared_graph import graph_tensors
@@ -158,7 +158,7 @@ def test_sinfo_memory_counts_only_where_it_is_the_nodes(tmp_path, sinfo, scontro
 ])
 def test_unknown_node_memory_names_the_partition_and_what_is_not_checked(tmp_path, monkeypatch, standin, partition,
                                                                          why):
-    from train.cli.plan import node_memory
+    from train.cli.plan_run import node_memory
 
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from tests.harness.ogb_files import write_ogbl_citation2
-from train.cli.plan import graph_size
+from train.cli.plan_run import graph_size
 from train.config import load_config
 from train.graph.datasets.loading import dataset_kind, load_graph
 from train.graph.link_fields import LINK_FIELDS, ranked_split_ids

@@ -232,7 +232,7 @@ def node_env(ranks_on_node: int, node_tmpdirs: tuple[str, ...] = ()):
 def test_a_rank_alone_on_its_node_shares_nothing_for_the_run_the_plan_and_the_doctor(share, ranks_on_node, shared):
     """segments.shares_graph is asked by the run (share_graph), the memory plan and the doctor, which once counted
     /dev/shm for a rank alone on its node."""
-    from train.cli.plan import graph_size, make_plan
+    from train.cli.plan_run import graph_size, make_plan
     from train.doctor.probes import probe_share_dir
     from train.graph.sharing.segments import shares_graph
 

@@ -11,6 +11,7 @@ and which models read the graph; train/models/builtin.py builds them and checks 
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,14 +36,8 @@ class Builtin:
     not_to_hetero: str = ""
 
     def model_class(self) -> type:
-        import importlib
-
+        """The class `class_name` names in `module`, imported on use (PyG's, or the workflow's own)."""
         return getattr(importlib.import_module(self.module), self.class_name)
-
-    def conv_classes(self) -> list[type]:
-        import torch_geometric.nn.conv as convs
-
-        return [getattr(convs, name) for name in self.convs]
 
 
 SAMPLED_GRAPHS = "every batch is another sampled graph"

@@ -6,11 +6,11 @@ import os
 
 from train.cli.fit import add_config_arguments as add_arguments  # noqa: F401  (same arguments as fit)
 from train.cli.fit import config_of
+from train.cluster.distenv import job_facts
 
 
 def main(args) -> int:
-    from train.cluster.distenv import job_facts
-    from train.graph.datasets.loading import dataset_kind, prepare_dataset
+    from train.graph.datasets.lookup import dataset_kind, prepare_dataset  # numpy: not for `python -m train --help`
 
     config = config_of(args)
     facts, _sources = job_facts(os.environ)  # DATA_DIR, read here at the entry

@@ -6,7 +6,10 @@ import argparse
 import faulthandler
 import os
 
+from train.cli.env import command_line
+from train.cluster.distenv import resolve
 from train.config import CONFIG_OPTION, Config, available_configs, load_config, settings_help
+from train.loop.stop_signals import StopSignals
 
 
 def add_config_arguments(parser) -> None:
@@ -30,23 +33,10 @@ add_arguments = add_config_arguments
 
 
 def main(args) -> int:
-    from train.cli.env import command_line
-    from train.cluster.distenv import resolve
-    from train.loop.stop_signals import StopSignals
-
     StopSignals.shared().install()  # first: a stop signal while torch loads is kept, not fatal
     faulthandler.enable()  # a crash in native code (SIGSEGV, SIGBUS, SIGABRT) prints the rank's Python stack
     config = config_of(args)  # config errors before any rendezvous
     env = resolve(os.environ, command=command_line())  # before torch: a refusal takes well under a second
-    from train.cli.preflight import check_fit
-    from train.cluster.devices import refuse_invisible_gpus
-    from train.loop.run import run_fit  # torch and PyG load only once the input is known to be good
+    from train.cli.fit_run import checked_run  # torch and PyG load only once the input is known to be good
 
-    refuse_invisible_gpus(env.gpu_allocation, env.cuda_visible_devices)  # never train on the CPU beside idle GPUs
-    check_fit(config, env)  # before the rendezvous and before anything is written
-    from train.cluster.procgroup import nccl_error_handling
-    from train.loop.numerics import numerics_env
-
-    # Read once by NCCL and cuBLAS when they start: a dead rank is named, a GPU run repeats itself.
-    os.environ.update({**nccl_error_handling(os.environ), **numerics_env(config.trainer.deterministic, os.environ)})
-    return run_fit(config, env)
+    return checked_run(config, env, os.environ)

@@ -16,7 +16,7 @@ add_arguments = add_config_arguments
 
 
 def main(args) -> int:
-    from train.models import layerwise, resolve
+    from train.models import layerwise, resolve  # torch and PyG: `python -m train --help` imports this module
     from train.models.contract import check_model
 
     config = config_of(args)

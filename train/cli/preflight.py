@@ -14,7 +14,11 @@ from train.cluster.distenv import DistEnv
 from train.config import Config, check_layer_fanouts
 from train.errors import UserError
 from train.files import check_file
+from train.graph.datasets.lookup import checked_data_root, data_root, dataset_kind
+from train.loop import tensorboard_events
 from train.loop.rundir import decide
+from train.loop.tasks import task_class
+from train.models.contract import check_model
 
 
 def planned_run_dir(config: Config, env: DistEnv) -> Path:
@@ -40,8 +44,6 @@ def check_writable_dir(path: Path, what: str) -> None:
 
 def check_fit(config: Config, env: DistEnv) -> None:
     """Everything about a fit's input that each rank can check alone; `UserError` names the value."""
-    from train.graph.datasets.loading import checked_data_root, data_root, dataset_kind
-
     kind = dataset_kind(config.data, config.task.name)  # a known name, what its kind needs, the task it takes
     if kind.in_data_root or os.path.lexists(data_root(config.data, env.data_dir)):
         checked_data_root(config.data, env.data_dir)  # a file, a link loop... named; unused and absent: fine
@@ -57,9 +59,7 @@ def check_fit(config: Config, env: DistEnv) -> None:
 
 def check_outputs(config: Config) -> None:
     """output.tensorboard=true where the tensorboard package is missing (auto says so and trains without)."""
-    from train.loop.tensorboard_events import unavailable
-
-    missing = unavailable() if config.output.tensorboard == "true" else None
+    missing = tensorboard_events.unavailable() if config.output.tensorboard == "true" else None
     if missing:
         raise UserError(f"output.tensorboard=true, but {missing}; or output.tensorboard=auto to train without "
                         "event files (the log then says so).")
@@ -68,9 +68,6 @@ def check_outputs(config: Config) -> None:
 def check_model_input(config: Config) -> None:
     """The model: imported, model.kwargs checked, run on a tiny sampled batch, and its fanouts against its layers
     (a user's model says only through its forward whether it reads the graph)."""
-    from train.loop.tasks import task_class
-    from train.models.contract import check_model
-
     step = check_model(config.model)
     check_layer_fanouts(config, step.uses_graph)
     if step.one_row_norm and config.sampler.batch_size == 1 and task_class(config.task.name).seed_is_one_row:

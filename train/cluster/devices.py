@@ -55,18 +55,6 @@ def choose_device_index(local_rank: int, visible_gpus: int, cuda_visible_devices
     return local_rank
 
 
-def gpu_identity(index: int) -> dict:
-    """Name, memory, PCI bus id and UUID of CUDA device `index` (the UUID tells two tasks' GPUs apart)."""
-    import torch
-
-    props = torch.cuda.get_device_properties(index)
-    bus = getattr(props, "pci_bus_id", None)
-    bus_id = (f"{getattr(props, 'pci_domain_id', 0):04x}:{bus:02x}:{getattr(props, 'pci_device_id', 0):02x}.0"
-              if bus is not None else None)
-    return {"index": index, "name": props.name, "memory": props.total_memory, "bus_id": bus_id,
-            "uuid": str(getattr(props, "uuid", "") or "")}
-
-
 def _arrive(store, name: str, world_size: int, timeout: datetime.timedelta) -> None:
     """Wait until all `world_size` ranks have arrived at `name` (a barrier in the store, O(1) requests per rank)."""
     if store.add(f"{name}/arrived", 1) == world_size:
@@ -133,18 +121,3 @@ def invisible_gpus(allocation: Sequence[tuple[str, str]], cuda_visible_devices: 
             f"torch.cuda.device_count() {device_count}): likely {cause}. Training on the CPU would leave the "
             "allocated GPUs idle, so this run is refused. For a CPU job ask for no GPUs: GPUS_PER_TASK=0 "
             "(make submit ... GPUS_PER_TASK=0).")
-
-
-def torch_gpu_view() -> dict:
-    """What this process's torch sees, as `invisible_gpus` takes it (the side effect at the edge)."""
-    import torch
-
-    return {"torch_version": torch.__version__, "torch_cuda": torch.version.cuda,
-            "device_count": torch.cuda.device_count()}
-
-
-def refuse_invisible_gpus(allocation: Sequence[tuple[str, str]], cuda_visible_devices: str | None) -> None:
-    """`fit` before the rendezvous: a UserError when SLURM's GPUs are not visible to torch."""
-    refusal = invisible_gpus(allocation, cuda_visible_devices, **torch_gpu_view())
-    if refusal is not None:
-        raise UserError(refusal)

@@ -15,9 +15,10 @@ from collections.abc import Iterator, Mapping
 import torch
 import torch.distributed as dist
 
-from train.cluster.devices import choose_device_index, gpu_identity, refuse_shared_gpus, shared_gpus
+from train.cluster.devices import choose_device_index, refuse_shared_gpus, shared_gpus
 from train.cluster.distenv import DistEnv
 from train.cluster.portholder import port_holder
+from train.cluster.torch_gpus import gpu_identity
 from train.config import DistConfig
 from train.errors import UserError
 

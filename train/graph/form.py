@@ -22,13 +22,14 @@ from collections.abc import Callable, Mapping
 
 import torch
 from torch import Tensor
-from torch_geometric.data import Data
+from torch_geometric.data import Data, HeteroData
 
 from train.graph.edge_rows import EDGE_TYPE, EDGE_VALUES, EdgeRows, edge_values
 from train.graph.labels import is_multilabel, num_outputs
 from train.graph.link_fields import LINK_FIELDS, pos_edges_key
 from train.graph.sizes import GraphSize
 from train.graph.typed_csc import TypedSegments, build_csc, build_typed_csc
+from train.graph.typed_graph import typed_graph
 from train.graph.typed_meta import HeteroMeta, attach_meta, graph_meta  # noqa: F401 (reached through the form)
 
 SPLITS = ("train_idx", "val_idx", "test_idx")
@@ -420,10 +421,6 @@ class Heterogeneous(Homogeneous):
 
     def tiny(self, num_nodes: int, features: int, generator: torch.Generator) -> Data:
         """Two node types (`a` with features, `b` without) and the four relations between them, random."""
-        from torch_geometric.data import HeteroData
-
-        from train.graph.typed_graph import typed_graph
-
         half = num_nodes // 2
         hetero = HeteroData()
         hetero["a"].x = torch.randn(half, features, generator=generator)

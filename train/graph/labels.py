@@ -9,10 +9,8 @@ a single binary task is the two-class single-label case ([N] of 0/1).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from torch import Tensor
+import torch
+from torch import Tensor
 
 SHOWN_VALUES = 5  # bad values a message names (the smallest)
 
@@ -29,8 +27,6 @@ def num_outputs(y: Tensor) -> int:
 
 def multilabel_problem(y: Tensor) -> str | None:
     """What is wrong with a multi-label y's values (None: only 0, 1 and NaN), naming the bad values."""
-    import torch  # on use: the config's checks import this module without torch
-
     if y.dtype == torch.bool:
         return None
     if y.is_complex():
@@ -47,8 +43,6 @@ def multilabel_problem(y: Tensor) -> str | None:
 
 def multilabel_targets(y: Tensor) -> Tensor:
     """A checked multi-label y as float32 (0., 1., NaN for unlabelled): what BCE and ROC-AUC read."""
-    import torch  # on use: the config's checks import this module without torch
-
     return y if y.dtype == torch.float32 else y.float()
 
 

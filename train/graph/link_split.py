@@ -22,6 +22,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 from torch_geometric.data import Data
+from torch_geometric.transforms import RandomLinkSplit
+from torch_geometric.utils import is_undirected
 
 from train.config import Config
 from train.errors import UserError
@@ -118,9 +120,6 @@ def random_split(data: Data, config: Config) -> Data:
     node split) with the training edges as its edges, each with its own values (edge_attr, edge_weight:
     `values_of_edges`), and the split in link_split.py's fields. It reads the config's `split_inputs` (and
     data.name, to name a graph it refuses)."""
-    from torch_geometric.transforms import RandomLinkSplit
-    from torch_geometric.utils import is_undirected
-
     edges = data.edge_index
     _refuse_edgeless(config, edges.size(1), "no edges")
     undirected = is_undirected(edges, num_nodes=data.num_nodes)

@@ -30,10 +30,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
+import torch
+import torch.distributed as dist
+
 from train.cluster.distenv import DistEnv
 from train.config import Config, declared
 from train.errors import UserError
 from train.files import dir_problem, file_problem
+from train.graph.form import form_of
+from train.graph.sharing.shared_graph import num_edges
 from train.loop.rank0_writes import written_by_rank0
 from train.storage.faults import StorageError
 from train.storage.writes import TMP_PREFIX, atomic_write, guarded
@@ -59,8 +64,6 @@ class CorruptCheckpoint(Exception):
 # ---- bytes on disk ------------------------------------------------------------------------------
 def encode(payload: dict) -> bytes:
     """The file's bytes: header with checksum and length, then `torch.save(payload)`."""
-    import torch
-
     buffer = io.BytesIO()
     torch.save(payload, buffer)
     body = buffer.getvalue()
@@ -70,8 +73,6 @@ def encode(payload: dict) -> bytes:
 
 def decode(data: bytes) -> dict:
     """Check the header, length and checksum of a checkpoint file's bytes; load the payload."""
-    import torch
-
     newline = data.find(b"\n", 0, 256)
     if not data.startswith(MAGIC) or newline < 0:
         raise CorruptCheckpoint("not a checkpoint of this project (no PYGCKPT1 header)")
@@ -274,9 +275,6 @@ class Stateful(Protocol):
 
 def graph_fingerprint(data) -> dict:
     """What identifies the graph a model was trained on, beyond the config."""
-    from train.graph.form import form_of  # here: the checkpoint's readers need no torch
-    from train.graph.sharing.shared_graph import num_edges
-
     form = form_of(data)
     return {
         "num_nodes": form.num_nodes(data), "num_edges": num_edges(data),
@@ -325,8 +323,6 @@ class Checkpointer:
     # -- save
     def save(self, reason: str) -> Path | None:
         """Rank 0 writes the run's state; returns its path (None if nothing changed since the last)."""
-        import torch.distributed as dist
-
         env = self.env
         ranks: list = [None] * env.world_size
         dist.all_gather_object(ranks, self.own.state_dict())
@@ -390,8 +386,6 @@ class Checkpointer:
 
     def resume(self) -> bool:
         """Continue from a checkpoint as trainer.resume says; True if the run resumed."""
-        import torch.distributed as dist
-
         env = self.env
         message: list = [None]
         if env.is_main:

@@ -21,6 +21,8 @@ import socket
 import time
 from collections.abc import Callable
 
+import torch.distributed as dist
+
 from train.loop.killed_rank import MemoryFigures, silent_rank_cause
 
 FAILURE_GRACE_SECONDS = 3.0  # how long a survivor waits for the others' reports before it exits
@@ -30,8 +32,6 @@ _PEER_ERROR = re.compile(
 
 def default_store():
     """The default process group's store (the TCPStore of the rendezvous), or None."""
-    import torch.distributed as dist
-
     try:
         return dist.distributed_c10d._get_default_store()
     except (RuntimeError, ValueError, AttributeError):
@@ -59,8 +59,6 @@ def _whereabouts(store, ranks: list[int]) -> dict[int, str]:
 
 def is_peer_failure(exc: BaseException) -> bool:
     """True when `exc` says a collective failed (a peer is gone or timed out), not a local error."""
-    import torch.distributed as dist
-
     dist_error = getattr(dist, "DistError", None)
     if dist_error is not None and isinstance(exc, dist_error):
         return True

@@ -16,8 +16,6 @@ import re
 import signal
 from dataclasses import dataclass, fields
 
-from train.cluster.memory_limit import physical_memory_bytes as node_memory_bytes
-
 GIB = 2**30
 # What lowers a node's memory peak, as the memory plan's refusal says it (train/cli/plan.py).
 NODE_MEMORY_REMEDIES = ("use nodes with more memory, fewer ranks per node, data.share=node (one copy of the graph "
@@ -90,29 +88,6 @@ def silent_rank_cause(figures: MemoryFigures) -> str:
     return (f"killed (often by the kernel's out-of-memory killer: {memory_sentence(figures, 'a rank', 'this node')}), "
             "crashed (SIGSEGV, or SIGBUS from a full /dev/shm), or its node was lost; "
             "the launcher's line names the signal")
-
-
-def figures_of_plan(plan, node_memory: int | None) -> MemoryFigures:
-    """A memory plan's (train/plan/terms.py's Plan) figures, with the node's memory."""
-    from train.graph.sharing.segments import shares_graph
-    from train.plan.terms import shared_graph_bytes
-
-    shared = shared_graph_bytes(plan.size) if shares_graph(plan.share, plan.ranks_per_node) else 0
-    return MemoryFigures(rank_peak=plan.rank_peak, node_memory=node_memory, shared_graph=shared)
-
-
-def plan_figures(config, nodes: int, ranks: int, gpus: bool) -> MemoryFigures:
-    """The memory plan's figures for this run and this machine's memory; unknown where the plan cannot be made
-    (it is asked after a failure: it must not fail in turn)."""
-    memory = node_memory_bytes()
-    try:
-        from train.graph.datasets.loading import dataset_kind
-        from train.plan.terms import make_plan
-
-        plan = make_plan(config, dataset_kind(config.data).plan_size(config.data), nodes, ranks, gpus=gpus)
-        return figures_of_plan(plan, memory)
-    except Exception:  # a plan that cannot be made leaves the figures unknown, and the message says so
-        return MemoryFigures(node_memory=memory)
 
 
 def figures_text(figures: MemoryFigures) -> str:

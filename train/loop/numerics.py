@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+import torch
+
 CUBLAS_WORKSPACE = ":4096:8"  # what torch's reproducibility notes give for deterministic cuBLAS
 
 
@@ -35,8 +37,6 @@ def set_gpu_numerics(deterministic: bool) -> str:
 
     Not for CPU runs: their numerics stay as they are (deterministic already).
     """
-    import torch
-
     if deterministic:
         torch.use_deterministic_algorithms(True, warn_only=True)
         torch.utils.deterministic.fill_uninitialized_memory = False  # nothing reads memory it did not write

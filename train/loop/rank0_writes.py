@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeVar
 
+import torch.distributed as dist
+
 from train.storage.faults import StorageError
 
 T = TypeVar("T")
@@ -19,8 +21,6 @@ T = TypeVar("T")
 def written_by_rank0(is_main: bool, write: Callable[[], T]) -> T:
     """`write()` on rank 0; its result on every rank, or on every rank the OSError or `StorageError` it raised.
     Collective (every rank calls it at the same point)."""
-    import torch.distributed as dist
-
     outcome: list = [None]
     if is_main:
         try:

@@ -11,6 +11,10 @@ import dataclasses
 from dataclasses import dataclass
 
 ROCAUC_FIELDS = ("val_rocauc", "test_rocauc")
+# The phases an epoch's time is split into (EpochRecord.phase_seconds), as train/loop/timing.py measures them: here,
+# without torch, for the report (`python -m train --help` imports it).
+PHASES = ("sample", "gather", "copy", "compute", "allreduce", "eval", "other")
+MEASURED = PHASES[:-1]  # `other` is what the wall clock saw beyond these
 
 
 @dataclass(frozen=True)

@@ -17,10 +17,10 @@ import yaml
 
 from train.errors import UserError
 from train.files import dir_problem, file_problem, read_text
+from train.loop.records import PHASES
 from train.loop.rundir import RUNS, runs_under
 from train.loop.scores import number as _number
 from train.loop.scores import score_rows, score_summary
-from train.loop.timing import PHASES
 from train.storage.faults import StorageError
 from train.storage.writes import atomic_write
 
@@ -142,7 +142,7 @@ RIGHT = {"loc": "center left", "bbox_to_anchor": (1.02, 0.5), "fontsize": "small
 
 def _pyplot(path: Path):
     try:
-        import matplotlib
+        import matplotlib  # optional: the extra `.[report]`, and only to draw
 
         matplotlib.use("Agg")  # no display on a cluster
         import matplotlib.pyplot as plt

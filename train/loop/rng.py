@@ -12,10 +12,13 @@ default), so the choice is tested on the CPU with a stand-in.
 
 from __future__ import annotations
 
+import random
+
+import numpy as np
+import torch
+
 
 def _torch_cuda():
-    import torch
-
     return torch.cuda
 
 
@@ -56,11 +59,6 @@ def set_cuda_rng_state(saved, cuda=None) -> None:
 
 def rng_state(cuda=None) -> dict:
     """Every RNG of this process that the run draws from (numpy's as a tensor: weights_only)."""
-    import random
-
-    import numpy as np
-    import torch
-
     kind, key, pos, has_gauss, gauss = np.random.get_state()
     state = {
         "torch": torch.get_rng_state(),
@@ -75,11 +73,6 @@ def rng_state(cuda=None) -> dict:
 
 
 def set_rng_state(state: dict, cuda=None) -> None:
-    import random
-
-    import numpy as np
-    import torch
-
     torch.set_rng_state(state["torch"])
     random.setstate(state["python"])
     n = state["numpy"]

@@ -38,7 +38,6 @@ from train.graph.sharing.shared_graph import obtain_shared_or_private, shared_gr
 from train.loop.checkpoint import CHECKPOINT_DIR, Checkpointer, graph_fingerprint, list_checkpoints
 from train.loop.failure_report import announce, default_store, report_failure
 from train.loop.fit import FitResult, Trainer
-from train.loop.killed_rank import plan_figures
 from train.loop.numerics import set_gpu_numerics
 from train.loop.rank0_writes import written_by_rank0
 from train.loop.report import write_report
@@ -48,6 +47,7 @@ from train.loop.step_vote import StepAgreement
 from train.loop.stop_signals import STOP_SIGNALS, STOPPED, StopSignals, leave_in_order, signal_name, stop_outcome
 from train.loop.tasks import prepared_graph
 from train.models import batch_norms, graph_edge_values
+from train.plan.memory_figures import plan_figures
 from train.storage.faults import StorageError, StorageFault, storage_message
 from train.storage.writes import atomic_write, atomic_write_text, guarded
 

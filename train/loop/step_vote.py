@@ -11,6 +11,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+import torch
+import torch.distributed as dist
+
 from train.loop.stop_signals import StopSignals
 
 
@@ -40,9 +43,6 @@ class StepAgreement:
         self.stop_signal = 0
 
     def vote(self, joined: bool) -> tuple[int, bool, bool]:
-        import torch
-        import torch.distributed as dist
-
         due = self.rank == 0 and self.every_seconds > 0 and self.seconds_since_save() >= self.every_seconds
         flags = torch.tensor([self.signals.received, int(due), int(joined)], dtype=torch.int64, device=self.device)
         dist.all_reduce(flags, op=dist.ReduceOp.MAX)
@@ -81,8 +81,6 @@ class StepAgreement:
 
     @property
     def join_process_group(self):
-        import torch.distributed as dist
-
         return dist.group.WORLD
 
     def sync_optimizer(self, is_last_joiner: bool) -> None:
@@ -92,9 +90,6 @@ class StepAgreement:
         gradient all-reduce); DDP copies the model back, this copies the optimizer state,
         so every rank, rank 0's checkpoint included, holds the same state again.
         """
-        import torch
-        import torch.distributed as dist
-
         rank = self.rank
         flags = torch.tensor([0 if is_last_joiner else 1, rank if is_last_joiner else -1],
                              dtype=torch.int64, device=self.device)
@@ -112,8 +107,6 @@ class StepAgreement:
 
 def on_cpu(state):
     """`state` (nested dicts, lists and tuples) with every tensor copied to the CPU; the rest as it is."""
-    import torch
-
     if isinstance(state, torch.Tensor):
         return state.detach().cpu()
     if isinstance(state, dict):

@@ -13,6 +13,8 @@ import re
 import time
 from pathlib import Path
 
+import torch
+
 from train.loop.records import EpochRecord, Sink
 from train.storage.writes import guarded
 
@@ -24,7 +26,7 @@ EVENT_FILE = re.compile(r"events\.out\.tfevents\.(\d+)\.")  # SummaryWriter's na
 def unavailable() -> str | None:
     """Why torch.utils.tensorboard cannot write here (the tensorboard package is missing or too old); None: it can."""
     try:
-        from torch.utils.tensorboard import SummaryWriter  # noqa: F401 - the import is the check
+        from torch.utils.tensorboard import SummaryWriter  # noqa: F401 - optional (`.[tensorboard]`): the import is the check
     except ImportError as exc:
         return f"the tensorboard package cannot be imported ({exc}); pip install tensorboard"
     return None
@@ -52,8 +54,6 @@ def scalars(record: EpochRecord, lr: float) -> dict[str, float]:
 
 def gpu_memory() -> dict[str, float]:
     """This process's GPU memory in GiB (now, the peak so far, what the allocator holds) when it uses CUDA."""
-    import torch
-
     if not torch.cuda.is_initialized():
         return {}
     return {"memory/gpu_allocated_gib": torch.cuda.memory_allocated() / GIB,
@@ -85,7 +85,7 @@ class TensorBoardEvents(Sink):
     def start(self, history: list[EpochRecord]) -> None:
         if not self.on:
             return
-        from torch.utils.tensorboard import SummaryWriter
+        from torch.utils.tensorboard import SummaryWriter  # optional: the extra `.[tensorboard]`
 
         self.close()
         first = history[-1].epoch + 1 if history else 0  # the epoch this run trains first

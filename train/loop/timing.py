@@ -37,20 +37,11 @@ import os
 import threading
 import time
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    import torch
+import torch
+import torch.distributed as dist
 
-PHASES = ("sample", "gather", "copy", "compute", "allreduce", "eval", "other")
-MEASURED = PHASES[:-1]  # `other` is what the wall clock saw beyond these
-
-
-def _torch():
-    """torch, imported on first use: `python -m train` imports this module (via report) to build
-    its parser, and a refused command must not wait for torch to load."""
-    import torch
-    return torch
+from train.loop.records import MEASURED, PHASES
 
 
 def stream_wait(device: torch.device):
@@ -58,7 +49,7 @@ def stream_wait(device: torch.device):
     current stream (not the device's other streams: see the module's docstring); None where work is synchronous."""
     if device.type != "cuda":
         return None
-    cuda = _torch().cuda
+    cuda = torch.cuda
     return lambda: cuda.current_stream(device).synchronize()
 
 
@@ -70,7 +61,7 @@ class PhaseTimer:
     """
 
     def __init__(self, device: torch.device | str = "cpu", clock=time.perf_counter):
-        self.device = _torch().device(device)
+        self.device = torch.device(device)
         self.wait = stream_wait(self.device)
         self.clock = clock
         self._owner = (os.getpid(), threading.get_ident())
@@ -169,7 +160,7 @@ class AllReduceProbe:
     """
 
     def __init__(self, module: torch.nn.Module, device: torch.device | str = "cpu"):
-        self.device = _torch().device(device)
+        self.device = torch.device(device)
         self.cuda = self.device.type == "cuda"
         self._last_ready: float | torch.cuda.Event | None = None
         self._handles = [p.register_post_accumulate_grad_hook(self._ready)
@@ -177,7 +168,7 @@ class AllReduceProbe:
 
     def _ready(self, _param) -> None:
         if self.cuda:
-            event = _torch().cuda.Event(enable_timing=True)
+            event = torch.cuda.Event(enable_timing=True)
             event.record()
             self._last_ready = event
         else:
@@ -191,7 +182,7 @@ class AllReduceProbe:
         if ready is None:
             return 0.0
         if self.cuda:
-            done = _torch().cuda.Event(enable_timing=True)
+            done = torch.cuda.Event(enable_timing=True)
             done.record()
             done.synchronize()
             return max(ready.elapsed_time(done) / 1000.0, 0.0)
@@ -205,10 +196,8 @@ class AllReduceProbe:
 
 def reduce_mean(phases: dict[str, float], world_size: int, device: torch.device) -> dict[str, float]:
     """The mean over ranks of each phase (collective: every rank calls it with the same keys)."""
-    import torch.distributed as dist
-
     keys = list(phases)
-    values = _torch().tensor([phases[k] for k in keys], dtype=_torch().float64, device=device)
+    values = torch.tensor([phases[k] for k in keys], dtype=torch.float64, device=device)
     if world_size > 1 and dist.is_available() and dist.is_initialized():
         dist.all_reduce(values)
         values /= world_size

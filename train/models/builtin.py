@@ -15,7 +15,10 @@ import functools
 import inspect
 from typing import Any
 
+import torch_geometric.nn.conv as convs
 from torch import nn
+from torch_geometric.nn.conv import MessagePassing
+from torch_geometric.nn.models import GAT
 
 from train.builtin_models import BUILTINS, Builtin
 from train.errors import UserError
@@ -31,8 +34,6 @@ _NOT_ARGUMENTS = {"self", "args", "kwargs", "channel_list", "nn", "meta", "num_r
 def out_heads_gat() -> type[nn.Module]:
     """PyG's GAT with `out_heads`: the output layer's number of heads, averaged (Velickovic et al. use 8 heads,
     then 1 output head on Cora; PyG's GAT repeats `heads` in every layer). Only init_conv differs."""
-    from torch_geometric.nn.models import GAT
-
     class OutHeadsGAT(GAT):
         def __init__(self, *args, out_heads: int, **kwargs):
             self.out_heads = out_heads  # read by init_conv, which GAT's constructor calls
@@ -54,16 +55,19 @@ def parameter_names(function) -> tuple[set[str], bool]:
     return named, any(p.kind == p.VAR_KEYWORD for p in params)
 
 
+def conv_classes(builtin: Builtin) -> list[type]:
+    """The layer classes (in torch_geometric.nn.conv) whose arguments the built-in model passes on."""
+    return [getattr(convs, name) for name in builtin.convs]
+
+
 def valid_keywords(builtin: Builtin) -> list[str]:
     """Every model.kwargs name the built-in model takes: its own, its layers' and their MessagePassing base's."""
     names, _ = parameter_names(builtin.model_class().__init__)
     names |= set(builtin.own)
-    for conv in builtin.conv_classes():
+    for conv in conv_classes(builtin):
         conv_names, passes_on = parameter_names(conv.__init__)
         names |= conv_names
         if passes_on:
-            from torch_geometric.nn.conv import MessagePassing
-
             names |= parameter_names(MessagePassing.__init__)[0]
     return sorted(names - set(COMMON) - _NOT_ARGUMENTS)
 

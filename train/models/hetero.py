@@ -27,6 +27,7 @@ from torch import Tensor, nn
 from torch_geometric.data import Data
 
 from train.errors import UserError
+from train.graph.sampling.samplers import make_node_loader
 from train.graph.typed_meta import HeteroMeta
 
 TYPED_INPUTS = ("edge_type", "node_type", "n_id")  # a typed batch's tensors a heterogeneous model reads, by name
@@ -200,8 +201,6 @@ def tiny_typed_batch(meta: HeteroMeta, num_layers: int, seeds: int = 4, fanout: 
     """A batch as training samples it (seeds of the target type first, then each hop; hop counts attached) from a
     small random graph of `meta`'s types and relations: each type's first `per_type` nodes (kept at their global
     ids, so that an embedding reads its own rows), features of each type's width, every relation's edges."""
-    from train.graph.sampling.samplers import make_node_loader
-
     generator = torch.Generator().manual_seed(0)
     sizes = [min(count, per_type) for count in meta.counts]
     starts = [sum(sizes[:index]) for index in range(len(sizes))]

@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch_geometric.nn import HeteroConv
+from torch_geometric.nn.conv import GATConv, SAGEConv
+from torch_geometric.utils import trim_to_layer
 
 from train.errors import UserError
 from train.graph.typed_meta import HeteroMeta
@@ -24,8 +27,6 @@ class HeteroConvGNN(nn.Module):
 
     def __init__(self, in_channels: int, hidden_channels: int, num_layers: int, out_channels: int,
                  dropout: float = 0.0, *, meta: HeteroMeta, **kwargs):
-        from torch_geometric.nn import HeteroConv
-
         super().__init__()
         self.num_layers, self.dropout = num_layers, dropout
         widths = [in_channels] + [hidden_channels] * num_layers
@@ -44,8 +45,6 @@ class HeteroConvGNN(nn.Module):
                 num_sampled_edges_dict: dict[tuple[str, str, str], list[int]] | None = None) -> dict[str, Tensor]:
         """The target type's logits; with the per-type hop counts, each layer first drops the hops no later layer
         reads (PyG's trim_to_layer: the seeds' outputs unchanged)."""
-        from torch_geometric.utils import trim_to_layer
-
         for index, conv in enumerate(self.convs):
             if num_sampled_nodes_dict is not None and num_sampled_edges_dict is not None:
                 x_dict, edge_index_dict, _ = trim_to_layer(index, num_sampled_nodes_dict, num_sampled_edges_dict,
@@ -61,8 +60,6 @@ class HeteroSAGE(HeteroConvGNN):
     """HeteroConv of SAGEConv (model.kwargs: SAGEConv's aggr, normalize, root_weight, project, bias)."""
 
     def relation_conv(self, in_channels: int, out_channels: int, **kwargs) -> nn.Module:
-        from torch_geometric.nn.conv import SAGEConv
-
         return SAGEConv(in_channels, out_channels, **kwargs)
 
 
@@ -74,8 +71,6 @@ class HeteroGAT(HeteroConvGNN):
         super().__init__(*args, **kwargs)
 
     def relation_conv(self, in_channels: int, out_channels: int, **kwargs) -> nn.Module:
-        from torch_geometric.nn.conv import GATConv
-
         if out_channels % self.heads:
             raise UserError(f"model.name=hetero-gat: model.hidden={out_channels} is not a multiple of "
                             f"model.kwargs.heads={self.heads}; each layer concatenates its heads.")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch_geometric.nn.conv import RGATConv, RGCNConv
 
 from train.errors import UserError
 from train.graph.typed_meta import HeteroMeta
@@ -70,8 +71,6 @@ class RGCN(RelationalGNN):
     aggr, root_weight, bias, ...)."""
 
     def init_conv(self, in_channels: int, out_channels: int, last: bool, **kwargs) -> nn.Module:
-        from torch_geometric.nn.conv import RGCNConv
-
         return RGCNConv(in_channels, out_channels, len(self.meta.edge_types), **kwargs)
 
 
@@ -85,8 +84,6 @@ class RGAT(RelationalGNN):
         self.roots = nn.ModuleList(nn.Linear(conv.in_channels, width) for conv, width in zip(self.convs, self.widths))
 
     def init_conv(self, in_channels: int, out_channels: int, last: bool, **kwargs) -> nn.Module:
-        from torch_geometric.nn.conv import RGATConv
-
         if not last and out_channels % self.heads:
             raise UserError(f"model.name=rgat: model.hidden={out_channels} is not a multiple of "
                             f"model.kwargs.heads={self.heads}; each hidden layer concatenates its heads.")

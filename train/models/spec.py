@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch_geometric.nn import to_hetero
 
 from train.config import ModelConfig
 from train.errors import UserError
@@ -122,8 +123,6 @@ class ModelSpec:
 
     def to_hetero(self, model: nn.Module, meta: HeteroMeta) -> nn.Module:
         """PyG's to_hetero of `model`: one copy of its layers per relation, summed per destination type."""
-        from torch_geometric.nn import to_hetero
-
         try:
             return to_hetero(model, meta.metadata(), aggr="sum")
         except Exception as exc:  # PyG traces the model's forward: a forward it cannot trace is named, no traceback

@@ -22,6 +22,8 @@ import inspect
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch_geometric.nn.models.basic_gnn import BasicGNN
+from torch_geometric.nn.norm import BatchNorm
 
 import train.models.trim as trim
 from train.config import ModelConfig
@@ -56,8 +58,6 @@ def reads_graph(forward) -> bool:
 def edge_arguments(model: nn.Module) -> tuple[str, ...]:
     """Which of EDGE_ARGUMENTS `model` reads: a BasicGNN what its layers take, any other model what its forward
     names (not **kwargs: a model is given what it asks for by name)."""
-    from torch_geometric.nn.models.basic_gnn import BasicGNN
-
     if isinstance(model, BasicGNN):
         return tuple(name for name, read in (("edge_attr", model.supports_edge_attr),
                                              ("edge_weight", model.supports_edge_weight)) if read)
@@ -77,8 +77,6 @@ def one_row_norm(model: nn.Module) -> str:
     """The first norm of `model` that cannot train on a batch of one row, by its name in the model ('' when none):
     BatchNorm's batch statistics need two rows in training mode (torch refuses one), unless PyG's BatchNorm is built
     with allow_single_element (model.kwargs.norm_kwargs), which then reads its running statistics."""
-    from torch_geometric.nn.norm import BatchNorm
-
     single_allowed = {id(norm.module) for norm in model.modules() if isinstance(norm, BatchNorm)
                       and getattr(norm, "allow_single_element", False)}  # absent from older PyG: never
     return next((name for name, module in batch_norms(model) if id(module) not in single_allowed), "")

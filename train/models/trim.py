@@ -22,7 +22,10 @@ PyG's `num_sampled_nodes_per_hop` instead: BasicGNN's forward then uses `trim_to
 from __future__ import annotations
 
 import torch
+import torch_geometric.nn.conv as convs
 from torch import Tensor, nn
+from torch_geometric.nn.models.basic_gnn import BasicGNN
+from torch_geometric.nn.norm import BatchNorm, LayerNorm
 
 # the layers that take (x_source, x_target)
 BIPARTITE = ("SAGEConv", "GATConv", "GATv2Conv", "GINConv", "GINEConv", "GraphConv", "EdgeConv")
@@ -31,15 +34,11 @@ ROW_WISE_NORMS = (nn.Identity, nn.LayerNorm, nn.BatchNorm1d)  # plus PyG's Batch
 
 
 def _conv_kinds() -> tuple[tuple[type, ...], tuple[type, ...]]:
-    import torch_geometric.nn.conv as convs
-
     return tuple(getattr(convs, n) for n in BIPARTITE), tuple(getattr(convs, n) for n in DEGREE_NORMALISED)
 
 
 def _row_wise(norm: nn.Module) -> bool:
     """Whether a norm's output for a row depends on that row alone (BatchNorm: with its running statistics)."""
-    from torch_geometric.nn.norm import BatchNorm, LayerNorm
-
     if isinstance(norm, LayerNorm):
         return norm.mode == "node"
     if isinstance(norm, BatchNorm):
@@ -51,8 +50,6 @@ def _row_wise(norm: nn.Module) -> bool:
 
 def unsupported(model: nn.Module) -> str | None:
     """Why target trimming cannot run `model` exactly as its own forward does, or None when it can."""
-    from torch_geometric.nn.models.basic_gnn import BasicGNN
-
     if not isinstance(model, BasicGNN):
         return f"{type(model).__name__} is not one of PyG's BasicGNN models"
     if type(model).forward is not BasicGNN.forward:

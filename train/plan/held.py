@@ -9,7 +9,10 @@ from dataclasses import replace
 
 from train.builtin_tasks import task_row
 from train.config import Config
+from train.graph.datasets.kinds import dataset_kind
+from train.graph.form import form_named
 from train.graph.link_fields import HELD_OUT_SPLITS
+from train.graph.sharing.shared_graph import csc_index_dtype
 from train.graph.sizes import FLOAT, INDEX, GraphSize
 
 # Loading, in int64 arrays of E entries (E x 8 bytes) and copies of x alive at the peak of the process that
@@ -71,16 +74,12 @@ LOADER_PEAK = {"synthetic": _synthetic_peak,
 def shared_graph_bytes(size: GraphSize) -> int:
     """What data.share=node writes once per node (train/graph/sharing/shared_graph.py's graph_tensors), from meta
     tensors."""
-    from train.graph.form import form_named  # here: `python -m train` imports the plan to build its parser
-
     form = form_named(size.form)
     return form.shared_tensors(form.planned(size))[1]
 
 
 def csc_index_bytes(size: GraphSize, sharing: bool) -> int:
     """Bytes of one id of the CSC: the node-shared one's dtype (int32 where the graph allows it), else PyG's int64."""
-    from train.graph.sharing.shared_graph import csc_index_dtype
-
     return csc_index_dtype(size.nodes, size.edges).itemsize if sharing else INDEX
 
 
@@ -129,8 +128,6 @@ def own_split_bytes(size: GraphSize) -> int:
 def loader_kind(name: str) -> str:
     """Whose loading peak data.name has (its kind's, train/graph/datasets/kinds.py): the generator, own files, OGB
     or PyG."""
-    from train.graph.datasets.kinds import dataset_kind  # here: it imports torch (see shared_graph_bytes)
-
     return dataset_kind(name).loader
 
 
@@ -140,8 +137,6 @@ def held_size(config: Config, size: GraphSize) -> GraphSize:
     training edges, with their values, and the split's ids lie beside them: each training pair once, each
     held-out pair and its negative. Counted as undirected, as the sizes count edges (both directions of each). A
     graph with its own split holds it as loaded, its ids in its size (GraphSize.link_ids)."""
-    from train.graph.datasets.kinds import dataset_kind  # here: it imports torch (see shared_graph_bytes)
-
     if not task_row(config.task.name).edge_split or dataset_kind(config.data.name).own_link_split:
         return size
     pairs = size.edges // 2

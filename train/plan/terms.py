@@ -15,8 +15,15 @@ from dataclasses import dataclass, field
 from train.builtin_models import BUILTINS
 from train.builtin_tasks import task_row
 from train.config import Config
+from train.graph.form import form_of, graph_meta
+from train.graph.link_fields import split_ids
+from train.graph.sampling.device_plan import gpu_feature_bytes, gpu_placement, gpu_structure_bytes
+from train.graph.sampling.in_edges import CHUNK_BYTES, ChunkCost
 from train.graph.sharing.segments import shares_graph
+from train.graph.sharing.shared_graph import num_edges
 from train.graph.sizes import FLOAT, INDEX, GraphSize
+from train.models import evaluates_exactly, resolve
+from train.models import parameter_count as built_count
 from train.plan.held import (
     csc_index_bytes,
     held_size,
@@ -70,10 +77,6 @@ CUDA_CACHE_SLACK = 1.25
 
 def graph_size_of(data) -> GraphSize:
     """The size of a loaded graph (a run's own figures for the terms it shares with the plan)."""
-    from train.graph.form import form_of, graph_meta
-    from train.graph.link_fields import split_ids
-    from train.graph.sharing.shared_graph import num_edges
-
     form = form_of(data)
     split = tuple(int(form.split_nodes(data, name).numel()) for name in ("train", "val", "test"))
     values = edges.values if (edges := form.edge_rows(data)) is not None else {}
@@ -94,8 +97,6 @@ def layer_widths(config: Config, size: GraphSize) -> list[tuple[int, int]]:
 def parameter_count(config: Config, size: GraphSize) -> int:
     """The model's real parameter count: model.name (a built-in or the user's) built on the meta device for the
     graph's features and classes (train/models/spec.py), so GAT's heads or GIN's MLPs count as they are."""
-    from train.models import parameter_count as built_count  # torch and PyG: only once a plan is made
-
     return built_count(config.model, size.features, size.classes, meta=size.meta)  # a typed graph: its types
 
 
@@ -108,15 +109,12 @@ def evaluation_sampled(config: Config, size: GraphSize) -> bool:
         return True
     if task_row(config.task.name).seeds == "edges":
         return False
-    from train.models import evaluates_exactly  # torch and PyG: only once a plan is made
 
     return not evaluates_exactly(config.model, size.features, size.classes, meta=size.meta)
 
 
 def reads_graph(config: Config) -> bool:
     """Whether model.name reads the graph, as the run decides it (train/models/step.py's reads_graph)."""
-    from train.models import resolve  # torch and PyG: only once a plan is made
-
     return resolve(config.model).reads_graph
 
 
@@ -221,8 +219,6 @@ def eval_chunk_targets(config: Config, size: GraphSize, in_width: int, out_width
     fewer where the chunk's byte bound stops it first (train/graph/sampling/in_edges.py: CHUNK_BYTES by ChunkCost,
     at the
     graph's mean in-degree), as the evaluation cuts its chunks."""
-    from train.graph.sampling.in_edges import CHUNK_BYTES, ChunkCost  # torch: only once a plan is made
-
     cost = ChunkCost.for_layer(in_width, out_width)
     per_target = cost.per_target + size.degree * cost.per_edge
     return max(1, min(config.sampler.eval_batch_size, int(CHUNK_BYTES // per_target)))
@@ -278,8 +274,6 @@ def gpu_working_bytes(config: Config, size: GraphSize) -> int:
 def gpu_feature_bytes_of(config: Config, size: GraphSize, sharing: bool) -> int:
     """The features (in data.feature_dtype) and labels where the GPU holds them, and the edges' values and ids
     (the CSC's perm, in the CSC's dtype) with them."""
-    from train.graph.sampling.device_plan import gpu_feature_bytes
-
     edges = size.edges * (size.edge_floats * FLOAT + size.type_bytes + csc_index_bytes(size, sharing)) \
         if size.edge_floats or size.type_bytes else 0
     nodes = size.nodes * size.type_bytes  # a typed graph's node_type
@@ -295,8 +289,6 @@ def placement_for(config: Config, size: GraphSize, sharing: bool, gpu_bytes: int
     """sampler.device auto or cuda on a GPU of `gpu_bytes`: the run's own decision
     (train/graph/sampling/device_plan.py),
     or None where the GPU's memory is unknown."""
-    from train.graph.sampling.device_plan import gpu_placement, gpu_structure_bytes
-
     if gpu_bytes is None:
         return None
     structure = gpu_structure_bytes(size.nodes, size.edges, with_perm=not sharing,
@@ -429,8 +421,6 @@ def make_plan(config: Config, size: GraphSize, nodes: int, ranks: int, gpus: boo
 
 def gpu_rows(setting: Setting, size: GraphSize, train: int, evaluation: int) -> dict:
     """Per GPU: the runtime, the model, the graph where sampler.device=cuda puts it, the larger working set."""
-    from train.graph.sampling.device_plan import gpu_structure_bytes
-
     rows = {"CUDA context, NCCL and cuBLAS buffers": GPU_RUNTIME_BYTES,
             "model, gradients, Adam state": model_bytes(setting.config, size)}
     if setting.gpu_sampling:

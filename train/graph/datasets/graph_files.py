@@ -25,6 +25,8 @@ import numpy as np
 import torch
 from torch import Tensor
 from torch_geometric.data import Data
+from torch_geometric.data.data import DataEdgeAttr, DataTensorAttr
+from torch_geometric.data.storage import GlobalStorage
 
 from train.errors import UserError
 from train.files import dir_problem, file_problem
@@ -97,9 +99,6 @@ def read_folder(folder: Path) -> dict[str, Tensor]:
 
 def read_data_file(path: Path) -> dict[str, Tensor]:
     """The arrays of a `torch.save`d PyG `Data` (or a dict of tensors)."""
-    from torch_geometric.data.data import DataEdgeAttr, DataTensorAttr
-    from torch_geometric.data.storage import GlobalStorage
-
     try:
         with torch.serialization.safe_globals([Data, DataEdgeAttr, DataTensorAttr, GlobalStorage]):
             value = torch.load(path, mmap=True, weights_only=True)

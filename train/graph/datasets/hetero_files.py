@@ -25,6 +25,9 @@ from pathlib import Path
 
 import torch
 from torch import Tensor
+from torch_geometric.data import HeteroData
+from torch_geometric.data.data import DataEdgeAttr, DataTensorAttr
+from torch_geometric.data.storage import BaseStorage, EdgeStorage, GlobalStorage, NodeStorage
 
 from train.config import DataConfig
 from train.errors import UserError
@@ -33,6 +36,8 @@ from train.graph.datasets.graph_files import ARRAYS, SUFFIXES, _read_array
 from train.graph.datasets.igbh import IGBH_RELATIONS, IGBH_SPLIT, IGBH_TYPES, igbh_label_name
 from train.graph.labels import num_outputs
 from train.graph.sizes import GraphSize
+from train.graph.typed_graph import node_count
+from train.graph.typed_meta import HeteroMeta, check_target
 
 
 def saved_hetero(path: Path) -> bool:
@@ -69,10 +74,6 @@ def is_hetero(path: str) -> bool:
 
 def read_saved_hetero(path: Path):
     """The `HeteroData` of a .pt file, loaded memory-mapped with only PyG's data classes allowed."""
-    from torch_geometric.data import HeteroData
-    from torch_geometric.data.data import DataEdgeAttr, DataTensorAttr
-    from torch_geometric.data.storage import BaseStorage, EdgeStorage, GlobalStorage, NodeStorage
-
     allowed = [HeteroData, BaseStorage, NodeStorage, EdgeStorage, GlobalStorage, DataEdgeAttr, DataTensorAttr]
     try:
         with torch.serialization.safe_globals(allowed):
@@ -114,8 +115,6 @@ def _add_relation(hetero, relation: tuple[str, str, str], edge_index: Tensor, co
 
 def read_hetero_folder(folder: Path):
     """A folder of `<type>/` and `<src>__<rel>__<dst>/` folders as a `HeteroData` (module docstring)."""
-    from torch_geometric.data import HeteroData
-
     hetero, counts = HeteroData(), {}
     children = sorted(child for child in folder.iterdir() if child.is_dir())
     for child in children:
@@ -141,8 +140,6 @@ def igbh_folder(path: Path) -> Path:
 
 def read_igbh(path: Path, num_classes: int):
     """IGBH's folder as a `HeteroData` with the papers' labels and split, each relation with its reverse."""
-    from torch_geometric.data import HeteroData
-
     folder, hetero, counts = igbh_folder(path), HeteroData(), {}
     label_name = igbh_label_name(num_classes)
     for node_type in IGBH_TYPES:
@@ -185,9 +182,6 @@ def read_hetero(path: str):
 
 def hetero_meta_of(hetero, target: str, source: str):
     """The types and sizes of a `HeteroData` without building its typed graph: what the plan reads."""
-    from train.graph.typed_graph import node_count
-    from train.graph.typed_meta import HeteroMeta, check_target
-
     node_types = tuple(hetero.node_types)
     check_target(node_types, target, source)
     widths = tuple(int(hetero[t].x.size(1)) if hetero[t].get("x") is not None else 0 for t in node_types)
@@ -205,8 +199,6 @@ def files_target(data: DataConfig, hetero) -> str:
 
 def hetero_size(hetero, target: str, source: str, classes: int | None = None) -> GraphSize:
     """The plan's size of a `HeteroData` (memory-mapped: only its labels and splits are read)."""
-    from train.graph.datasets.hetero_files import hetero_meta_of
-
     meta = hetero_meta_of(hetero, target, source)
     store = hetero[target]
     if store.get("y") is None:

@@ -19,16 +19,27 @@ from train.config import DataConfig
 from train.errors import UserError
 from train.files import check_dir
 from train.graph.datasets.base import DatasetKind, make_data
+from train.graph.datasets.hetero_synthetic import TARGET, hetero_synthetic_edges, hetero_synthetic_meta
 from train.graph.datasets.igbh import IGBH_TYPES, igbh_full, igbh_label_name
-from train.graph.datasets.ogb_links import OGB_LINK_DATASETS, open_ogbl
-from train.graph.datasets.ogb_nodes import OGB_NODE_DATASETS, mag_size, ogb_source, open_ogb
+from train.graph.datasets.ogb_links import OGB_LINK_DATASETS
+from train.graph.datasets.ogb_nodes import OGB_NODE_DATASETS, mag_size, ogb_source
 from train.graph.datasets.raw_files import prepare_again, problems
-from train.graph.labels import is_multilabel, num_outputs
 from train.graph.link_fields import ranked_split_ids
 from train.graph.sizes import GraphSize
+from train.graph.typed_meta import check_target
 
 if TYPE_CHECKING:  # PyG is imported where a graph is made: the doctor's probe of a synthetic graph needs none
+    from types import ModuleType
+
     from torch_geometric.data import Data
+
+
+def _graphs() -> ModuleType:
+    """The kinds' torch half (train/graph/datasets/kind_graphs.py), imported where a graph is read or made: what a
+    kind is, checked on a login node or probed by the doctor, needs no torch."""
+    from train.graph.datasets import kind_graphs  # here: it imports torch and PyG
+
+    return kind_graphs
 
 
 def untyped_target(data: DataConfig) -> str:
@@ -53,9 +64,7 @@ class Synthetic(DatasetKind):
                          (train, val, data.num_nodes - train - val), edge_features=data.edge_features)
 
     def load(self, data: DataConfig, root: Path) -> Data:
-        from train.graph.datasets.synthetic import synthetic_graph
-
-        return synthetic_graph(data)
+        return _graphs().synthetic_graph(data)
 
     def is_prepared(self, data: DataConfig, root: Path) -> bool:
         return True
@@ -87,34 +96,30 @@ class Files(DatasetKind):
         """Shapes from the memory-mapped arrays (headers), checked as `fit` checks them but without reading a
         feature or an edge: an empty, cut-short or ill-shaped file is named, never a traceback. A heterogeneous
         graph's types and sizes from its arrays' shapes (and the largest id of a featureless type's relations)."""
-        from train.graph.datasets.graph_files import check_edge_values, check_graph, read_graph_arrays
-        from train.graph.datasets.hetero_files import files_target, hetero_size, is_hetero, read_hetero
+        graphs = _graphs()
+        if graphs.is_hetero(data.path):
+            hetero = graphs.read_hetero(data.path)
+            return graphs.hetero_size(hetero, graphs.files_target(data, hetero), f"data.path={data.path}")
 
-        if is_hetero(data.path):
-            hetero = read_hetero(data.path)
-            return hetero_size(hetero, files_target(data, hetero), f"data.path={data.path}")
-
-        arrays, source = read_graph_arrays(data.path)
-        y, splits = check_graph(arrays, source, scan_values=False)
+        arrays, source = graphs.read_graph_arrays(data.path)
+        y, splits = graphs.check_graph(arrays, source, scan_values=False)
         x, edges = arrays["x"], arrays["edge_index"]
-        values = check_edge_values(arrays, source, scan_values=False)
-        classes = num_outputs(y)  # check_graph: a labeled, non-empty train split
+        values = graphs.check_edge_values(arrays, source, scan_values=False)
+        classes = graphs.num_outputs(y)  # check_graph: a labeled, non-empty train split
         return GraphSize(x.size(0), edges.size(-1), x.size(-1), classes,
                          tuple(splits[s].numel() for s in ("train", "val", "test")),
                          edge_features=values["edge_attr"].size(1) if "edge_attr" in values else 0,
-                         edge_weight="edge_weight" in values, multilabel=is_multilabel(y))
+                         edge_weight="edge_weight" in values, multilabel=graphs.is_multilabel(y))
 
     def load(self, data: DataConfig, root: Path) -> Data:
-        from train.graph.datasets.graph_files import load_files
-        from train.graph.datasets.hetero_files import files_target, is_hetero, read_hetero
-        from train.graph.typed_graph import typed_graph
-
-        if is_hetero(data.path):
-            hetero = read_hetero(data.path)
-            return typed_graph(hetero, files_target(data, hetero), data.featureless, f"data.path={data.path}")
+        graphs = _graphs()
+        if graphs.is_hetero(data.path):
+            hetero = graphs.read_hetero(data.path)
+            return graphs.typed_graph(hetero, graphs.files_target(data, hetero), data.featureless,
+                                      f"data.path={data.path}")
         if data.target_node_type:
             raise UserError(untyped_target(data))
-        return load_files(data.path)
+        return graphs.load_files(data.path)
 
     def is_prepared(self, data: DataConfig, root: Path) -> bool:
         return bool(data.path) and Path(data.path).exists()
@@ -243,14 +248,12 @@ class PygDataset(OnDisk):
         return root / self.sub
 
     def open(self, root: Path) -> Data:
-        import torch_geometric.datasets as datasets
-
-        dataset = getattr(datasets, self.class_name)(str(root / self.sub.split("/")[0]), *self.args)
-        return from_pyg_masks(dataset[0])
+        graphs = _graphs()
+        dataset = getattr(graphs.pyg_datasets, self.class_name)(str(root / self.sub.split("/")[0]), *self.args)
+        return graphs.from_pyg_masks(dataset[0])
 
     def origin(self, folder: Path) -> tuple[str, str]:
-        import torch_geometric.datasets as datasets
-
+        datasets = _graphs().pyg_datasets
         url = getattr(getattr(datasets, self.class_name), "url", None)  # PyG's own; GraphSAINT's files have ids
         where = (f"Google Drive (the ids in PyG's torch_geometric.datasets.{self.class_name})" if not url else
                  f"{url} (one zip)" if url.endswith(".zip") else f"{url}/<file>")
@@ -280,7 +283,7 @@ class OgbNode(OnDisk):
         return root / self.sub
 
     def open(self, root: Path) -> Data:
-        return open_ogb(self.name, root)
+        return _graphs().open_ogb(self.name, root)
 
     def origin(self, folder: Path) -> tuple[str, str]:
         return ogb_source(self.name, folder)
@@ -302,7 +305,7 @@ class OgbLink(OgbNode):
         self.marks = ("RELEASE_v1.txt", *info.split_files)  # read at every load, processed or not
 
     def open(self, root: Path) -> Data:
-        return open_ogbl(self.name, root)
+        return _graphs().open_ogbl(self.name, root)
 
     def origin(self, folder: Path) -> tuple[str, str]:
         return ogb_source(self.name, folder, "linkproppred")
@@ -315,9 +318,6 @@ class HeteroSynthetic(DatasetKind):
     tasks = ("node",)  # link prediction is for homogeneous graphs (train/graph/link_split.py)
 
     def check(self, data: DataConfig) -> None:
-        from train.graph.datasets.hetero_synthetic import hetero_synthetic_meta
-        from train.graph.typed_meta import check_target
-
         if data.target_node_type:
             check_target(hetero_synthetic_meta(data).node_types, data.target_node_type, "data.name=hetero-synthetic")
 
@@ -329,8 +329,6 @@ class HeteroSynthetic(DatasetKind):
         return None
 
     def plan_size(self, data: DataConfig) -> GraphSize:
-        from train.graph.datasets.hetero_synthetic import hetero_synthetic_edges, hetero_synthetic_meta
-
         meta = hetero_synthetic_meta(data)
         papers = meta.counts[meta.target_index]
         train, val = int(papers * data.train_fraction), int(papers * data.val_fraction)
@@ -338,10 +336,9 @@ class HeteroSynthetic(DatasetKind):
                          (train, val, papers - train - val), form="heterogeneous", meta=meta)
 
     def load(self, data: DataConfig, root: Path) -> Data:
-        from train.graph.datasets.hetero_synthetic import TARGET, hetero_synthetic
-        from train.graph.typed_graph import typed_graph
-
-        return typed_graph(hetero_synthetic(data), TARGET, data.featureless, "data.name=hetero-synthetic")
+        graphs = _graphs()
+        return graphs.typed_graph(graphs.hetero_synthetic_graph(data), TARGET, data.featureless,
+                                  "data.name=hetero-synthetic")
 
     def is_prepared(self, data: DataConfig, root: Path) -> bool:
         return True
@@ -365,8 +362,6 @@ class Igbh(Files):
         self.name, self.full = name, full
 
     def check(self, data: DataConfig) -> None:
-        from train.graph.typed_meta import check_target
-
         igbh_label_name(data.num_classes)
         if data.target_node_type:
             check_target(IGBH_TYPES, data.target_node_type, f"data.name={self.name}")
@@ -377,33 +372,16 @@ class Igbh(Files):
         return "an IGBH folder at data.path (paper, author, institute, fos and their relations): nothing to prepare"
 
     def plan_size(self, data: DataConfig) -> GraphSize:
-        from train.graph.datasets.hetero_files import hetero_size, read_igbh
-
         if self.full:
             return igbh_full()
-        return hetero_size(read_igbh(Path(data.path), data.num_classes), IGBH_TYPES[0], f"data.path={data.path}",
-                           classes=data.num_classes)
+        graphs = _graphs()
+        return graphs.hetero_size(graphs.read_igbh(Path(data.path), data.num_classes), IGBH_TYPES[0],
+                                  f"data.path={data.path}", classes=data.num_classes)
 
     def load(self, data: DataConfig, root: Path) -> Data:
-        from train.graph.datasets.hetero_files import read_igbh
-        from train.graph.typed_graph import typed_graph
-
-        return typed_graph(read_igbh(Path(data.path), data.num_classes), IGBH_TYPES[0], data.featureless,
-                           f"data.path={data.path}")
-
-
-def from_pyg_masks(data) -> Data:
-    """x, y, a coalesced edge_index and the split as indices, from a PyG graph with split masks."""
-    from torch_geometric.data import Data
-    from torch_geometric.utils import coalesce
-
-    out = Data(x=data.x, y=data.y.view(-1), edge_index=coalesce(data.edge_index, num_nodes=data.num_nodes))
-    for split in ("train", "val", "test"):
-        mask = getattr(data, f"{split}_mask")
-        if mask.dim() > 1:  # some datasets ship several splits; use the first
-            mask = mask[:, 0]
-        out[f"{split}_idx"] = mask.nonzero().view(-1)
-    return out
+        graphs = _graphs()
+        return graphs.typed_graph(graphs.read_igbh(Path(data.path), data.num_classes), IGBH_TYPES[0], data.featureless,
+                                  f"data.path={data.path}")
 
 
 _SAINT = ("adj_full.npz", "feats.npy", "class_map.json", "role.json")

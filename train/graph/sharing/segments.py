@@ -25,6 +25,7 @@ import errno
 import fcntl
 import json
 import os
+import pwd
 import re
 import shutil
 import stat
@@ -147,8 +148,6 @@ def choose_dir(required: int, candidates: list[Path], free: Callable[[Path], int
 # ---- this user's private directory ---------------------------------------------------------------
 
 def _owner(uid: int) -> str:
-    import pwd
-
     try:
         return f"uid {uid} ({pwd.getpwuid(uid).pw_name})"
     except KeyError:

@@ -12,6 +12,7 @@ from torch_geometric.data import Data
 
 from train.builtin_tasks import task_row
 from train.config import Config
+from train.graph.link_split import split_on_loading
 from train.loop.tasks.base import BatchResult, Task, TaskParts
 from train.loop.tasks.node import NodeTask
 
@@ -33,8 +34,6 @@ def prepared_graph(config: Config, data: Data) -> Data:
     (train/graph/link_split.py), so its ranks map the message-passing graph and the split once per node; node
     classification trains on the graph as loaded."""
     if task_row(config.task.name).edge_split:
-        from train.graph.link_split import split_on_loading
-
         return split_on_loading(data, config)
     return data
 
