@@ -113,9 +113,9 @@ def probe_main(argv: list[str]) -> None:
     atexit.register(write)
     install(probe)
     sys.argv = ["python -m train", *argv]
-    from train.__main__ import run
+    from train.__main__ import console_entry
 
-    run()
+    console_entry()
 
 
 # ---- running a case: ranks of `fit` on several "nodes" of this machine, and the plan for it ----------

@@ -25,6 +25,7 @@ from pathlib import Path
 from train.__main__ import build_parser
 from train.__main__ import main as train_main
 from train.cli.fit import config_of
+from train.cli.predict import predict_config, run_path
 from train.errors import EXIT_USER_ERROR, UserError
 
 RANKED = ("fit", "doctor", "predict")  # the commands that run on every rank; `model` runs here
@@ -60,8 +61,7 @@ def check_input(command: str, rest: list[str]):
     Returns the config."""
     args = build_parser().parse_args([command, *rest])
     if command == "predict":  # the run's own config, and its final weights there
-        from train.cli.predict import predict_config, run_path
-        from train.loop.finished_run import read_record
+        from train.loop.finished_run import read_record  # torch: the weights are read
 
         config = predict_config(args)
         read_record(run_path(args))

@@ -19,7 +19,7 @@ from tests.harness.doctor_records import changed, minimal_record
 from tests.harness.jobscript import run_job_script
 from train.cluster.distenv import free_port, resolve
 from train.config import load_config
-from train.doctor import checks, findings, probes
+from train.doctor import checks, findings, probes, rank_record
 from train.doctor.records import Device, Network, RankRecord, Shm
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -179,7 +179,7 @@ def template(tmp_path_factory):
     environ = {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2",
                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
     config = load_config("tiny", [f"output.dir={run}"])
-    return probes.collect_record(resolve(environ), config, "gloo", Network(master_ips=["127.0.0.1"], probe="x"),
+    return rank_record.collect_record(resolve(environ), config, "gloo", Network(master_ips=["127.0.0.1"], probe="x"),
                                  environ)
 
 
@@ -312,11 +312,11 @@ def test_dataset_check_looks_where_train_data_keeps_the_dataset(tmp_path, name, 
 
     config = DataConfig(name=name, root=str(tmp_path) if via == "root" else "")
     data_dir = str(tmp_path) if via == "DATA_DIR" else None  # DATA_DIR, as resolved at the entry
-    assert probes.inspect_dataset(config, data_dir).state == "missing"
+    assert rank_record.inspect_dataset(config, data_dir).state == "missing"
     folder = dataset_folder(config, data_dir)
     (folder / "processed").mkdir(parents=True)
     (folder / "processed" / "data.pt").write_bytes(b"x" * 10)
-    seen = probes.inspect_dataset(config, data_dir)
+    seen = rank_record.inspect_dataset(config, data_dir)
     assert seen.state == "present" and seen.dir == str(folder) and seen.bytes == 10, seen
 
 
@@ -332,10 +332,10 @@ def test_dataset_check_of_your_own_files_looks_at_data_path(tmp_path):
         (folder / name).write_bytes(b"x" * 5)
     for path, size in ((saved, 7), (folder, 10)):
         config = DataConfig(name="files", path=str(path))
-        seen = probes.inspect_dataset(config, None)
+        seen = rank_record.inspect_dataset(config, None)
         assert seen.state == "present" and seen.dir == str(dataset_folder(config, None)) and seen.bytes == size
     for path, detail in ((tmp_path / "nothing", "no files at data.path="), ("", "data.path is empty")):
-        seen = probes.inspect_dataset(DataConfig(name="files", path=str(path)), None)
+        seen = rank_record.inspect_dataset(DataConfig(name="files", path=str(path)), None)
         assert seen.state == "missing" and detail in seen.detail, seen
         message = levels(checks.check_environment([minimal_record(data=seen)]), "data")[0][1]
         assert "set data.path to your graph" in message and "python -m train data" not in message

@@ -298,10 +298,9 @@ def test_fit_with_slurms_gpus_unseen_refuses_before_the_rendezvous_without_a_tra
 
 @pytest.mark.skipif(torch.cuda.device_count() > 0, reason="needs a torch that sees no GPU (the CPU machines)")
 def test_the_doctor_reports_the_same_refusal_on_every_rank():
-    from train.doctor.rank_record import inspect_device
-
     from tests.harness.doctor_records import minimal_record
     from train.doctor.checks import check_devices
+    from train.doctor.rank_record import inspect_device
 
     env = resolve({"SLURM_GPUS_PER_TASK": "1"}, pick_free_port=lambda: 29500)
     device = inspect_device(env, "gloo")

@@ -15,7 +15,7 @@ import pytest
 from tests.harness import standin_bin
 from tests.harness.localjob import ROOT
 from tests.harness.side_by_side import map_side_by_side
-from train.cli.plan import graph_size
+from train.cli.plan_run import graph_size
 from train.cluster.distenv import job_facts, resolve
 from train.cluster.memory_limit import cgroup_limit_bytes, node_limit
 from train.config import load_config

@@ -5,8 +5,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from train.cli.env import command_line
+from train.cluster.distenv import resolve
 from train.config import Config, load_config
 from train.errors import UserError
+from train.loop.report import resolve_run
+from train.loop.rundir import RUNS, newest_run
 
 # What predict may change of the run's settings: the graph it runs on (the same shape: grown, or a later
 # snapshot), how the pass is chunked and placed, and the process group's timeouts. The model, task and
@@ -26,9 +30,6 @@ def add_arguments(parser) -> None:
 
 def run_path(args) -> Path:
     """The run predict reads: --run-dir as `make report` names a run, else the newest run under runs/."""
-    from train.loop.report import resolve_run
-    from train.loop.rundir import RUNS, newest_run
-
     if args.run_dir:
         return resolve_run(args.run_dir)
     newest = newest_run()
@@ -56,21 +57,11 @@ def out_dir(args) -> Path:
 
 
 def main(args) -> int:
-    from train.cli.env import command_line
-    from train.cluster.distenv import resolve
-
     config = predict_config(args)
     env = resolve(os.environ, command=command_line())
-    from train.cluster.procgroup import process_group
-    from train.graph.sharing.shared_graph import shared_graphs
-    from train.loop.finished_run import read_record
-    from train.loop.predict import predict
-    from train.loop.run import obtain_graph
+    from train.loop.predict import run_predict  # torch and PyG, once the input is known to be good
 
-    record = read_record(run_path(args))  # before the rendezvous: a missing model.pt is one message
-    with process_group(env, config.dist) as (_backend, device), shared_graphs():
-        data = obtain_graph(config, env)
-        manifest = predict(config, env, device, data, record, out_dir(args), args.layer)
+    manifest = run_predict(config, env, run_path(args), out_dir(args), args.layer)
     if env.is_main:
         for name, meta in manifest["files"].items():
             print(f"wrote {out_dir(args) / name}: {meta['dtype']} {'x'.join(map(str, meta['shape']))}, "

@@ -11,9 +11,8 @@ import time
 
 from train.cli.fit import add_config_arguments, config_of
 from train.cluster.distenv import resolve
-from train.doctor.findings import CPU_SIZES, FAIL, GPU_SIZES, Finding, failed, parse_sizes
-from train.doctor.probes import collect_record, pre_rendezvous
-from train.doctor.rendezvous import Unreachable, after_rendezvous, open_store
+from train.doctor.findings import CPU_SIZES, GPU_SIZES, failed, parse_sizes
+from train.doctor.probes import pre_rendezvous
 from train.errors import EXIT_FAILED, UserError
 
 DEFAULT_TIMEOUT = 120.0  # seconds for the pre-checks plus the rendezvous; pyxis may start nodes seconds apart
@@ -51,24 +50,6 @@ def main(args) -> int:
 
     # c10d logs every retry with a C++ stack trace; the doctor reports failures itself.
     environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
-    import torch
-    import torch.distributed as dist
+    from train.doctor.rendezvous import rendezvous  # torch: only once the checks before it passed
 
-    from train.cluster.procgroup import choose_backend
-
-    backend = choose_backend(config.dist.backend, torch.cuda.is_available())
-    record = collect_record(env, config, backend, net, environ)
-    try:
-        store = open_store(env, deadline, args.timeout, agent_store)
-    except Unreachable as exc:
-        print(Finding(FAIL, "rendezvous", str(exc)).line(), file=sys.stderr, flush=True)
-        return EXIT_FAILED
-    prefix = f"doctor/{environ.get('TORCHELASTIC_RUN_ID', '')}/{environ.get('TORCHELASTIC_RESTART_COUNT', '')}"
-    store = dist.PrefixStore(prefix, store)
-    try:
-        return after_rendezvous(store, env, record, backend, sizes, args, deadline, started)
-    except (RuntimeError, OSError) as exc:  # the store's server (rank 0) went away
-        print(Finding(FAIL, "rendezvous", f"rank {env.rank} lost the master {env.master_addr}:{env.master_port} "
-                      f"({str(exc).splitlines()[0]}): rank 0 ended early; see its output.").line(),
-              file=sys.stderr, flush=True)
-        return EXIT_FAILED
+    return rendezvous(env, config, net, environ, sizes, args, (started, deadline), agent_store)

@@ -7,17 +7,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
-import json
 import os
-import platform
 import re
 import shutil
 import socket
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 
 from train.cluster.distenv import DistEnv
@@ -25,15 +22,10 @@ from train.config import Config, DataConfig
 from train.doctor.findings import (
     FAIL,
     Finding,
-    interface_of,
-    is_loopback,
-    nccl_interfaces,
 )
-from train.doctor.records import DataState, Device, Network, RankRecord, RunDir, Shm
-from train.errors import UserError
+from train.doctor.records import Network, RunDir, Shm
 from train.graph.sharing.segments import free_bytes, planned_dir, shares_graph
 from train.loop.rundir import decide
-from train.storage.faults import format_bytes
 
 
 def resolve_host(name: str, port: int, timeout: float) -> tuple[list[str], str | None]:
@@ -140,32 +132,6 @@ def pre_rendezvous(env: DistEnv, deadline: float, agent_store: bool) -> tuple[Ne
     return info, []
 
 
-def inspect_dataset(data: DataConfig, data_dir: str | None) -> DataState:
-    """Is the dataset there and readable? Never downloads (the compute node may have no internet).
-
-    What to look at is the dataset kind's probe (train/graph/datasets/kinds.py), where it lives is the kind's folder:
-    the one home of that fact. The files it names are opened here, one byte each."""
-    from train.graph.datasets.loading import probe_dataset
-
-    found = probe_dataset(data, data_dir)  # the kind's probe: plain data (train/graph/datasets/base.py)
-    counted, opened = found.pop("counted", None), found.pop("opened", None)
-    if counted is not None:
-        found.update(_readable(counted, found["detail"], opened))
-    return DataState(**found)
-
-
-def _readable(counted: list[Path], kind: str, opened: list[Path] | None = None) -> dict:
-    """state/detail/bytes of a dataset's files: unreadable (naming the file) or present."""
-    for path in opened or counted:
-        try:
-            with path.open("rb") as fh:
-                fh.read(1)
-        except OSError as exc:
-            return {"state": "unreadable", "detail": f"cannot read {path}: {exc.strerror}"}
-    size = sum(p.stat().st_size for p in counted)
-    return {"state": "present", "detail": f"{kind}, {format_bytes(size)}", "bytes": size}
-
-
 def probe_writable(path: Path) -> RunDir:
     """Can this process create `path` and write in it? A real write in the nearest existing
     ancestor: access() says yes to root even on a read-only filesystem."""
@@ -218,66 +184,3 @@ def package_version(*names: str) -> str | None:
         except metadata.PackageNotFoundError:
             continue
     return None
-
-
-def inspect_device(env: DistEnv, backend: str) -> Device:
-    import torch
-
-    from train.cluster.devices import choose_device_index, gpu_identity, invisible_gpus, torch_gpu_view
-
-    cpus = sorted(os.sched_getaffinity(0))
-    out = Device("cpu", cpus, len(cpus), torch.get_num_threads())
-    refusal = invisible_gpus(env.gpu_allocation, env.cuda_visible_devices, **torch_gpu_view())
-    if refusal is not None:  # the refusal `fit` would meet, on every rank that meets it
-        return dataclasses.replace(out, error=refusal)
-    if backend != "nccl":
-        return out
-    out = dataclasses.replace(out, type="cuda")
-    try:
-        index = choose_device_index(env.local_rank, torch.cuda.device_count(), env.cuda_visible_devices,
-                                    env.local_world_size)
-    except UserError as exc:
-        return dataclasses.replace(out, error=str(exc))
-    return dataclasses.replace(out, **gpu_identity(index))
-
-
-ENV_SHOWN = ("CUDA_VISIBLE_DEVICES", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "OMP_NUM_THREADS",
-             "SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_CPUS_PER_TASK", "SLURM_GPUS_PER_TASK")
-
-
-def collect_record(env: DistEnv, config: Config, backend: str, net: Network,
-                   environ: Mapping[str, str]) -> RankRecord:
-    """Everything rank 0 needs to judge this rank (`net`: what `pre_rendezvous` found of the master)."""
-    import torch
-
-    interfaces = local_interfaces()
-    names = list(interfaces)
-    master_ip = net.master_ips[0] if net.master_ips else None
-    route_addr = route_source(master_ip, env.master_port) if master_ip else None
-    nccl_spec, gloo_spec = environ.get("NCCL_SOCKET_IFNAME"), environ.get("GLOO_SOCKET_IFNAME")
-    gloo_requested = [s.strip() for s in (gloo_spec or "").split(",") if s.strip()]
-    hostname = socket.gethostname()
-    if gloo_requested:  # gloo binds the named interfaces
-        gloo_ifaces, gloo_addr = [n for n in gloo_requested if n in interfaces], None
-    else:  # else the address its hostname resolves to, if this host can bind it, else loopback
-        hostname_ips, _ = resolve_host(hostname, 0, 5.0)
-        gloo_addr = next((ip for ip in hostname_ips if can_bind(ip) is None), "127.0.0.1")
-        gloo_ifaces = [interface_of(gloo_addr, interfaces) or ("lo" if is_loopback(gloo_addr) else "?")]
-    network = dataclasses.replace(
-        net, interfaces=names, route_addr=route_addr, route_iface=interface_of(route_addr, interfaces),
-        nccl_ifaces=nccl_interfaces(nccl_spec, names), gloo_ifaces=gloo_ifaces, gloo_addr=gloo_addr,
-        gloo_missing=[n for n in gloo_requested if n not in interfaces])
-    versions = {"python": platform.python_version(), "torch": torch.__version__,
-                "torch_geometric": package_version("torch_geometric", "torch-geometric"),
-                "pyg_lib": package_version("pyg_lib", "pyg-lib")}
-    if backend == "nccl":
-        nccl = torch.cuda.nccl.version()
-        versions.update(cuda=torch.version.cuda, driver=driver_version(),
-                        nccl=".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl))
-    data = inspect_dataset(config.data, env.data_dir)
-    digest = hashlib.sha256(json.dumps(config.to_dict(), sort_keys=True).encode()).hexdigest()[:12]
-    return RankRecord(
-        job=env, host=hostname, pid=os.getpid(), backend=backend, device=inspect_device(env, backend), network=network,
-        data=data, run_dir=probe_run_dir(config, env), shm=probe_share_dir(config.data, env, data.bytes),
-        variables={k: environ[k] for k in ENV_SHOWN if environ.get(k)},
-        versions=versions, cpu_count=os.cpu_count() or 0, config_digest=digest)

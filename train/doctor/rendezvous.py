@@ -3,16 +3,23 @@ then the verdict and the timed collectives over the real backend."""
 
 from __future__ import annotations
 
+import datetime
 import json
 import socket
+import statistics
 import sys
 import threading
 import time
 
+import torch
+import torch.distributed as dist
+
 from train.cluster.distenv import DistEnv
+from train.cluster.procgroup import choose_backend, select_device
 from train.doctor.checks import run_checks
 from train.doctor.findings import CPU_SIZES, FAIL, GPU_SIZES, Finding, failed, parse_sizes
 from train.doctor.probes import probe_connect, resolve_host
+from train.doctor.rank_record import collect_record
 from train.doctor.records import RankRecord
 from train.doctor.table import format_bandwidth, format_table
 from train.errors import EXIT_FAILED
@@ -34,10 +41,6 @@ def _wait_until(predicate, deadline: float, step: float = 0.05) -> bool:
 def open_store(env: DistEnv, deadline: float, timeout: float, agent_store: bool):
     """Rank 0 serves the TCPStore (unless torchrun's agent already does); the others wait, with
     plain sockets and a deadline, until it accepts connections, then connect."""
-    import datetime
-
-    import torch.distributed as dist
-
     where = f"{env.master_addr}:{env.master_port}"
     store_timeout = datetime.timedelta(seconds=timeout)
     if env.rank == 0 and not agent_store:
@@ -89,11 +92,6 @@ def gather_records(store, env: DistEnv, record: RankRecord, deadline: float) -> 
 
 def time_collectives(sizes: list[int], iters: int, device, barriers: int = 20) -> tuple[list[tuple[int, float]], float]:
     """Mean time per all-reduce for each size (the slowest rank's) and the median barrier latency."""
-    import statistics
-
-    import torch
-    import torch.distributed as dist
-
     def sync():
         if device.type == "cuda":
             torch.cuda.synchronize(device)
@@ -121,15 +119,10 @@ def time_collectives(sizes: list[int], iters: int, device, barriers: int = 20) -
 
 
 def bandwidth_phase(store, env: DistEnv, backend: str, sizes: list[int] | None, iters: int, timeout: float) -> int:
-    import datetime
 
-    import torch
-    import torch.distributed as dist
 
     device = torch.device("cpu")
     if backend == "nccl":
-        from train.cluster.procgroup import select_device
-
         device = select_device(env, backend)
     sizes = sizes or parse_sizes(GPU_SIZES if backend == "nccl" else CPU_SIZES)
     try:
@@ -179,3 +172,25 @@ def after_rendezvous(store, env: DistEnv, record: RankRecord, backend: str, size
     if env.rank == 0:
         _wait_until(lambda: store.add("done", 0) >= len(records), time.monotonic() + 10.0)
     return status
+
+
+def rendezvous(env: DistEnv, config, net, environ, sizes, args, times: tuple[float, float], agent_store: bool) -> int:
+    """The doctor from its record on: this rank's record, the store, then what rank 0 judges of all records and the
+    timed collectives (`times`: when the doctor started, and its deadline). The exit status."""
+    started, deadline = times
+    backend = choose_backend(config.dist.backend, torch.cuda.is_available())
+    record = collect_record(env, config, backend, net, environ)
+    try:
+        store = open_store(env, deadline, args.timeout, agent_store)
+    except Unreachable as exc:
+        print(Finding(FAIL, "rendezvous", str(exc)).line(), file=sys.stderr, flush=True)
+        return EXIT_FAILED
+    prefix = f"doctor/{environ.get('TORCHELASTIC_RUN_ID', '')}/{environ.get('TORCHELASTIC_RESTART_COUNT', '')}"
+    store = dist.PrefixStore(prefix, store)
+    try:
+        return after_rendezvous(store, env, record, backend, sizes, args, deadline, started)
+    except (RuntimeError, OSError) as exc:  # the store's server (rank 0) went away
+        print(Finding(FAIL, "rendezvous", f"rank {env.rank} lost the master {env.master_addr}:{env.master_port} "
+                      f"({str(exc).splitlines()[0]}): rank 0 ended early; see its output.").line(),
+              file=sys.stderr, flush=True)
+        return EXIT_FAILED

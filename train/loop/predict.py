@@ -29,16 +29,19 @@ from torch_geometric.data import Data
 
 from train.builtin_tasks import task_row
 from train.cluster.distenv import DistEnv
+from train.cluster.procgroup import process_group
 from train.config import Config
 from train.errors import EXIT_USER_ERROR, UserError
 from train.graph.form import form_of
 from train.graph.sampling.device_plan import plan_sampling
 from train.graph.seeds import rank_shard, shard_sizes
+from train.graph.sharing.shared_graph import shared_graphs
 from train.graph.typed_meta import graph_meta
 from train.loop.checkpoint import graph_fingerprint
 from train.loop.evaluate import LayerWisePass
-from train.loop.finished_run import RunRecord
+from train.loop.finished_run import RunRecord, read_record
 from train.loop.rank0_writes import written_by_rank0
+from train.loop.run import obtain_graph
 from train.loop.tasks import Task, TaskParts, task_for
 from train.models import LayerWise, ModelStep, layerwise
 from train.storage.writes import atomic_write_text
@@ -221,3 +224,12 @@ def predict(config: Config, env: DistEnv, device: torch.device, data: Data, reco
                                      "dtype": out.dtype, "holds": out.holds} for out in outputs}}
     written_by_rank0(env.is_main, lambda: atomic_write_text(out_dir / MANIFEST, json.dumps(manifest, indent=2) + "\n"))
     return manifest
+
+
+def run_predict(config: Config, env: DistEnv, run_dir: Path, out_dir: Path, layer: int | None = None) -> dict:
+    """`python -m train predict` on this rank: the run's record (a missing model.pt is one message, before the
+    rendezvous), the process group, the graph as fit obtains it, then `predict`. Returns the manifest."""
+    record = read_record(run_dir)
+    with process_group(env, config.dist) as (_backend, device), shared_graphs():
+        data = obtain_graph(config, env)
+        return predict(config, env, device, data, record, out_dir, layer)

@@ -13,7 +13,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from train.cluster.memory_limit import node_limit
 from train.config import Config
+from train.graph.datasets.lookup import dataset_kind
 from train.graph.sharing.feature_layout import LayoutChoice, resolved_layout
 from train.graph.sharing.segments import shares_graph
 from train.graph.sizes import FLOAT, INDEX, GraphSize
@@ -160,9 +162,6 @@ def node_layout(config: Config, env, gpus: bool) -> LayoutChoice:
     """data.features on this node of a running job (`env`: its DistEnv): the plan of the job, from the graph's size
     as the plan reads it (never loading it), weighed against this node's own limit. What the run calls; every node
     of a job takes the same layout where their limits agree (one limit per job: its --mem, its nodes' memory)."""
-    from train.cluster.memory_limit import node_limit
-    from train.graph.datasets.loading import dataset_kind  # torch and PyG: only once a layout is asked for
-
     loaded = dataset_kind(config.data).plan_size(config.data)
     return run_layout(config, loaded, env.num_nodes, env.world_size, gpus, *node_limit(env.mem_per_node))
 

@@ -17,7 +17,7 @@ from train.builtin_tasks import task_row
 from train.config import Config
 from train.graph.form import form_of, graph_meta
 from train.graph.link_fields import split_ids
-from train.graph.sampling.device_plan import gpu_feature_bytes, gpu_placement, gpu_structure_bytes
+from train.graph.sampling.device_plan import gpu_feature_bytes, gpu_placement, gpu_structure_bytes, samples_on_gpu
 from train.graph.sampling.in_edges import CHUNK_BYTES, ChunkCost
 from train.graph.sharing.segments import shares_graph
 from train.graph.sharing.shared_graph import num_edges
@@ -313,8 +313,6 @@ class Setting:
     @property
     def gpu_sampling(self) -> bool:
         """Where the run samples, by the sampler.device rule's one home (device_plan.samples_on_gpu)."""
-        from train.graph.sampling.device_plan import samples_on_gpu  # torch: only once a plan is made
-
         return self.gpus and samples_on_gpu(self.config.sampler.device, self.placement)
 
     @property

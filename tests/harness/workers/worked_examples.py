@@ -33,7 +33,7 @@ def knob() -> None:
 def task() -> None:
     """task.name=node-smoothed: accepted, its class found by the loop's registry, every dataset kind takes it, and
     the plan reads its row."""
-    from train.cli.plan import graph_size
+    from train.cli.plan_run import graph_size
     from train.graph.datasets.loading import dataset_kind
     from train.loop.tasks import task_class
     from train.loop.tasks.base import Task

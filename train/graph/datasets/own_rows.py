@@ -11,11 +11,14 @@ type, as its whole x is); `num_nodes` stays the whole graph's.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
 import torch
 from torch import Tensor
 
 from train.errors import UserError
+from train.graph.typed_graph import typed_graph
+from train.graph.typed_meta import attach_meta, graph_meta
 
 OwnedRows = Mapping[str, tuple[slice, slice]]  # node type ("" untyped) -> (its rows owned, their place in the shard)
 # torch's CPU normal sampler fills 16 values at a time from the generator's stream (its tail recomputes the last 16):
@@ -99,8 +102,6 @@ def place_rows(parts: Mapping[str, Tensor], owned: OwnedRows, width: int) -> Ten
 
 def keep_own_rows(graph, owned: OwnedRows):
     """A graph loaded whole (a small downloaded set) cut to the node's own rows: its x becomes the node's shard."""
-    from train.graph.typed_meta import graph_meta
-
     meta, x = graph_meta(graph), graph.x
     offsets = dict(zip(meta.node_types, meta.offsets)) if meta is not None else {"": 0}
     counts = dict(zip(meta.node_types, meta.counts)) if meta is not None else {"": int(x.size(0))}
@@ -119,11 +120,6 @@ def typed_own_rows(hetero, parts: Mapping[str, Tensor], widths: Mapping[str, int
     with x the node's shard: each type's own rows (`parts`; `widths`: each type's feature width, 0 or absent for a
     featureless type, whose rows stay zero or, with data.featureless=degree, take log(1 + in-degree) as the whole
     graph's do). The typed graph is built without features (a column of zeros a node, then dropped)."""
-    from dataclasses import replace
-
-    from train.graph.typed_graph import typed_graph
-    from train.graph.typed_meta import attach_meta, graph_meta
-
     data = typed_graph(hetero, target, "zeros", source)
     meta = graph_meta(data)
     widths = {t: int(widths.get(t, 0)) for t in meta.node_types}
