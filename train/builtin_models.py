@@ -2,11 +2,11 @@
 
 PyG's GraphSAGE, GCN, GAT, GIN and MLP, by the class name in `torch_geometric.nn.models`, and GINE (PyG's
 GIN with GINEConv layers, train/models/gine.py); for heterogeneous graphs (issue 27) RGCN and RGAT (PyG's
-RGCNConv, RGATConv: train/models/relational.py) and HeteroConv of SAGEConv or GATConv per relation
-(train/models/heteroconv.py); with the layer classes BasicGNN builds, the arguments
-a model reads itself, the workflow's defaults and the values that cannot train on sampled batches. Plain
-data with no import of torch, so that the config check on a login node (train/config.py) knows the names
-and which models read the graph; train/models/builtin.py builds them and checks their arguments.
+RGCNConv, and R-GAT's layer re-written to transform nodes, not edges: train/models/relational.py, rgat.py) and
+HeteroConv of SAGEConv or GATConv per relation (train/models/heteroconv.py); with the layer classes BasicGNN
+builds, the arguments a model reads itself, the workflow's defaults and the values that cannot train on sampled
+batches. Plain data with no import of torch, so that the config check on a login node (train/config.py) knows the
+names and which models read the graph; train/models/builtin.py builds them and checks their arguments.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ class Builtin:
     """A built-in model: PyG's class, the layer class BasicGNN builds, and arguments it reads itself."""
 
     class_name: str  # in `module`
-    convs: tuple[str, ...] = ()  # in torch_geometric.nn.conv: the layers whose arguments it passes on
+    convs: tuple[str, ...] = ()  # in `conv_module`: the layers whose arguments it passes on
     own: tuple[str, ...] = ()  # arguments its init_conv takes out of **kwargs (not in any signature)
     defaults: dict[str, Any] = field(default_factory=dict)  # the workflow's defaults, overridden by model.kwargs
     refused: dict[str, tuple[Any, str]] = field(default_factory=dict)  # argument -> (value, why it cannot train)
@@ -33,6 +33,7 @@ class Builtin:
     # to_hetero, but for the reason `not_to_hetero` gives (train/models/spec.py).
     hetero_only: bool = False
     not_to_hetero: str = ""
+    conv_module: str = "torch_geometric.nn.conv"  # where `convs` are: PyG's layers, or the workflow's own
 
     def model_class(self) -> type:
         import importlib
@@ -40,9 +41,10 @@ class Builtin:
         return getattr(importlib.import_module(self.module), self.class_name)
 
     def conv_classes(self) -> list[type]:
-        import torch_geometric.nn.conv as convs
+        import importlib
 
-        return [getattr(convs, name) for name in self.convs]
+        module = importlib.import_module(self.conv_module)
+        return [getattr(module, name) for name in self.convs]
 
 
 SAMPLED_GRAPHS = "every batch is another sampled graph"
@@ -64,7 +66,8 @@ BUILTINS: dict[str, Builtin] = {
     "mlp": Builtin("MLP", defaults={"norm": None}, reads_graph=False),  # on a typed graph too: the seeds' features
     # heterogeneous graphs: PyG's relational layers over (x, edge_index, edge_type), and HeteroConv per relation
     "rgcn": Builtin("RGCN", ("RGCNConv",), module="train.models.relational", hetero_only=True),
-    "rgat": Builtin("RGAT", ("RGATConv",), module="train.models.relational", hetero_only=True),
+    "rgat": Builtin("RGAT", ("NodeWiseRGATConv",), module="train.models.relational", hetero_only=True,
+                    conv_module="train.models.rgat"),
     "hetero-sage": Builtin("HeteroSAGE", ("SAGEConv",), module="train.models.heteroconv", hetero_only=True),
     "hetero-gat": Builtin("HeteroGAT", ("GATConv",), module="train.models.heteroconv", hetero_only=True),
 }

@@ -24,7 +24,8 @@ from train.errors import UserError
 COMMON = {"in_channels": "the graph's features", "hidden_channels": "model.hidden", "num_layers": "model.num_layers",
           "out_channels": "the graph's classes", "dropout": "model.dropout"}
 # channel_list: MLP's other form; nn: GINConv's MLP; meta, num_relations: a heterogeneous graph's (its HeteroMeta)
-_NOT_ARGUMENTS = {"self", "args", "kwargs", "channel_list", "nn", "meta", "num_relations"}
+_GRAPHS_OWN = {"meta", "num_relations"}
+_NOT_ARGUMENTS = {"self", "args", "kwargs", "channel_list", "nn"} | _GRAPHS_OWN
 
 
 @functools.cache  # one class, however often it is asked for
@@ -91,10 +92,14 @@ def builtin_arguments(name: str, kwargs: dict[str, Any], shown: str = "") -> dic
     shown = shown or f"{name} ({builtin.class_name})"
     refuse_common(kwargs)
     valid = valid_keywords(builtin)
-    unknown = [key for key in kwargs if key not in valid]
+    unknown = [key for key in kwargs if key not in valid and not (builtin.hetero_only and key in _GRAPHS_OWN)]
     if unknown:
         raise UserError(f"model.kwargs.{unknown[0]} is not an argument of model.name={shown}; "
                         f"valid model.kwargs: {', '.join(valid)}.{_edge_hint(unknown[0])}")
+    given = [key for key in sorted(_GRAPHS_OWN) if key in kwargs]
+    if builtin.hetero_only and given:
+        raise UserError(f"model.kwargs.{given[0]} cannot be given to model.name={shown}: the model has one relation "
+                        "per edge type of the graph, read from the graph itself; remove it from model.kwargs.")
     if builtin.hetero_only and "edge_dim" in kwargs:
         raise UserError(f"model.kwargs.edge_dim cannot be given to model.name={shown}: a heterogeneous graph's model "
                         "reads each edge's type, not edge features (edge_attr); remove model.kwargs.edge_dim.")
