@@ -56,7 +56,9 @@ BUILTINS: dict[str, Builtin] = {
                                  "destination types' nodes (bipartite message passing)"),
     "gat": Builtin("GAT", ("GATConv", "GATv2Conv"), own=("v2", "heads", "concat", "out_heads")),
     "gin": Builtin("GIN", ("GINConv",)),
-    "gine": Builtin("GINE", ("GINEConv",), module="train.models.gine",
+    # convs, then a Linear head (jk=last), as the GINE paper and OGB's examples have it: PyG's GIN layout puts the
+    # classes through the last conv's MLP, which behind GINEConv's ReLU(x_j + W e) stays at chance (issue 41)
+    "gine": Builtin("GINE", ("GINEConv",), module="train.models.gine", defaults={"jk": "last"},
                     required={"edge_dim": "the width of the graph's edge features (edge_attr): every layer adds them "
                                           "to its messages"},
                     not_to_hetero="every layer adds edge features to its messages, and a heterogeneous graph's "
