@@ -1,12 +1,14 @@
 """`python -m tests.harness.workers.rgat_step_peak NAME [KEY=VALUE ...]`: one training step of the built-in
 relational model NAME on the whole typed citation graph (tests/harness/citation_graph.py: every node and edge
 in one batch, the most any sampled batch holds), in this fresh process. Prints one JSON line: the process's peak
-RSS before and after the step, in bytes (tests/test_rgat.py)."""
+RSS before and after the step, in bytes, and the memory plan's training-batch term for that batch
+(train/plan/terms.py forward_bytes) (tests/test_rgat.py)."""
 import json
+import os
 import resource
 import sys
 
-import torch
+from train.heap import tune_heap
 
 
 def peak_rss() -> int:
@@ -14,11 +16,16 @@ def peak_rss() -> int:
 
 
 def main() -> None:
+    tune_heap(os.environ)  # as `python -m train` does, before torch is imported
+    import torch
+
     from tests.harness.citation_graph import citation_graph
-    from train.config import ModelConfig
+    from train.config import Config, ModelConfig
     from train.graph.form import form_of, graph_meta
     from train.graph.typed_graph import typed_graph
     from train.models import ModelStep, build_model, edge_inputs
+    from train.plan.hops import Hops
+    from train.plan.terms import forward_bytes, graph_size_of
 
     torch.set_num_threads(1)
     kwargs = dict(item.split("=", 1) for item in sys.argv[2:])
@@ -35,7 +42,9 @@ def main() -> None:
     loss = torch.nn.functional.cross_entropy(out[papers], data.y[papers])
     loss.backward()
     optimizer.step()
-    print(json.dumps({"before": before, "peak": peak_rss(), "edges": int(data.edge_index.size(1)),
+    edges = int(data.edge_index.size(1))
+    planned = forward_bytes(Config(model=config), graph_size_of(data), Hops((data.num_nodes,), (edges,)), backward=True)
+    print(json.dumps({"before": before, "peak": peak_rss(), "planned": planned, "edges": edges,
                       "nodes": int(data.num_nodes), "loss": loss.item()}))
 
 
