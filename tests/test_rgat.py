@@ -100,3 +100,12 @@ def test_a_training_step_on_a_citation_graph_of_1433_features_stays_under_2_gib(
     assert step < measured["edges"] * 1433 * 4, measured
     # the plan's training-batch term for that batch (train/plan/terms.py) covers it, within 1.5 times
     assert step <= measured["planned"] <= 1.5 * step, measured
+
+
+@pytest.mark.parametrize("name", ["gat", "rgat", "hetero-gat"])
+def test_heads_that_do_not_divide_hidden_are_refused_by_every_attention_model(name):
+    from train.models.contract import check_model
+
+    with pytest.raises(UserError, match=f"model.name={name}: .*(model.hidden=10 is not a multiple of "
+                                        "model.kwargs.heads=3|divisible by the number of heads)"):
+        check_model(ModelConfig(name=name, hidden=10, kwargs={"heads": 3}))
