@@ -109,3 +109,28 @@ def test_heads_that_do_not_divide_hidden_are_refused_by_every_attention_model(na
     with pytest.raises(UserError, match=f"model.name={name}: .*(model.hidden=10 is not a multiple of "
                                         "model.kwargs.heads=3|divisible by the number of heads)"):
         check_model(ModelConfig(name=name, hidden=10, kwargs={"heads": 3}))
+
+
+@pytest.mark.long  # two ranks of `python -m train fit` on the citation graph: about 25 CPU-seconds
+def test_rgat_trains_the_citation_graph_at_two_ranks_under_2_gib_each_as_planned(tmp_path):
+    """Issue 41's run: a saved HeteroData, full neighbourhoods, 2 ranks (before, each rank grew past 23 GB)."""
+    import re
+
+    from tests.harness.citation_graph import citation_graph
+    from tests.harness.localjob import run_local_job
+
+    torch.save(citation_graph(), tmp_path / "graph.pt")
+    args = ["--config", "hetero-synthetic", "data.name=files", f"data.path={tmp_path / 'graph.pt'}",
+            "data.target_node_type=paper", "data.num_classes=7", "data.share=process", "model.name=rgat",
+            "model.kwargs={heads: 4}", "sampler.num_neighbors=[-1,-1]"]
+    job = run_local_job(["fit", *args, "trainer.epochs=1", f"output.dir={tmp_path / 'run'}", "output.progress=lines"],
+                        world_size=2, module="tests.harness.workers.peak_rss_fit", timeout=600)
+    assert job.returncodes == [0, 0], job.outputs[0][-3000:]
+    peaks = [int(re.search(r"peak rss (\d+)", out).group(1)) for out in job.outputs]
+    plan = subprocess.run([sys.executable, "-m", "train", "plan", *args, "--nodes", "1", "--gpus", "2", "--cpu",
+                           "--node-memory", "24"], capture_output=True, text=True, timeout=300)
+    assert plan.returncode == 0, plan.stderr
+    figure, unit = re.search(r"per rank .*?\n(?:.*\n)*?\s+peak\s+([\d.]+) (MiB|GiB)", plan.stdout).groups()
+    planned = float(figure) * (2**20 if unit == "MiB" else 2**30)
+    assert max(peaks) < 2 * 2**30, peaks
+    assert max(peaks) <= planned <= 1.5 * max(peaks), (peaks, plan.stdout)
