@@ -370,25 +370,25 @@ def test_the_plan_counts_the_evaluation_the_run_makes(config, overrides, exact):
 
 def test_gine_s_step_holds_each_layer_s_projection_of_the_edges_features():
     """GINEConv turns every edge's edge_attr into a row of the layer's input width (its `lin`), adds it to the
-    source's row and keeps the ReLU's output for the backward pass: a training step holds E x width floats of every
-    layer (E the edges that layer computes), an evaluation's step one layer's at a time. GIN, on the same graph and
-    hops, holds none of it; without edge features GINE neither."""
+    source's row and applies ReLU, and autograd keeps the three for the backward pass (train/plan/model_terms.py):
+    a training step holds 3 x E x width floats of every layer (E the edges that layer computes), an evaluation's
+    step one layer's at a time; without edge features GINE holds none of it (nor the edges' values)."""
     from train.plan.terms import forward_bytes, layer_widths, sampled_hops
 
     gine = load_config("synthetic-edges")
-    gin = load_config("synthetic-edges", ["model.name=gin", "model.kwargs={}"])
     size = GraphSize(6000, 72_000, 16, 8, (3600, 1200, 1200), edge_features=8)
-    hops = sampled_hops(256, [10, 10], size)
-    widths = layer_widths(gine, size)  # (16, 64), (64, 8): trimmed, layer 0 computes both hops' edges, layer 1 one
-    layer_edges = (sum(hops.edges[:2]), sum(hops.edges[:1]))
-    projections = [edges * width_in * 4 for edges, (width_in, _out) in zip(layer_edges, widths)]
-    assert forward_bytes(gine, size, hops, backward=True) - forward_bytes(gin, size, hops, backward=True) \
-        == sum(projections) > 0
-    messages = [edges * width_in * 4 for edges, (width_in, _out) in zip(layer_edges, widths)]  # one row per edge
-    assert forward_bytes(gine, size, hops, backward=False) - forward_bytes(gin, size, hops, backward=False) \
-        == max(m + p for m, p in zip(messages, projections)) - max(messages)
     plain = GraphSize(6000, 72_000, 16, 8, (3600, 1200, 1200))
-    assert forward_bytes(gine, plain, hops, backward=True) == forward_bytes(gin, plain, hops, backward=True)
+    hops = sampled_hops(256, [10, 10], size)
+    widths = layer_widths(gine, size)  # (16, 64), (64, 64): a Linear head after the last conv (gine's jk=last)
+    assert widths == [(16, 64), (64, 64)]
+    layer_edges = (sum(hops.edges[:2]), sum(hops.edges[:1]))  # trimmed: layer 0 both hops' edges, layer 1 one
+    kept = [3 * edges * width_in * 4 for edges, (width_in, _out) in zip(layer_edges, widths)]
+    values = hops.total_edges * 8 * 4
+    assert forward_bytes(gine, size, hops, backward=True) - forward_bytes(gine, plain, hops, backward=True) \
+        == sum(kept) + values > values
+    messages = [edges * width_in * 4 for edges, (width_in, _out) in zip(layer_edges, widths)]  # one row per edge
+    assert forward_bytes(gine, size, hops, backward=False) - forward_bytes(gine, plain, hops, backward=False) \
+        == max(m + k for m, k in zip(messages, kept)) - max(messages) + values
 
 
 @pytest.mark.parametrize("model", ["sage", "gine"])

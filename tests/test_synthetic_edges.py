@@ -1,12 +1,14 @@
 """The shipped synthetic graph with edge features (configs/synthetic-edges.yaml, issue 31 §5): each edge carries a
 noisy signal of its target's class, so a model that reads the edges' features learns what the same model without
-them cannot. Real 2-rank runs of `python -m train fit`."""
+them cannot, and the shipped GINE reaches the accuracy of the textbook GINE on the same graph (issue 41). Real
+2-rank runs of `python -m train fit`."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
+from tests.harness.full_batch import TextbookGINE, accuracy_at_best_val
 from tests.harness.localjob import final_summary, run_local_job
 from train.config import DataConfig, load_config
 from train.graph.datasets.loading import dataset_kind, synthetic_graph
@@ -35,11 +37,24 @@ def _test_accuracy(tmp_path, name: str, overrides: list[str]) -> float:
     return final_summary(out)["test_acc_at_best_val"]
 
 
-def test_a_model_that_reads_the_edge_features_beats_the_same_model_without_them(tmp_path):
+def _textbook_accuracy(epochs: int = 60) -> float:
+    """Hu et al.'s GINE (2 GINEConv and a Linear: tests/harness/full_batch.py), full batch on the config's graph."""
+    config = load_config("synthetic-edges")
+    data = synthetic_graph(config.data)
+    torch.manual_seed(config.trainer.seed)
+    model = TextbookGINE(data.num_features, config.model.hidden, int(data.y.max()) + 1, data.edge_attr.size(1))
+    splits = {"train": data.train_idx, "val": data.val_idx, "test": data.test_idx}
+    return accuracy_at_best_val(model, lambda m: m(data.x, data.edge_index, data.edge_attr), data.y, splits, epochs)
+
+
+def test_the_shipped_gine_reaches_the_textbook_gines_accuracy_and_the_model_without_edges_stays_at_chance(tmp_path):
     with_edges = _test_accuracy(tmp_path, "gine", [])  # GINE with model.kwargs.edge_dim=8 (the config's)
     without = _test_accuracy(tmp_path, "gin", ["model.name=gin", "model.kwargs={}"])
-    assert without < 0.25  # 8 classes: chance is 0.125, and neither features nor neighbours say much
-    assert with_edges > without + 0.3, (with_edges, without)
+    textbook = _textbook_accuracy()
+    assert textbook > 0.8, textbook  # the anchor reads the edges' signal (8 classes: chance is 0.125)
+    assert without < 0.25  # neither features nor neighbours say much
+    # issue 41's bound: the shipped model, sampled and 5 epochs on 2 ranks, within 0.85 of the textbook's
+    assert with_edges >= 0.85 * textbook, (with_edges, textbook)
 
 
 @pytest.mark.parametrize("value", ["-1", "two"])

@@ -2,11 +2,11 @@
 
 PyG's GraphSAGE, GCN, GAT, GIN and MLP, by the class name in `torch_geometric.nn.models`, and GINE (PyG's
 GIN with GINEConv layers, train/models/gine.py); for heterogeneous graphs (issue 27) RGCN and RGAT (PyG's
-RGCNConv, RGATConv: train/models/relational.py) and HeteroConv of SAGEConv or GATConv per relation
-(train/models/heteroconv.py); with the layer classes BasicGNN builds, the arguments
-a model reads itself, the workflow's defaults and the values that cannot train on sampled batches. Plain
-data with no import of torch, so that the config check on a login node (train/config/) knows the names
-and which models read the graph; train/models/builtin.py builds them and checks their arguments.
+RGCNConv, and R-GAT's layer re-written to transform nodes, not edges: train/models/relational.py, rgat.py) and
+HeteroConv of SAGEConv or GATConv per relation (train/models/heteroconv.py); with the layer classes BasicGNN
+builds, the arguments a model reads itself, the workflow's defaults and the values that cannot train on sampled
+batches. Plain data with no import of torch, so that the config check on a login node (train/config/) knows the
+names and which models read the graph; train/models/builtin.py builds them and checks their arguments.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ class Builtin:
     """A built-in model: PyG's class, the layer class BasicGNN builds, and arguments it reads itself."""
 
     class_name: str  # in `module`
-    convs: tuple[str, ...] = ()  # in torch_geometric.nn.conv: the layers whose arguments it passes on
+    convs: tuple[str, ...] = ()  # in `conv_module`: the layers whose arguments it passes on
     own: tuple[str, ...] = ()  # arguments its init_conv takes out of **kwargs (not in any signature)
     defaults: dict[str, Any] = field(default_factory=dict)  # the workflow's defaults, overridden by model.kwargs
     refused: dict[str, tuple[Any, str]] = field(default_factory=dict)  # argument -> (value, why it cannot train)
@@ -34,6 +34,7 @@ class Builtin:
     # to_hetero, but for the reason `not_to_hetero` gives (train/models/spec.py).
     hetero_only: bool = False
     not_to_hetero: str = ""
+    conv_module: str = "torch_geometric.nn.conv"  # where `convs` are: PyG's layers, or the workflow's own
 
     def model_class(self) -> type:
         """The class `class_name` names in `module`, imported on use (PyG's, or the workflow's own)."""
@@ -49,7 +50,9 @@ BUILTINS: dict[str, Builtin] = {
                                  "destination types' nodes (bipartite message passing)"),
     "gat": Builtin("GAT", ("GATConv", "GATv2Conv"), own=("v2", "heads", "concat", "out_heads")),
     "gin": Builtin("GIN", ("GINConv",)),
-    "gine": Builtin("GINE", ("GINEConv",), module="train.models.gine",
+    # convs, then a Linear head (jk=last), as the GINE paper and OGB's examples have it: PyG's GIN layout puts the
+    # classes through the last conv's MLP, which behind GINEConv's ReLU(x_j + W e) stays at chance (issue 41)
+    "gine": Builtin("GINE", ("GINEConv",), module="train.models.gine", defaults={"jk": "last"},
                     required={"edge_dim": "the width of the graph's edge features (edge_attr): every layer adds them "
                                           "to its messages"},
                     not_to_hetero="every layer adds edge features to its messages, and a heterogeneous graph's "
@@ -59,7 +62,8 @@ BUILTINS: dict[str, Builtin] = {
     "mlp": Builtin("MLP", defaults={"norm": None}, reads_graph=False),  # on a typed graph too: the seeds' features
     # heterogeneous graphs: PyG's relational layers over (x, edge_index, edge_type), and HeteroConv per relation
     "rgcn": Builtin("RGCN", ("RGCNConv",), module="train.models.relational", hetero_only=True),
-    "rgat": Builtin("RGAT", ("RGATConv",), module="train.models.relational", hetero_only=True),
+    "rgat": Builtin("RGAT", ("NodeWiseRGATConv",), module="train.models.relational", hetero_only=True,
+                    conv_module="train.models.rgat"),
     "hetero-sage": Builtin("HeteroSAGE", ("SAGEConv",), module="train.models.heteroconv", hetero_only=True),
     "hetero-gat": Builtin("HeteroGAT", ("GATConv",), module="train.models.heteroconv", hetero_only=True),
 }

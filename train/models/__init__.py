@@ -9,7 +9,8 @@ edges: the edges' features and weights a model reads, from a batch or the graph,
 (and, from a typed batch, its edge_type, node_type and n_id).
 hetero: the one adapter between a heterogeneous graph's typed batch and its models (per-type inputs, x_dict and
 edge_index_dict, DDP safety, lazy layers shaped before DDP).
-relational: rgcn and rgat (PyG's RGCNConv, RGATConv over edge_type), trimmed per hop.
+relational: rgcn and rgat (PyG's RGCNConv; rgat: R-GAT's layer over nodes, not edges) over edge_type, trimmed per hop.
+rgat: R-GAT's layer (PyG's RGATConv's maths without a weight matrix per edge).
 heteroconv: hetero-sage and hetero-gat (PyG's HeteroConv of SAGEConv or GATConv per relation; MLPerf's R-GAT).
 gine: PyG's GIN with GINEConv layers (model.name=gine).
 step: the module DDP wraps, the one place that says how a batch reaches the model's forward.

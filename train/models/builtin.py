@@ -12,6 +12,7 @@ The table of the built-in models (names, PyG's classes, defaults, refusals) is t
 from __future__ import annotations
 
 import functools
+import importlib
 import inspect
 from typing import Any
 
@@ -27,7 +28,8 @@ from train.errors import UserError
 COMMON = {"in_channels": "the graph's features", "hidden_channels": "model.hidden", "num_layers": "model.num_layers",
           "out_channels": "the graph's classes", "dropout": "model.dropout"}
 # channel_list: MLP's other form; nn: GINConv's MLP; meta, num_relations: a heterogeneous graph's (its HeteroMeta)
-_NOT_ARGUMENTS = {"self", "args", "kwargs", "channel_list", "nn", "meta", "num_relations"}
+_GRAPHS_OWN = {"meta", "num_relations"}
+_NOT_ARGUMENTS = {"self", "args", "kwargs", "channel_list", "nn"} | _GRAPHS_OWN
 
 
 @functools.cache  # one class, however often it is asked for
@@ -56,8 +58,10 @@ def parameter_names(function) -> tuple[set[str], bool]:
 
 
 def conv_classes(builtin: Builtin) -> list[type]:
-    """The layer classes (in torch_geometric.nn.conv) whose arguments the built-in model passes on."""
-    return [getattr(convs, name) for name in builtin.convs]
+    """The layer classes (in its `conv_module`: PyG's layers, or the workflow's own) whose arguments the built-in
+    model passes on."""
+    module = convs if builtin.conv_module == convs.__name__ else importlib.import_module(builtin.conv_module)
+    return [getattr(module, name) for name in builtin.convs]
 
 
 def valid_keywords(builtin: Builtin) -> list[str]:
@@ -95,10 +99,14 @@ def builtin_arguments(name: str, kwargs: dict[str, Any], shown: str = "") -> dic
     shown = shown or f"{name} ({builtin.class_name})"
     refuse_common(kwargs)
     valid = valid_keywords(builtin)
-    unknown = [key for key in kwargs if key not in valid]
+    unknown = [key for key in kwargs if key not in valid and not (builtin.hetero_only and key in _GRAPHS_OWN)]
     if unknown:
         raise UserError(f"model.kwargs.{unknown[0]} is not an argument of model.name={shown}; "
                         f"valid model.kwargs: {', '.join(valid)}.{_edge_hint(unknown[0])}")
+    given = [key for key in sorted(_GRAPHS_OWN) if key in kwargs]
+    if builtin.hetero_only and given:
+        raise UserError(f"model.kwargs.{given[0]} cannot be given to model.name={shown}: the model has one relation "
+                        "per edge type of the graph, read from the graph itself; remove it from model.kwargs.")
     if builtin.hetero_only and "edge_dim" in kwargs:
         raise UserError(f"model.kwargs.edge_dim cannot be given to model.name={shown}: a heterogeneous graph's model "
                         "reads each edge's type, not edge features (edge_attr); remove model.kwargs.edge_dim.")

@@ -1,11 +1,14 @@
-"""`model.name=rgcn|rgat`: PyG's RGCNConv and RGATConv stacks on a typed batch (x, edge_index, edge_type).
+"""`model.name=rgcn|rgat`: PyG's RGCNConv, and R-GAT's layer (train/models/rgat.py), stacked on a typed batch
+(x, edge_index, edge_type).
 
 Each node type gets its input (train/models/hetero.py's `TypeInputs.common`: features of one width as they
 are, of several widths each type's through a Linear of its own to model.hidden, a featureless type's a learned
 embedding); then model.num_layers relational layers, ReLU and
 dropout between them, the last one giving out_channels. RGAT's hidden layers concatenate `heads` heads of
 hidden/heads channels, its last layer averages them; each RGAT layer adds a Linear of the target's own input (the
-root weight RGCNConv has; RGATConv has none, so a node whose sampled neighbourhood is empty would lose itself).
+root weight RGCNConv has; R-GAT's layer has none, so a node whose sampled neighbourhood is empty would lose itself).
+R-GAT's layer is PyG's RGATConv re-written to transform nodes, not edges (RGATConv holds a weight matrix per edge:
+edges x in x out floats, tens of GB on a citation graph of 1,433 features).
 
 Trim: given the batch's per-hop counts, layer i computes only the nodes within L-1-i hops of the seeds, over the
 edges into them (as train/models/trim.py does for the homogeneous models): each target's output depends only
@@ -16,11 +19,12 @@ from __future__ import annotations
 
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch_geometric.nn.conv import RGATConv, RGCNConv
+from torch_geometric.nn.conv import RGCNConv
 
 from train.errors import UserError
 from train.graph.typed_meta import HeteroMeta
 from train.models.hetero import TypeInputs, with_every_parameter
+from train.models.rgat import NodeWiseRGATConv
 
 TRIM_MODE = "target trimming (each relational layer computes only the rows later layers read)"
 
@@ -75,8 +79,8 @@ class RGCN(RelationalGNN):
 
 
 class RGAT(RelationalGNN):
-    """Busbridge et al.'s R-GAT: PyG's RGATConv with `heads` heads (model.kwargs: heads, attention_mechanism,
-    attention_mode, num_bases, ...), plus a root Linear per layer."""
+    """Busbridge et al.'s R-GAT: train/models/rgat.py's layer with `heads` heads (model.kwargs: heads,
+    attention_mechanism, attention_mode, num_bases, num_blocks, ...), plus a root Linear per layer."""
 
     def __init__(self, *args, heads: int = 1, **kwargs):
         self.heads = heads  # read by init_conv, which the base's constructor calls
@@ -88,10 +92,9 @@ class RGAT(RelationalGNN):
             raise UserError(f"model.name=rgat: model.hidden={out_channels} is not a multiple of "
                             f"model.kwargs.heads={self.heads}; each hidden layer concatenates its heads.")
         per_head = out_channels if last else out_channels // self.heads
-        return RGATConv(in_channels, per_head, len(self.meta.edge_types), heads=self.heads, concat=not last,
-                        **kwargs)
+        return NodeWiseRGATConv(in_channels, per_head, len(self.meta.edge_types), heads=self.heads,
+                                concat=not last, **kwargs)
 
     def layer(self, index: int, x: Tensor, edge_index: Tensor, edge_type: Tensor, targets: int) -> Tensor:
-        # RGATConv takes one node set: its rows beyond the targets get only their bias, and are dropped
-        out = self.convs[index](x, edge_index, edge_type)[:targets]
+        out = self.convs[index](x, edge_index, edge_type, targets)  # the targets come first: their rows alone
         return out + self.roots[index](x[:targets])

@@ -42,13 +42,16 @@ def sampled_hops(seeds: int, fanouts: list[int], size: GraphSize) -> Hops:
     min(fanout, mean degree) each; later frontiers are reached along edges (higher degrees), so they take the
     whole fanout. A fanout of -1 takes every neighbour. New nodes per hop are at most the nodes not yet seen. A
     typed graph draws the fanout per edge type (train/graph/typed_csc.py): its seeds up to that many per relation
-    into the target type, later frontiers per relation into the type with the most."""
+    into the target type, later frontiers per relation into a node of the graph's mix of types (the relations into
+    a node, averaged over the nodes: a frontier of the type with the most would take that many; measured on
+    hetero-synthetic's [15, 10, 5] batches, 1.3 x the edges sampled)."""
     frontier = min(seeds, size.nodes)
     nodes, edges, seen = [frontier], [], frontier
-    into = size.meta.relations_into if size.meta is not None else (1,)
-    first, most = (into[size.meta.target_index] if size.meta is not None else 1), max(into)
+    meta = size.meta
+    first = meta.relations_into[meta.target_index] if meta is not None else 1
+    mean = meta.segments / max(sum(meta.counts), 1) if meta is not None else 1
     for hop, fanout in enumerate(fanouts):
-        per_node = size.degree if fanout < 0 else min(fanout * first, size.degree) if hop == 0 else fanout * most
+        per_node = size.degree if fanout < 0 else min(fanout * first, size.degree) if hop == 0 else fanout * mean
         sampled = math.ceil(frontier * per_node)
         frontier = min(sampled, size.nodes - seen)
         edges.append(sampled)

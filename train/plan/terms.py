@@ -33,6 +33,14 @@ from train.plan.held import (
     shared_graph_bytes,
 )
 from train.plan.hops import Hops, batch_seeds, full_neighbourhood, sampled_hops
+from train.plan.model_terms import (
+    counts_own_intermediates,
+    edge_floats,
+    edge_projection_width,
+    ends_in_head,
+    one_input,
+    source_floats,
+)
 
 GIB = 2**30
 MIB = 2**20
@@ -87,10 +95,11 @@ def graph_size_of(data) -> GraphSize:
 
 
 def layer_widths(config: Config, size: GraphSize) -> list[tuple[int, int]]:
-    """(input, output) width of each layer, as the built-in models stack them (hidden between the ends).
-    GAT's concatenated heads widen a layer's output: `_message_width` counts them where the messages are."""
+    """(input, output) width of each layer, as the built-in models stack them (hidden between the ends; a model
+    that ends in a Linear head: hidden to the last conv's output). Attention heads that widen a layer's
+    per-edge rows are counted where the edges are (train/plan/model_terms.py)."""
     hidden, layers = config.model.hidden, config.model.num_layers
-    sizes = [size.features] + [hidden] * (layers - 1) + [size.classes]
+    sizes = [size.features] + [hidden] * (layers - 1) + [hidden if ends_in_head(config) else size.classes]
     return list(zip(sizes[:-1], sizes[1:]))
 
 
@@ -118,23 +127,6 @@ def reads_graph(config: Config) -> bool:
     return resolve(config.model).reads_graph
 
 
-def _message_width(config: Config, width_in: int, width_out: int) -> int:
-    """Floats per edge a layer's message passing holds: SAGE/GCN/GIN gather the source row (the input width);
-    GAT gathers each head's transformed source row (heads x output width) and its attention."""
-    if config.model.name == "gat":
-        heads = int(config.model.kwargs.get("heads", 1))
-        return heads * (width_out + 1)
-    return width_in
-
-
-def _edge_projection_width(config: Config, size: GraphSize, width_in: int) -> int:
-    """Floats per edge a layer adds by projecting the edges' features to its input width: GINEConv's `lin` (GINE:
-    each layer turns every edge's edge_attr into a row of the node width, adds it to the source's row and applies
-    ReLU; the ReLU's output is kept for the backward pass); 0 for a layer that reads no edge features this way."""
-    builtin = BUILTINS.get(config.model.name)
-    return width_in if builtin is not None and "GINEConv" in builtin.convs and size.edge_features else 0
-
-
 def model_bytes(config: Config, size: GraphSize) -> int:
     """Weights, gradients (DDP's buckets hold a copy of them) and Adam's two moments: 4 float copies."""
     return 4 * parameter_count(config, size) * FLOAT
@@ -152,13 +144,18 @@ def model_trims(config: Config, size: GraphSize) -> bool:
 
 def forward_bytes(config: Config, size: GraphSize, hops: Hops, backward: bool) -> int:
     """The model's working set for one batch: the features it reads, the edge ids, each layer's rows
-    (with model.trim each layer computes only the targets later layers read) and the largest layer's
-    messages (SAGEConv gathers one row per edge; their gradient too where the input needs one). GINE's edge
-    projections (a row per edge and layer) stay for the backward pass, every layer's; without it, one at a time."""
+    (with model.trim each layer computes only the targets later layers read), the model's own intermediates per
+    edge that autograd keeps for the backward pass (every layer's: train/plan/model_terms.py) and the largest
+    layer's messages (SAGEConv gathers one row per edge; their gradient too where the input needs one); without
+    the backward pass, one layer's at a time. A feature-only model's batch is its seeds alone."""
     widths = layer_widths(config, size)
     last = len(widths) - 1
     graph = reads_graph(config)
+    if not graph:
+        hops = Hops(hops.nodes[:1], ())  # train/loop/tasks/node.py: the seeds' features, no neighbours
     total = hops.total_nodes * size.features * FLOAT + hops.total_edges * (EDGE_IDS * INDEX + size.edge_floats * FLOAT)
+    if size.meta is not None and graph:  # each type's input (train/models/hetero.py TypeInputs), and its gradient
+        total += hops.total_nodes * widths[0][0] * FLOAT * (2 if backward and one_input(config, size) else 1)
     messages = 0
     rows_factor = LAYER_ROWS if backward else NO_GRAD_ROWS
     for index, (width_in, width_out) in enumerate(widths):
@@ -166,13 +163,16 @@ def forward_bytes(config: Config, size: GraphSize, hops: Hops, backward: bool) -
         trimmed = model_trims(config, size) and graph
         targets = sum(hops.nodes[:reach]) if trimmed else hops.total_nodes
         edges = sum(hops.edges[:reach]) if trimmed else hops.total_edges
-        total += targets * (width_in + rows_factor * width_out) * FLOAT
+        per_edge = edge_floats(config, size, width_in, width_out, index == last)
+        aggregated = 0 if graph and per_edge.transforms_first else width_in  # the targets' input-wide sums
+        total += targets * (aggregated + rows_factor * width_out) * FLOAT
         if graph:
-            width = _message_width(config, width_in, width_out)
-            projected = edges * _edge_projection_width(config, size, width_in) * FLOAT
-            total += projected if backward else 0
-            messages = max(messages, edges * width * FLOAT * (2 if backward and index else 1)
-                           + (0 if backward else projected))
+            sources = sum(hops.nodes[:reach + 1]) if trimmed else hops.total_nodes  # the rows it reads
+            own = (edges * per_edge.kept + sources * source_floats(config, size, width_in, width_out, index == last)
+                   ) * FLOAT  # kept until the backward pass; without one, alive while the layer runs
+            total += own if backward else 0
+            twice = backward and (index or per_edge.weighted)  # and the passing rows' gradient
+            messages = max(messages, edges * per_edge.passing * FLOAT * (2 if twice else 1) + (0 if backward else own))
     return total + messages + (STEP_FIXED_BYTES if backward else 0)
 
 
@@ -210,7 +210,7 @@ def _chunk_fixed(config: Config, size: GraphSize, hops: Hops, width_in: int) -> 
     the graph has them) with GINE's projection of them to the layer's input width."""
     hidden = config.model.hidden
     values = INDEX + size.edge_floats * FLOAT + size.type_bytes if size.edge_floats else 0
-    projected = _edge_projection_width(config, size, width_in) * FLOAT
+    projected = edge_projection_width(config, size, width_in) * FLOAT
     return hops.total_edges * (EDGE_IDS * INDEX + values + projected) + hops.nodes[0] * LAYER_ROWS * hidden * FLOAT
 
 
@@ -404,6 +404,10 @@ def make_plan(config: Config, size: GraphSize, nodes: int, ranks: int, gpus: boo
     rank = rank_rows(setting, size, train_hops, evaluation)
     gpu = gpu_rows(setting, size, forward_bytes(config, size, train_hops, backward=True), evaluation[2])
     plan = Plan(size, nodes, per_node, config.data.share)
+    if not counts_own_intermediates(config) and reads_graph(config):
+        plan.notes.append(f"model.name={config.model.name} is your own model: the training batch counts its "
+                          "intermediates per edge as SAGEConv's (one input row per edge); a model that keeps more per "
+                          "edge (attention per head, projected edge features) needs more than planned.")
     plan.rows = {"node": node_rows(setting, size, rank), "rank": rank, "GPU": gpu if gpus else {}}
     placement = setting.placement
     plan.sampling, plan.placement = ("cuda" if setting.gpu_sampling else "cpu"), placement

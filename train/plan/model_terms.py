@@ -1,0 +1,110 @@
+"""A built-in model's own intermediates per edge, in one layer of a training step: what the plan's training-batch
+term (train/plan/terms.py forward_bytes) adds to the rows and messages every model has (issue 41 §3).
+
+Per edge, a layer holds two kinds of floats: those autograd keeps for the backward pass (every layer's, until the
+step's backward: `kept`) and those alive only while the layer's messages pass (`passing`: the largest layer's
+count, with its gradient in the backward pass). Read from the layers' own code:
+* SAGEConv, GINConv, RGCNConv (per relation), HeteroConv of SAGEConv: each edge gathers its source's input row
+  (`passing`: the input width); a sum or mean's backward needs only the index;
+* GCNConv: transforms first, so each edge gathers its source's output row;
+* GINEConv: each edge's features projected to the input width, added to the source's row, ReLU: the projection,
+  the sum and the ReLU's output are kept;
+* GATConv (and HeteroConv of GATConv): transforms first; each edge keeps its source's heads x channels row and, per
+  head, the logit, its leaky ReLU, its softmax and the product's operand; GATv2Conv also keeps the sum of both ends'
+  rows and its leaky ReLU (heads x channels each), and with edge features their projection;
+* R-GAT (train/models/rgat.py): as GATConv per edge; per input row, its (relation, source) pairs' input rows and
+  their transforms (`source_floats`).
+A user's model is not read: its own intermediates are counted as SAGEConv's, and `python -m train plan` says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from train.builtin_models import BUILTINS
+from train.config import Config
+from train.graph.sizes import GraphSize
+
+GATHERS_OUTPUT = {"gcn"}  # transform, then gather the output row per edge
+ATTENTION = {"gat", "hetero-gat", "rgat"}  # heads x channels rows and per-head scalars per edge
+HEAD_SCALARS = 4  # per edge and head: the logit, its leaky ReLU, its softmax, the product's operand
+
+
+@dataclass(frozen=True)
+class EdgeFloats:
+    kept: int  # floats per edge kept for the backward pass
+    passing: int  # floats per edge alive while the layer's messages pass
+    # the per-edge rows depend on the layer's weights (transformed before they pass), so the backward pass makes
+    # their gradient in every layer, the first too (a gathered input row has none there: the features need none)
+    weighted: bool = False
+    # it transforms its inputs before they pass (GCNConv, the attention layers), so what its targets aggregate is
+    # output-wide (counted in its rows); a layer that aggregates first (SAGEConv, GINConv) holds input-wide sums
+    transforms_first: bool = False
+
+
+def ends_in_head(config: Config) -> bool:
+    """Whether the model's convs all give model.hidden and a Linear head gives the classes: jumping knowledge
+    (jk, gine's default: train/builtin_models.py) or HeteroConv's stack (train/models/heteroconv.py)."""
+    builtin = BUILTINS.get(config.model.name)
+    if builtin is None:
+        return False
+    jk = {**builtin.defaults, **config.model.kwargs}.get("jk")
+    return jk is not None or builtin.class_name in ("HeteroSAGE", "HeteroGAT")
+
+
+def attention_heads(config: Config, last: bool) -> tuple[int, int]:
+    """(heads, per-head channels factor): the layer's heads, and by how much its heads widen its output
+    (concatenated heads: 1, the width split among them; averaged heads on the last layer: heads)."""
+    kwargs = config.model.kwargs
+    heads = int(kwargs.get("heads", 1))
+    if last and not ends_in_head(config):
+        heads = int(kwargs.get("out_heads", heads)) if config.model.name == "gat" else heads
+        return heads, heads
+    return heads, 1
+
+
+def edge_floats(config: Config, size: GraphSize, width_in: int, width_out: int, last: bool) -> EdgeFloats:
+    """One layer's floats per edge (module docstring), for a layer of these widths."""
+    name = config.model.name
+    if name in ATTENTION:
+        heads, widen = attention_heads(config, last)
+        rows = width_out * widen  # heads x channels
+        kept = rows + HEAD_SCALARS * heads
+        if name == "gat" and config.model.kwargs.get("v2"):
+            kept += 2 * rows + (rows if config.model.kwargs.get("edge_dim") else 0)
+        return EdgeFloats(kept, rows, weighted=True, transforms_first=True)
+    if name in GATHERS_OUTPUT:
+        return EdgeFloats(0, width_out, transforms_first=True)
+    return EdgeFloats(3 * edge_projection_width(config, size, width_in), width_in)
+
+
+def source_floats(config: Config, size: GraphSize, width_in: int, width_out: int, last: bool) -> int:
+    """Floats per input row a layer keeps beside its edges: R-GAT's (relation, source) pairs, each pair's input row
+    and its transform (train/models/rgat.py), at most one pair per relation out of the row's type (the most any
+    type has); 0 for the other layers."""
+    if config.model.name != "rgat" or size.meta is None:
+        return 0
+    heads, widen = attention_heads(config, last)
+    out_of = [sum(1 for edge in size.meta.edge_types if edge[0] == t) for t in size.meta.node_types]
+    return max(out_of) * (width_in + width_out * widen)
+
+
+def edge_projection_width(config: Config, size: GraphSize, width_in: int) -> int:
+    """Floats per edge of GINEConv's projection of the edges' features to the layer's input width (gine); 0 for a
+    layer that reads no edge features this way."""
+    builtin = BUILTINS.get(config.model.name)
+    return width_in if builtin is not None and "GINEConv" in builtin.convs and size.edge_features else 0
+
+
+def one_input(config: Config, size: GraphSize) -> bool:
+    """Whether a typed model's input is one tensor of every node's row that takes a gradient (the relational
+    models' TypeInputs with a featureless type's embedding in it); a dict model's per-type inputs take one only
+    in the featureless types' rows."""
+    builtin = BUILTINS.get(config.model.name)
+    relational = builtin is not None and builtin.module == "train.models.relational"
+    return relational and size.meta is not None and 0 in size.meta.widths
+
+
+def counts_own_intermediates(config: Config) -> bool:
+    """Whether the plan reads the model's own intermediates (a built-in), or takes them as SAGEConv's (a user's)."""
+    return config.model.name in BUILTINS
