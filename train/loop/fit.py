@@ -102,6 +102,12 @@ class FitResult:
     summary: dict  # `Trainer.summary()`: the run's figures so far
 
 
+def wrap_ddp(module: torch.nn.Module, device: torch.device) -> DistributedDataParallel:
+    """DDP bound to this rank's own GPU (device_ids=[its index]: the reducer's buckets and its outputs there), or
+    to none on the CPU (gloo)."""
+    return DistributedDataParallel(module, device_ids=[device.index] if device.type == "cuda" else None)
+
+
 class Trainer:
     """Owns the model, optimizer and data of one rank; `fit` runs the epochs."""
 
@@ -117,8 +123,7 @@ class Trainer:
         self.model_description = self.task.describe_model(spec, width)  # what checkpoints record
         # how a batch reaches the model (models/step.py)
         self.step = ModelStep(self.task.encoder(self.model), config.model.input_dropout)
-        self.ddp = DistributedDataParallel(self.task.ddp_module(self.step, self.model),
-                                           device_ids=[device.index] if device.type == "cuda" else None)
+        self.ddp = wrap_ddp(self.task.ddp_module(self.step, self.model), device)
         self.eval_note = self.task.eval_note(self.step)  # why the evaluation samples where eval.mode=full
         # A batch of one node is one row, on which batch norm cannot train (torch refuses it): as PyG's loaders do
         # with drop_last, a rank whose share of the epoch would end on one leaves that node out (lone_seed_note).

@@ -1,0 +1,146 @@
+"""What the first multi-node GPU job (8 ranks over NCCL, 4 GPUs a node) would meet, decided on the CPU: the CUDA calls
+through stand-ins (torch.cuda's device count and set_device monkeypatched), init_process_group's and DDP's arguments
+captured, the ranks' agreements over a real torch.distributed store (a HashStore shared by threads) or real gloo
+ranks with stand-in free GPU memories."""
+
+from __future__ import annotations
+
+import datetime
+import threading
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from train.cluster import procgroup
+from train.cluster.distenv import resolve
+from train.config import DistConfig
+from train.errors import UserError
+
+
+def _env(rank: int, world: int):
+    per_node = min(world, 4)  # 4 GPUs a node
+    return resolve({"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank % per_node),
+                    "LOCAL_WORLD_SIZE": str(per_node), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"})
+
+
+class CudaStandIn:
+    """torch.cuda as procgroup asks it, per thread (a thread is a rank): which ranks see GPUs, and every call made."""
+
+    def __init__(self, blind_ranks: set[int], visible: int = 4):
+        self.blind, self.visible, self.calls = blind_ranks, visible, []
+        self.local = threading.local()
+
+    def is_available(self):
+        return self.local.rank not in self.blind
+
+    def device_count(self):
+        return 0 if self.local.rank in self.blind else self.visible
+
+    def set_device(self, index):
+        self.calls.append((self.local.rank, "set_device", index))
+
+
+@pytest.fixture
+def job(monkeypatch):
+    """Run process_group on `world` threads over one HashStore; the calls each rank made, and what it raised."""
+
+    def run(world: int, blind: set[int] = frozenset(), backend: str = "auto"):
+        cuda = CudaStandIn(set(blind))
+        store = dist.HashStore()
+        monkeypatch.setattr(torch.cuda, "is_available", cuda.is_available)
+        monkeypatch.setattr(torch.cuda, "device_count", cuda.device_count)
+        monkeypatch.setattr(torch.cuda, "set_device", cuda.set_device)
+        monkeypatch.setattr(procgroup, "gpu_identity", lambda i: {"uuid": f"GPU-{cuda.local.rank}", "bus_id": None})
+
+        def connect(env, timeout):
+            cuda.calls.append((env.rank, "store", None))
+            return store
+
+        def init(backend, **kwargs):
+            cuda.calls.append((kwargs["rank"], "init_process_group", (backend, kwargs["device_id"])))
+
+        monkeypatch.setattr(procgroup, "_connect_store", connect)
+        monkeypatch.setattr(procgroup.dist, "init_process_group", init)
+        monkeypatch.setattr(procgroup.dist, "destroy_process_group", lambda: None)
+        raised: dict[int, Exception] = {}
+
+        def rank(r: int):
+            cuda.local.rank = r
+            try:
+                with procgroup.process_group(_env(r, world), DistConfig(backend=backend, init_timeout_seconds=20)):
+                    pass
+            except UserError as exc:
+                raised[r] = exc
+
+        threads = [threading.Thread(target=rank, args=(r,)) for r in range(world)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        return cuda.calls, raised
+
+    return run
+
+
+# ---- 4: the ranks agree on the backend, each on its own GPU -------------------------------------------------
+@pytest.mark.parametrize("requested, cuda, expected", [("auto", True, "nccl"), ("auto", False, "gloo"),
+                                                       ("gloo", True, "gloo"), ("nccl", True, "nccl")])
+def test_the_backend_a_rank_chooses(requested, cuda, expected):
+    assert procgroup.choose_backend(requested, cuda) == expected
+
+
+def test_nccl_asked_without_a_gpu_is_refused_naming_the_way_out():
+    with pytest.raises(UserError, match="dist.backend=gloo or auto"):
+        procgroup.choose_backend("nccl", False)
+
+
+def test_each_rank_takes_its_gpu_before_the_store_and_binds_the_group_to_it(job):
+    calls, raised = job(4)
+    assert not raised
+    for r in range(4):
+        own = [(what, arg) for rank, what, arg in calls if rank == r]
+        assert own == [("set_device", r), ("store", None), ("init_process_group", ("nccl", torch.device("cuda", r)))]
+
+
+def test_ranks_that_chose_different_backends_are_refused_on_every_rank_naming_them(job):
+    calls, raised = job(4, blind={2})
+    assert sorted(raised) == [0, 1, 2, 3]  # every rank refuses at once, none waits for the init timeout
+    said = {str(exc) for exc in raised.values()}
+    assert len(said) == 1
+    message = said.pop()
+    assert "nccl (CUDA visible) on ranks 0, 1, 3" in message and "gloo (no CUDA visible) on rank 2" in message
+    assert not [c for c in calls if c[1] == "init_process_group"]
+
+
+def test_gloo_asked_on_gpu_nodes_is_chosen_alike_and_binds_no_gpu(job):
+    calls, raised = job(2, backend="gloo")
+    assert not raised and not [c for c in calls if c[1] == "set_device"]
+    assert sorted(arg for _, what, arg in calls if what == "init_process_group") == [("gloo", None)] * 2
+
+
+def test_ddp_is_bound_to_the_ranks_own_gpu_or_to_none_on_the_cpu(monkeypatch):
+    from train.loop import fit
+
+    captured = []
+    monkeypatch.setattr(fit, "DistributedDataParallel", lambda module, **kwargs: captured.append(kwargs))
+    module = torch.nn.Linear(2, 2)
+    fit.wrap_ddp(module, torch.device("cuda", 3))
+    fit.wrap_ddp(module, torch.device("cpu"))
+    assert captured == [{"device_ids": [3]}, {"device_ids": None}]
+
+
+def test_the_agreement_is_a_store_collective_with_the_same_answer_everywhere():
+    store, found = dist.HashStore(), {}
+    timeout = datetime.timedelta(seconds=20)
+
+    def rank(r):
+        found[r] = procgroup.backend_choices(store, r, 3, "gloo" if r == 1 else "nccl", timeout)
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert len({repr(v) for v in found.values()}) == 1
+    assert [r for r, _ in found[0]["nccl"]] == [0, 2] and [r for r, _ in found[0]["gloo"]] == [1]
