@@ -12,6 +12,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from tests.harness.gloo_ranks import GlooRanks
 from train.cluster import procgroup
 from train.cluster.distenv import resolve
 from train.config import DistConfig
@@ -144,3 +145,51 @@ def test_the_agreement_is_a_store_collective_with_the_same_answer_everywhere():
         t.join(60)
     assert len({repr(v) for v in found.values()}) == 1
     assert [r for r, _ in found[0]["nccl"]] == [0, 2] and [r for r, _ in found[0]["gloo"]] == [1]
+
+
+# ---- 5: the ranks agree on placement, by the least free GPU memory, naming the rank that forced it ----------
+def _tiny_graph():
+    from train.config import DataConfig
+    from train.graph.sharing.shared_graph import private_graph
+
+    return private_graph(DataConfig(num_nodes=600, num_features=8))
+
+
+def _structure_only(data) -> int:
+    """Free GPU memory that holds the tiny graph's structure but not its features beside the headroom."""
+    return int((600 + 1 + data.edge_index.size(1) * 2) * 8 / 0.9) + 600 * 8 * 2
+
+
+def _placement_work(rank: int, world: int) -> dict:
+    """A rank whose GPU has room for the whole graph (rank 0) beside one with room for its structure only (rank 1,
+    a stray process on it): stand-in free memories, the real all-gather over gloo, the run's own plan_sampling."""
+    from train.config import SamplerConfig
+    from train.graph.sampling.device_plan import least_free_gpu_memory, plan_sampling
+
+    data = _tiny_graph()
+    free = [2**34, _structure_only(data)][rank % 2]
+    agreed = least_free_gpu_memory(free, torch.device("cpu"))
+    plan = plan_sampling(data, SamplerConfig(), torch.device("cuda", rank), free_gpu_bytes=agreed)
+    return {"device": plan.device.type, "note": plan.note, "least": [agreed.bytes, agreed.rank, agreed.most]}
+
+
+placement_ranks = GlooRanks(_placement_work, "placement")
+
+
+def test_the_rank_with_the_least_free_gpu_memory_decides_for_all_and_is_named(tmp_path_factory):
+    found = placement_ranks(tmp_path_factory, 2)
+    data = _tiny_graph()
+    assert [r["least"] for r in found] == [[_structure_only(data), 1, 2**34]] * 2
+    assert [r["device"] for r in found] == ["cpu", "cpu"]  # rank 0 alone would have sampled on its GPU
+    for r in found:
+        assert r["note"].startswith("sampler.device=auto: sampling on the CPU")
+        assert "Rank 1 forced this: its GPU has the least free memory of the 2 ranks" in r["note"]
+
+
+def test_ranks_alike_name_no_rank():
+    from train.graph.sampling.device_plan import FreeGpuMemory, gpu_placement
+
+    decide = lambda free: gpu_placement(10, 10, free).decision  # noqa: E731
+    assert FreeGpuMemory(100, 3, 100, 8).forced(decide) == ""  # equal memories
+    assert FreeGpuMemory(100, 3, 10**6, 8).forced(decide) == ""  # less, but the same decision
+    assert "Rank 3 forced this" in FreeGpuMemory(15, 3, 10**6, 8).forced(decide)

@@ -25,7 +25,7 @@ from train import heap
 from train.cluster.distenv import DistEnv
 from train.config import Config
 from train.graph.form import form_of
-from train.graph.sampling.device_plan import plan_sampling
+from train.graph.sampling.device_plan import FreeGpuMemory, least_free_gpu_memory, plan_sampling
 from train.graph.sampling.samplers import prefetch_safe
 from train.graph.seeds import derive_seed, lone_seed_ranks, without_lone_seed
 from train.loop.outputs import Outputs
@@ -136,8 +136,8 @@ class Trainer:
         self.joinables: list = []  # more Joinables that take part in every step (step_vote.StepAgreement)
         # sampler.device: where batches are sampled; the graph on the GPU only beside the working sets the plan counts
         working = gpu_working_bytes(config, graph_size_of(data)) if device.type == "cuda" else 0
-        self.sampling = plan_sampling(self.task.graph, config.sampler, device, working_bytes=working,
-                                      feature_dtype=config.data.feature_dtype)
+        self.sampling = plan_sampling(self.task.graph, config.sampler, device, free_gpu_bytes=self.free_gpu(),
+                                      working_bytes=working, feature_dtype=config.data.feature_dtype)
         self.timer = PhaseTimer(device)  # where each epoch's time goes (train/loop/timing.py)
         self.allreduce_probe = AllReduceProbe(self.model, device)
         self.outputs = Outputs(config, env, out_dir)  # rank 0's sinks: metrics.jsonl, the progress display, ...
@@ -152,6 +152,12 @@ class Trainer:
                          self.lone_seed_note()):
                 if note:
                     print(note, flush=True)
+
+    def free_gpu(self) -> FreeGpuMemory | None:
+        """The least free GPU memory of the ranks, which every rank places the graph by (None: no GPU placement)."""
+        if self.device.type != "cuda" or self.config.sampler.device == "cpu":
+            return None
+        return least_free_gpu_memory(torch.cuda.mem_get_info(self.device)[0], self.device)
 
     # ---- state (train/loop/checkpoint.py saves and restores it) -------------------------------------
     def state_dict(self) -> dict:

@@ -8,6 +8,8 @@ sampler.device=auto (the default) samples on the GPU when structure and features
 working sets, else on the CPU.
 Each rank's GPU holds a copy of its own: the graph is not split across a node's GPUs, so where each
 cannot hold one, every rank samples from the node's one copy in host memory.
+The ranks decide alike, by the least free GPU memory of them all (`least_free_gpu_memory`): DDP's lockstep runs
+the job at its slowest rank's pace, so one rank sampling on the CPU (a stray process on its GPU) would slow all.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
+import torch.distributed as dist
 from torch import Tensor
 from torch_geometric.data import Data
 
@@ -69,6 +72,11 @@ class Placement:
         """What the graph may take: the free memory less the headroom and the working sets."""
         return max(int(self.free_bytes * (1 - self.headroom)) - self.working_bytes, 0)
 
+    @property
+    def decision(self) -> tuple[bool, bool]:
+        """What goes on the GPU: (structure, features)."""
+        return self.structure, self.features
+
     def _room(self) -> str:
         return (f"{gib(self.budget)} of the {gib(self.free_bytes)} of free GPU memory is left beside the training "
                 f"and evaluation working sets ({gib(self.working_bytes)}) and a {self.headroom:.0%} headroom")
@@ -103,6 +111,39 @@ def gpu_placement(structure_bytes: int, feature_bytes: int, free: int, working_b
     structure = structure_bytes <= placement.budget
     features = structure and structure_bytes + feature_bytes <= placement.budget
     return dataclasses.replace(placement, structure=structure, features=features)
+
+
+@dataclass(frozen=True)
+class FreeGpuMemory:
+    """The free GPU memory every rank places the graph by: the least of all ranks', and whose it is."""
+
+    bytes: int  # the least free memory of the ranks' GPUs
+    rank: int  # the rank whose GPU has it
+    most: int  # the most free memory of the ranks' GPUs
+    ranks: int = 1
+
+    def forced(self, decide) -> str:
+        """Where the least free memory chose otherwise than the most would have, the log's words naming the rank
+        that forced it ('' where it did not). `decide(free)`: the decision at that free memory."""
+        if self.ranks == 1 or decide(self.bytes) == decide(self.most):
+            return ""
+        return (f" Rank {self.rank} forced this: its GPU has the least free memory of the {self.ranks} ranks "
+                f"({gib(self.bytes)}; the most is {gib(self.most)}, where the graph would have gone further onto the "
+                "GPU), and every rank places the graph alike (DDP runs the job at its slowest rank's pace); "
+                "free that GPU (nvidia-smi shows its processes) or leave that node out.")
+
+
+def least_free_gpu_memory(free_bytes: int, device: torch.device) -> FreeGpuMemory:
+    """Collective over the default process group (where one exists): the least of the ranks' `free_bytes`, and
+    the rank that has it; every rank gets the same answer."""
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return FreeGpuMemory(free_bytes, dist.get_rank() if dist.is_initialized() else 0, free_bytes)
+    mine = torch.tensor([free_bytes], dtype=torch.int64, device=device)
+    gathered = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
+    dist.all_gather(gathered, mine)
+    frees = [int(t.item()) for t in gathered]
+    rank = min(range(len(frees)), key=frees.__getitem__)
+    return FreeGpuMemory(frees[rank], rank, max(frees), len(frees))
 
 
 @dataclass
@@ -166,12 +207,14 @@ def _nbytes(tensors) -> int:
     return sum(t.nbytes for t in tensors if t is not None)
 
 
-def plan_sampling(data: Data, config: SamplerConfig, device: torch.device, free_gpu_bytes: int | None = None,
-                  working_bytes: int = 0, feature_dtype: str = "float32") -> SamplingPlan:
+def plan_sampling(data: Data, config: SamplerConfig, device: torch.device,
+                  free_gpu_bytes: int | FreeGpuMemory | None = None, working_bytes: int = 0,
+                  feature_dtype: str = "float32") -> SamplingPlan:
     """CPU sampling (features gathered by the loader, pinned when training on a GPU), or GPU sampling with
     the CSC on the GPU and the features there too (in `feature_dtype`) when they fit beside `working_bytes`.
     sampler.device=auto samples on the GPU only when both fit; cuda whenever the structure does, the features
-    then gathered on the host into pinned memory."""
+    then gathered on the host into pinned memory. `free_gpu_bytes`: the free GPU memory to place by (the ranks' least:
+    `least_free_gpu_memory`), else this GPU's own."""
     form = form_of(data)
     csc, edges = form.structure(data), form.edge_rows(data)
     segments, nodes = form.segments(data), form.node_values(data)
@@ -189,8 +232,9 @@ def plan_sampling(data: Data, config: SamplerConfig, device: torch.device, free_
             return cpu_plan
         raise UserError(f"sampler.device='cuda' needs training on a GPU, but this rank trains on {device} "
                         "(no GPU visible, or dist.backend=gloo); use sampler.device=auto or cpu.")
-    if free_gpu_bytes is None:
-        free_gpu_bytes, _total = torch.cuda.mem_get_info(device)
+    free_gpu = free_gpu_bytes if free_gpu_bytes is not None else torch.cuda.mem_get_info(device)[0]
+    if isinstance(free_gpu, int):
+        free_gpu = FreeGpuMemory(free_gpu, 0, free_gpu)
     colptr, row, perm = csc
     structure = gpu_structure_bytes(colptr.numel() - 1, row.numel(), perm is not None, row.element_size())
     structure += segments.nbytes if segments is not None else 0
@@ -198,9 +242,10 @@ def plan_sampling(data: Data, config: SamplerConfig, device: torch.device, free_
     features = gpu_feature_bytes(data.num_nodes, data.num_features, feature_dtype, edges.nbytes if edges else 0,
                                  labels)
     features += sum(t.nbytes for t in nodes.values())
-    placement = gpu_placement(structure, features, free_gpu_bytes, working_bytes)
+    placement = gpu_placement(structure, features, free_gpu.bytes, working_bytes)
     auto = config.device == "auto"
-    note = placement.describe(str(device), config.device)
+    note = placement.describe(str(device), config.device) + free_gpu.forced(
+        lambda free: gpu_placement(structure, features, free, working_bytes).decision)
     if not (placement.features if auto else placement.structure):
         cpu_plan.note, cpu_plan.fell_back, cpu_plan.each_rank = note, not auto, True
         return cpu_plan
