@@ -180,6 +180,7 @@ memory_plan() {
     local -a plan_args=(--config "$config_arg" --nodes "$NODES" --gpus "$GPUS")
     ((GPUS_PER_TASK > 0)) || plan_args+=(--cpu)
     [[ -z $job_partition ]] || plan_args+=(--partition "$job_partition")
+    [[ -z $GPU_MEMORY ]] || plan_args+=(--gpu-memory "$GPU_MEMORY")
     [[ -z $unreachable ]] || plan_args+=(--node-memory-unknown "sinfo could not answer, see above")
     if ! "$check_py" -c 'import importlib.util as u, sys; sys.exit(not all(map(u.find_spec, sys.argv[1:])))' \
         torch torch_geometric yaml >/dev/null 2>&1; then

@@ -580,6 +580,17 @@ def test_dry_run_prints_the_plan_and_a_plan_that_fits_is_submitted(cluster_stand
     assert p.returncode == 0 and "Submitted job 4242" in p.stdout and record.exists(), p.stderr
 
 
+def test_the_plans_gpu_memory_is_the_partitions_gpu_type_or_gpu_memory(cluster_standin):
+    """Planned at the partition's GPU (the stand-in cluster's gpu:a100:4), or at GPU_MEMORY where it is given."""
+    env, record = cluster_standin
+    typed, given = map_side_by_side(lambda extra: make(env, "submit", "IMAGE=none", "CONFIG=tiny", "NODES=2", "GPUS=8",
+                                                       "DRY_RUN=1", *extra), ([], ["GPU_MEMORY=24"]))
+    assert typed.returncode == 0 and given.returncode == 0, typed.stderr + given.stderr
+    assert "40.0 GiB  (sinfo -p gpu: gpu:a100, A100 comes with 40 GB or 80 GB" in typed.stdout
+    assert "24.0 GiB  (--gpu-memory)" in given.stdout
+    assert not record.exists()
+
+
 # ---- one table for the job's settings: jobs/knobs.md ----------------------------------------------
 
 def test_every_setting_has_one_row_with_its_documentation():

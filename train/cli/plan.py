@@ -4,7 +4,7 @@ Per node (the graph shared once in /dev/shm or on node-local disk, and the peak 
 per rank (host memory) and per GPU, from the dataset's published sizes (or the shapes in the headers of
 your own files), never by loading it; the terms are in train/plan/terms.py, each calibrated against
 real ranks (`make bench BENCH=plan`). Compared with what a node and a GPU have, where that can be known
-(--node-memory / --gpu-memory, else `sinfo` for the partition, else nvidia-smi here); a plan that cannot
+(--node-memory / --gpu-memory, else `sinfo` for the partition: its nodes' memory and GPU type); a plan that cannot
 fit is refused (exit 2) naming the numbers, and so is sampler.device=cuda where the run would fall back
 to sampling on the CPU (train/graph/sampling/device_plan.py decides, for the run and for the plan). "fits" only
 when node and GPU memory are known; else "fits what is known" and what is not.
@@ -98,16 +98,22 @@ def _slurmd_parameters() -> str:
     return ""
 
 
-def gpu_memory(given_gib: float | None) -> tuple[int | None, str]:
-    """Bytes of one GPU: --gpu-memory, else nvidia-smi on this machine."""
+def gpu_memory(given_gib: float | None, partition: str = "") -> tuple[int | None, str]:
+    """Bytes of one of the job's GPUs: --gpu-memory (make submit's GPU_MEMORY), else the GPU type the partition's
+    nodes name in sinfo's GRES (train/plan/gpu_models.py), else unknown. Never this machine's GPU: `make submit`
+    runs on a login node, whose GPU (a small visualisation card, or none) is not the job's."""
+    from train.plan.gpu_models import partition_gpu_memory
+
     if given_gib is not None:
         return int(given_gib * GIB), "--gpu-memory"
-    out, why = _ask(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"])
-    sizes = [int(v) for v in (out or "").split() if v.isdigit()]
-    if sizes:
-        return min(sizes) * 2**20, "nvidia-smi here"
-    why = why or "nvidia-smi lists no GPU here"
-    return None, f"unknown: {why}; the GPU total is not checked: give --gpu-memory GiB"
+    asked = f"sinfo{' -p ' + partition if partition else ''}"
+    out, why = _ask(["sinfo", "--noheader", "--format=%G"] + ([f"--partition={partition}"] if partition else []))
+    if out is not None:
+        size, why = partition_gpu_memory(out.splitlines())
+        if size is not None:
+            return size, f"{asked}: {why}"
+        why = f"{asked}: {why}"
+    return None, f"unknown: {why}; the GPU total is not checked: give --gpu-memory GiB (make submit: GPU_MEMORY=GiB)"
 
 
 # ---- printing and the verdict --------------------------------------------------------------------
@@ -158,9 +164,11 @@ def add_arguments(parser) -> None:
     parser.add_argument("--gpus", type=int, default=None,
                         help="ranks in all, one per GPU, spread evenly over the nodes (as make submit's GPUS)")
     parser.add_argument("--cpu", action="store_true", help="no GPUs: ranks without a per-GPU part (GPUS_PER_TASK=0)")
-    parser.add_argument("--partition", default=os.environ.get("PARTITION", ""), help="asked of sinfo for node memory")
+    parser.add_argument("--partition", default=os.environ.get("PARTITION", ""),
+                        help="asked of sinfo for node memory and GPU type")
     parser.add_argument("--node-memory", type=float, default=None, metavar="GIB", help="memory of one node, GiB")
-    parser.add_argument("--gpu-memory", type=float, default=None, metavar="GIB", help="memory of one GPU, GiB")
+    parser.add_argument("--gpu-memory", type=float, default=None, metavar="GIB",
+                        help="memory of one GPU, GiB (default: from the partition's GPU type)")
     parser.add_argument("--node-memory-unknown", default="", metavar="WHY",
                         help="sinfo is not asked: the caller knows it cannot answer (make submit: no controller)")
     parser.add_argument("--figures-file", default="", metavar="PATH",
@@ -180,7 +188,7 @@ def main(args) -> int:
     for flag, value in (("--node-memory", args.node_memory), ("--gpu-memory", args.gpu_memory)):
         if value is not None and value <= 0:
             raise UserError(f"{flag}={value} must be a positive number of GiB.")
-    gpu_capacity = gpu_memory(args.gpu_memory) if not args.cpu else (None, "no GPUs")
+    gpu_capacity = gpu_memory(args.gpu_memory, args.partition) if not args.cpu else (None, "no GPUs")
     plan = make_plan(config, graph_size(config), args.nodes, ranks, gpus=not args.cpu, gpu_bytes=gpu_capacity[0])
     plan.node_capacity = (None, f"unknown: {args.node_memory_unknown}; give --node-memory GiB") \
         if args.node_memory_unknown else node_memory(args.partition, args.node_memory)
