@@ -193,3 +193,56 @@ def test_ranks_alike_name_no_rank():
     assert FreeGpuMemory(100, 3, 100, 8).forced(decide) == ""  # equal memories
     assert FreeGpuMemory(100, 3, 10**6, 8).forced(decide) == ""  # less, but the same decision
     assert "Rank 3 forced this" in FreeGpuMemory(15, 3, 10**6, 8).forced(decide)
+
+
+# ---- 1: the exact evaluation's layer rows, kept on the GPU with the features, counted by placement and plan -
+H100 = 81_559 * 2**20  # nvidia-smi's memory.total of an H100 80GB HBM3
+H200 = 143_771 * 2**20
+
+
+def _papers100m(*overrides: str):
+    from train.cli.plan import graph_size
+    from train.config import load_config
+
+    config = load_config("ogbn-papers100M", list(overrides))
+    return config, graph_size(config)
+
+
+def test_papers100m_on_four_h100s_counts_the_evaluations_gpu_rows_and_takes_the_host_path():
+    from train.plan.terms import exact_eval_gpu_rows, make_plan
+
+    config, size = _papers100m()
+    plan = make_plan(config, size, 1, 4, True, gpu_bytes=H100)
+    placement = plan.placement
+    graph = placement.structure_bytes + placement.feature_bytes
+    assert graph <= placement.budget  # beside the per-chunk working set alone the graph would have gone on the GPU
+    assert graph > placement.features_budget and plan.sampling == "cpu"  # beside the layer rows it does not fit
+    assert "with the exact evaluation's layer rows, kept on the GPU with the features" in plan.notes[0]
+    rows = exact_eval_gpu_rows(config, size, 4)
+    assert rows > 27_764_989 * 128 * 4  # a rank's shard of the hidden layer: 27.8M rows x 128 floats, 13.2 GiB
+    on_h200 = make_plan(config, size, 1, 4, True, gpu_bytes=H200)
+    assert on_h200.sampling == "cuda" and on_h200.placement.features
+    evaluation = next(v for k, v in on_h200.rows["GPU"].items() if k.startswith("evaluation working set with"))
+    assert evaluation >= rows
+    alone = make_plan(config, size, 1, 1, True, gpu_bytes=H200)  # one rank: all 111M rows of the hidden layer
+    assert alone.sampling == "cpu" and alone.placement.structure_bytes + alone.placement.feature_bytes <= \
+        alone.placement.budget
+    host = next(v for k, v in on_h200.rows["rank"].items() if k.startswith("evaluation"))
+    assert host == size.nodes * 8  # on the host only the loader's node map: the rows are the GPU's
+    sampled_config = _papers100m("eval.mode=sampled")[0]
+    sampled = make_plan(sampled_config, size, 1, 4, True, gpu_bytes=H200)
+    assert exact_eval_gpu_rows(sampled_config, size, 4) == 0
+    assert not any(k.startswith("evaluation working set with") for k in sampled.rows["GPU"])
+
+
+def test_the_run_places_the_features_only_beside_the_evaluations_rows():
+    """plan_sampling, as the Trainer calls it: room for the graph beside the per-chunk working set but not beside
+    the layer rows that come with the features: auto samples on the CPU (decided before any CUDA call)."""
+    from train.config import SamplerConfig
+    from train.graph.sampling.device_plan import plan_sampling
+
+    data = _tiny_graph()
+    free = 2**24
+    plan = plan_sampling(data, SamplerConfig(), torch.device("cuda", 0), free_gpu_bytes=free, working_bytes=0,
+                         with_features=int(free * 0.9))
+    assert plan.device.type == "cpu" and "with the exact evaluation's layer rows" in plan.note

@@ -255,13 +255,14 @@ def test_the_plan_places_the_graph_with_the_runs_own_decision(share):
     run_structure = sum(t.nbytes for t in (colptr, row, perm) if t is not None) + data.num_nodes * 8
     assert gpu_structure_bytes(colptr.numel() - 1, row.numel(), perm is not None, row.element_size()) == run_structure
     assert row.dtype == (torch.int32 if share == "node" else torch.long)  # the node's copy: int32 ids
-    working = gpu_working_bytes(config, size)
-    assert working == gpu_working_bytes(config, graph_size_of(data)) > 0  # the run's figures are the plan's
+    working = gpu_working_bytes(config, size, 2)
+    assert working == gpu_working_bytes(config, graph_size_of(data), 2) > 0  # the run's figures are the plan's
+    with_features = gpu_working_bytes(config, size, 2, rows_on_gpu=True)  # the evaluation's rows with the features
     # room for the structure beside the working sets, not for the features too
     structure_only = int((run_structure + working + 1) / 0.9) + (2**40 - free_at_placement(2**40, config, size))
     for gpu_bytes in (2**40, structure_only, run_structure):
         free = free_at_placement(gpu_bytes, config, size)
-        run = gpu_placement(run_structure, data.x.nbytes + data.y.nbytes, free, working)
+        run = gpu_placement(run_structure, data.x.nbytes + data.y.nbytes, free, working, with_features=with_features)
         plan = make_plan(config, size, 1, 2, gpus=True, gpu_bytes=gpu_bytes)
         assert plan.placement == run, gpu_bytes
         gpu_rows = plan.rows["GPU"]
@@ -274,7 +275,9 @@ def test_the_plan_places_the_graph_with_the_runs_own_decision(share):
 
 
 def test_full_evaluation_working_set_is_on_the_gpu_when_the_model_is():
-    config = load_config("ogbn-products")
+    """With the features on the host (sampler.device=cpu) the layers' rows are too; the working set is the GPU's
+    (tests/test_gpu_job.py: with the features on the GPU, the rows are there too)."""
+    config = load_config("ogbn-products", ["sampler.device=cpu"])
     size = graph_size(config)
     on_cpu = make_plan(config, size, 1, 4, gpus=False).rows
     on_gpu = make_plan(config, size, 1, 4, gpus=True, gpu_bytes=80 * 2**30).rows

@@ -135,9 +135,12 @@ class Trainer:
         self.stop_requested = False  # set by `request_stop` (the per-step vote); checked at step boundaries
         self.joinables: list = []  # more Joinables that take part in every step (step_vote.StepAgreement)
         # sampler.device: where batches are sampled; the graph on the GPU only beside the working sets the plan counts
-        working = gpu_working_bytes(config, graph_size_of(data)) if device.type == "cuda" else 0
+        size, ranks = graph_size_of(data), env.world_size
+        working = gpu_working_bytes(config, size, ranks) if device.type == "cuda" else 0
+        with_features = gpu_working_bytes(config, size, ranks, rows_on_gpu=True) if device.type == "cuda" else 0
         self.sampling = plan_sampling(self.task.graph, config.sampler, device, free_gpu_bytes=self.free_gpu(),
-                                      working_bytes=working, feature_dtype=config.data.feature_dtype)
+                                      working_bytes=working, feature_dtype=config.data.feature_dtype,
+                                      with_features=with_features)
         self.timer = PhaseTimer(device)  # where each epoch's time goes (train/loop/timing.py)
         self.allreduce_probe = AllReduceProbe(self.model, device)
         self.outputs = Outputs(config, env, out_dir)  # rank 0's sinks: metrics.jsonl, the progress display, ...

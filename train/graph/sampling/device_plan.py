@@ -66,11 +66,20 @@ class Placement:
     free_bytes: int
     working_bytes: int = 0  # the larger of the training and evaluation working sets on the GPU
     headroom: float = GPU_HEADROOM
+    # the working sets where the features are on the GPU too: the exact evaluation then keeps its layer rows there
+    # (train/loop/evaluate.py GraphAt); None: the same as working_bytes
+    with_features: int | None = None
 
     @property
     def budget(self) -> int:
         """What the graph may take: the free memory less the headroom and the working sets."""
         return max(int(self.free_bytes * (1 - self.headroom)) - self.working_bytes, 0)
+
+    @property
+    def features_budget(self) -> int:
+        """What the graph with its features may take: as `budget`, beside the working sets that come with them."""
+        working = self.working_bytes if self.with_features is None else self.with_features
+        return max(int(self.free_bytes * (1 - self.headroom)) - working, 0)
 
     @property
     def decision(self) -> tuple[bool, bool]:
@@ -91,25 +100,33 @@ class Placement:
         if self.features:
             return f"sampler.device=cuda: graph structure and features on {device}."
         return (f"sampler.device=cuda: structure on {device}; features ({gib(self.feature_bytes)}) stay on the host, "
-                f"gathered into pinned memory and copied without blocking ({self._room()}).")
+                f"gathered into pinned memory and copied without blocking ({self._features_room()}).")
+
+    def _features_room(self) -> str:
+        if self.with_features is None or self.with_features == self.working_bytes:
+            return self._room()
+        return (f"{gib(self.features_budget)} of the {gib(self.free_bytes)} of free GPU memory is left beside the "
+                f"training and evaluation working sets with the exact evaluation's layer rows, kept on the GPU with "
+                f"the features ({gib(self.with_features)}), and a {self.headroom:.0%} headroom")
 
     def _describe_auto(self, device: str) -> str:
         need = (f"the graph structure ({gib(self.structure_bytes)}) and features ({gib(self.feature_bytes)}) "
                 f"need {gib(self.structure_bytes + self.feature_bytes)}")
         if self.features:
-            return f"sampler.device=auto: sampling on {device}: {need} and fit ({self._room()})."
-        return (f"sampler.device=auto: sampling on the CPU: {need}, but {self._room()}. Each GPU would hold a copy "
-                "of its own, so every rank of the node samples from the node's copy in host memory instead; "
+            return f"sampler.device=auto: sampling on {device}: {need} and fit ({self._features_room()})."
+        return (f"sampler.device=auto: sampling on the CPU: {need}, but {self._features_room()}. Each GPU would hold "
+                "a copy of its own, so every rank of the node samples from the node's copy in host memory instead; "
                 "data.feature_dtype=bfloat16 halves the features, sampler.device=cuda puts the structure alone "
                 "on the GPU.")
 
 
 def gpu_placement(structure_bytes: int, feature_bytes: int, free: int, working_bytes: int = 0,
-                  headroom: float = GPU_HEADROOM) -> Placement:
-    """Structure on the GPU when it fits beside the working sets (and the headroom); features too when both fit."""
-    placement = Placement(False, False, structure_bytes, feature_bytes, free, working_bytes, headroom)
+                  headroom: float = GPU_HEADROOM, with_features: int | None = None) -> Placement:
+    """Structure on the GPU when it fits beside the working sets (and the headroom); features too when both fit
+    beside the working sets that come with the features (`with_features`: the exact evaluation's layer rows)."""
+    placement = Placement(False, False, structure_bytes, feature_bytes, free, working_bytes, headroom, with_features)
     structure = structure_bytes <= placement.budget
-    features = structure and structure_bytes + feature_bytes <= placement.budget
+    features = structure and structure_bytes + feature_bytes <= placement.features_budget
     return dataclasses.replace(placement, structure=structure, features=features)
 
 
@@ -209,12 +226,13 @@ def _nbytes(tensors) -> int:
 
 def plan_sampling(data: Data, config: SamplerConfig, device: torch.device,
                   free_gpu_bytes: int | FreeGpuMemory | None = None, working_bytes: int = 0,
-                  feature_dtype: str = "float32") -> SamplingPlan:
+                  feature_dtype: str = "float32", with_features: int | None = None) -> SamplingPlan:
     """CPU sampling (features gathered by the loader, pinned when training on a GPU), or GPU sampling with
     the CSC on the GPU and the features there too (in `feature_dtype`) when they fit beside `working_bytes`.
     sampler.device=auto samples on the GPU only when both fit; cuda whenever the structure does, the features
     then gathered on the host into pinned memory. `free_gpu_bytes`: the free GPU memory to place by (the ranks' least:
-    `least_free_gpu_memory`), else this GPU's own."""
+    `least_free_gpu_memory`), else this GPU's own; `with_features`: the working sets where the features are on the
+    GPU too (the exact evaluation's layer rows with them: train/plan/terms.py gpu_working_bytes)."""
     form = form_of(data)
     csc, edges = form.structure(data), form.edge_rows(data)
     segments, nodes = form.segments(data), form.node_values(data)
@@ -242,10 +260,10 @@ def plan_sampling(data: Data, config: SamplerConfig, device: torch.device,
     features = gpu_feature_bytes(data.num_nodes, data.num_features, feature_dtype, edges.nbytes if edges else 0,
                                  labels)
     features += sum(t.nbytes for t in nodes.values())
-    placement = gpu_placement(structure, features, free_gpu.bytes, working_bytes)
+    placement = gpu_placement(structure, features, free_gpu.bytes, working_bytes, with_features=with_features)
     auto = config.device == "auto"
     note = placement.describe(str(device), config.device) + free_gpu.forced(
-        lambda free: gpu_placement(structure, features, free, working_bytes).decision)
+        lambda free: gpu_placement(structure, features, free, working_bytes, with_features=with_features).decision)
     if not (placement.features if auto else placement.structure):
         cpu_plan.note, cpu_plan.fell_back, cpu_plan.each_rank = note, not auto, True
         return cpu_plan
