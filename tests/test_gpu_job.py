@@ -246,3 +246,63 @@ def test_the_run_places_the_features_only_beside_the_evaluations_rows():
     plan = plan_sampling(data, SamplerConfig(), torch.device("cuda", 0), free_gpu_bytes=free, working_bytes=0,
                          with_features=int(free * 0.9))
     assert plan.device.type == "cpu" and "with the exact evaluation's layer rows" in plan.note
+
+
+# ---- 2: 16-bit features copied in row chunks and converted on the device -----------------------------------
+class CopiesSeen(torch.utils._python_dispatch.TorchDispatchMode):
+    """Every copy between devices and every dtype conversion torch makes: (op, input device, output device,
+    input dtype, output dtype, elements)."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        name = func.overloadpacket.__name__
+        if name in ("_to_copy", "copy_", "to"):
+            source = args[1] if name == "copy_" else args[0]
+            target = out
+            self.seen.append((name, source.device.type, target.device.type, source.dtype, target.dtype,
+                              source.numel()))
+        return out
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_sixteen_bit_features_are_the_hosts_rounded_whatever_the_chunks(dtype):
+    from train.graph.sampling.device_plan import features_to_device
+
+    x = torch.randn(1000, 7)
+    for chunk_bytes in (1, 7 * 4 * 33, 2**30):  # a row a chunk, 33 rows, one chunk
+        placed = features_to_device(x, torch.device("cpu"), dtype, chunk_bytes)
+        assert placed.dtype == dtype and torch.equal(placed, x.to(dtype))
+
+
+def test_the_features_cross_to_the_device_in_row_chunks_and_convert_there():
+    """On the meta device (a device other than the host, without memory): no conversion reads the host's copy, and
+    no copy to the device is larger than a chunk; `x.to(device, dtype)` makes one whole-size conversion of the
+    host's copy (on a GPU: a whole-size host temporary)."""
+    from train.graph.sampling.device_plan import features_to_device
+
+    x, chunk_rows = torch.randn(1000, 16), 50
+    with CopiesSeen() as whole:
+        x.to("meta", torch.bfloat16)
+    assert any(src == "cpu" and a != b and n == x.numel() for _, src, _, a, b, n in whole.seen)
+    with CopiesSeen() as chunked:
+        placed = features_to_device(x, torch.device("meta"), torch.bfloat16, chunk_bytes=chunk_rows * 16 * 4)
+    assert placed.device.type == "meta" and placed.dtype == torch.bfloat16 and placed.shape == x.shape
+    crossing = [n for _, src, dst, _, _, n in chunked.seen if src == "cpu" and dst == "meta"]
+    assert len(crossing) == 1000 // chunk_rows and max(crossing) == chunk_rows * 16
+    assert not [c for c in chunked.seen if c[1] == "cpu" and c[3] != c[4]]  # no conversion on the host
+
+
+def test_the_plan_counts_the_copys_chunk_on_the_gpu():
+    from train.graph.sampling.device_plan import FEATURE_COPY_CHUNK_BYTES
+    from train.plan.terms import make_plan
+
+    config, size = _papers100m("data.feature_dtype=bfloat16")
+    rows = make_plan(config, size, 1, 8, True, gpu_bytes=H200).rows["GPU"]
+    copy = next(v for k, v in rows.items() if k.startswith("while placing the features"))
+    assert copy == FEATURE_COPY_CHUNK_BYTES  # 131,072 rows of 128 float32s
+    float32 = make_plan(*_papers100m(), 1, 8, True, gpu_bytes=H200).rows["GPU"]
+    assert not any(k.startswith("while placing the features") for k in float32)

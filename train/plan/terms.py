@@ -449,7 +449,7 @@ def make_plan(config: Config, size: GraphSize, nodes: int, ranks: int, gpus: boo
 
 def gpu_rows(setting: Setting, size: GraphSize, train: int, evaluation: int) -> dict:
     """Per GPU: the runtime, the model, the graph where sampler.device=cuda puts it, the larger working set."""
-    from train.graph.sampling.device_plan import gpu_structure_bytes
+    from train.graph.sampling.device_plan import feature_copy_bytes, gpu_structure_bytes
 
     rows = {"CUDA context, NCCL and cuBLAS buffers": GPU_RUNTIME_BYTES,
             "model, gradients, Adam state": model_bytes(setting.config, size)}
@@ -461,11 +461,15 @@ def gpu_rows(setting: Setting, size: GraphSize, train: int, evaluation: int) -> 
             rows[f"features ({setting.config.data.feature_dtype}) and labels (they fit)"] = gpu_feature_bytes_of(
                 setting.config, size, setting.sharing)
     rows["training batch: features, activations, gradients"] = train
+    copy = feature_copy_bytes(size.nodes, size.features, setting.config.data.feature_dtype) \
+        if setting.features_on_gpu else 0
+    if copy:  # before the first batch, the features' last chunk beside them (device_plan.features_to_device)
+        rows[f"while placing the features: a float32 chunk, made {setting.config.data.feature_dtype} there"] = copy
     if evaluation:
         rows["evaluation working set" + (" with its layer rows (kept where the features are)"
                                          if setting.features_on_gpu and not evaluation_sampled(setting.config, size)
                                          else "")] = evaluation
-    work = max(train, evaluation)
+    work = max(train, evaluation, copy)
     rows["allocator blocks beyond the larger working set"] = int(work * (CUDA_CACHE_SLACK - 1))
-    rows["in all"] = sum(rows.values()) - train - evaluation + work
+    rows["in all"] = sum(rows.values()) - train - evaluation - copy + work
     return rows

@@ -39,6 +39,34 @@ INDEX_BYTES = 8  # int64 ids: the sampler's node map, and the CSC but where the 
 FEATURE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
+# The features go to the GPU in row chunks of at most this many bytes (in their dtype on the host): the GPU's one
+# transient while they are placed.
+FEATURE_COPY_CHUNK_BYTES = 64 * 2**20
+
+
+def features_to_device(x: Tensor, device: torch.device, dtype: torch.dtype,
+                       chunk_bytes: int = FEATURE_COPY_CHUNK_BYTES) -> Tensor:
+    """`x` on `device` in `dtype`, copied in row chunks in its own dtype and converted there. `x.to(device, dtype)`
+    converts on the host first: a whole-size host temporary (27 GiB of bfloat16 for ogbn-papers100M) in every rank
+    of the node at once, made on one thread, that no plan counts."""
+    if x.dtype == dtype or x.dim() == 0 or x.size(0) == 0:
+        return x.to(device, dtype)
+    out = torch.empty(x.shape, dtype=dtype, device=device)
+    rows = max(1, chunk_bytes // max(x[0].nbytes, 1))
+    for start in range(0, x.size(0), rows):
+        out[start:start + rows] = x[start:start + rows].to(device)  # the copy in x's dtype; converted on `device`
+    return out
+
+
+def feature_copy_bytes(num_nodes: int, num_features: int, feature_dtype: str) -> int:
+    """What `features_to_device` holds on the GPU beside the placed features: one chunk in float32 (0 where the
+    features keep float32, copied whole in place)."""
+    if FEATURE_DTYPES[feature_dtype] == torch.float32:
+        return 0
+    row = max(num_features, 1) * torch.float32.itemsize
+    return min(num_nodes, max(1, FEATURE_COPY_CHUNK_BYTES // row)) * row
+
+
 def gpu_structure_bytes(num_nodes: int, num_edges: int, with_perm: bool, csc_index_bytes: int = INDEX_BYTES) -> int:
     """What sampler.device=cuda puts on the GPU for the structure: the CSC (colptr, row, and perm where the
     CSC has one: data.share=process; `csc_index_bytes` per id) and the sampler's global -> local node map
@@ -270,7 +298,8 @@ def plan_sampling(data: Data, config: SamplerConfig, device: torch.device,
     gpu_csc = tuple(t.to(device) if t is not None else None for t in csc)
     gpu_segments = segments.to(device) if segments is not None else None
     if placement.features:
-        on_gpu = batch_source(device, x=data.x.to(device, FEATURE_DTYPES[feature_dtype]), y=data.y.to(device),
+        on_gpu = batch_source(device, x=features_to_device(data.x, device, FEATURE_DTYPES[feature_dtype]),
+                              y=data.y.to(device),
                               nodes={name: t.to(device) for name, t in nodes.items()})
         return SamplingPlan(device, on_gpu, gpu_csc, None, False, 0, note, each_rank=auto,
                             edges=edges.to(device) if edges else None, segments=gpu_segments)
