@@ -306,3 +306,42 @@ def test_the_plan_counts_the_copys_chunk_on_the_gpu():
     assert copy == FEATURE_COPY_CHUNK_BYTES  # 131,072 rows of 128 float32s
     float32 = make_plan(*_papers100m(), 1, 8, True, gpu_bytes=H200).rows["GPU"]
     assert not any(k.startswith("while placing the features") for k in float32)
+
+
+# ---- 10: NCCL's own memory, by world size and topology, set aside alike by the run and the plan -------------
+def test_nccls_memory_grows_with_the_world_and_the_nodes_it_spans():
+    from train.graph.sampling.device_plan import nccl_buffer_bytes
+
+    assert nccl_buffer_bytes(1, 1) == 0  # the world-size-1 calibration stands
+    one_node, two_nodes, many = nccl_buffer_bytes(4, 4), nccl_buffer_bytes(8, 4), nccl_buffer_bytes(64, 8)
+    assert 0 < one_node < two_nodes < many
+    assert 1 * 2**30 <= two_nodes + 2**30 <= 3 * 2**30  # with the context: NCCL's 1-3 GiB at 8 ranks
+
+
+def test_the_run_and_the_plan_place_alike_at_the_threshold(monkeypatch):
+    """The plan's GPU of `gpu_bytes` and the run's measured free memory on it (after the CUDA context and the model)
+    give one free figure, both less NCCL's buffers for 2 x 4 ranks: the same decision either side of the threshold."""
+    from types import SimpleNamespace
+
+    from train.config import load_config
+    from train.graph.sampling.device_plan import gpu_placement, nccl_buffer_bytes
+    from train.loop import fit
+    from train.plan.terms import FLOAT, GPU_RUNTIME_BYTES, make_plan, parameter_count
+
+    config, size = _papers100m()
+    context_and_model = GPU_RUNTIME_BYTES + 2 * parameter_count(config, size) * FLOAT
+    placement = make_plan(config, size, 2, 8, True, gpu_bytes=H200).placement
+    at_least = -(-(placement.structure_bytes + placement.feature_bytes + placement.with_features) * 10 // 9)
+    threshold = at_least + context_and_model + nccl_buffer_bytes(8, 4)  # the smallest GPU that takes the features
+    decisions = []
+    for gpu_bytes in (threshold - 2**20, threshold + 2**20):
+        planned = make_plan(config, size, 2, 8, True, gpu_bytes=gpu_bytes).placement
+        monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device, free=gpu_bytes - context_and_model: (free, 0))
+        run = SimpleNamespace(device=torch.device("cuda", 0), config=load_config("ogbn-papers100M"), env=_env(5, 8))
+        free = fit.Trainer.free_gpu(run)  # one rank: no process group here, its own figure
+        assert free.bytes == planned.free_bytes
+        ran = gpu_placement(placement.structure_bytes, placement.feature_bytes, free.bytes, placement.working_bytes,
+                            with_features=placement.with_features)
+        assert ran.decision == planned.decision
+        decisions.append(planned.features)
+    assert decisions == [False, True]

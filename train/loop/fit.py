@@ -25,7 +25,12 @@ from train import heap
 from train.cluster.distenv import DistEnv
 from train.config import Config
 from train.graph.form import form_of
-from train.graph.sampling.device_plan import FreeGpuMemory, least_free_gpu_memory, plan_sampling
+from train.graph.sampling.device_plan import (
+    FreeGpuMemory,
+    least_free_gpu_memory,
+    nccl_buffer_bytes,
+    plan_sampling,
+)
 from train.graph.sampling.samplers import prefetch_safe
 from train.graph.seeds import derive_seed, lone_seed_ranks, without_lone_seed
 from train.loop.outputs import Outputs
@@ -157,10 +162,13 @@ class Trainer:
                     print(note, flush=True)
 
     def free_gpu(self) -> FreeGpuMemory | None:
-        """The least free GPU memory of the ranks, which every rank places the graph by (None: no GPU placement)."""
+        """The least free GPU memory of the ranks, which every rank places the graph by (None: no GPU placement): what
+        CUDA says, less what NCCL will take for the job's collectives (as the plan sets it aside)."""
         if self.device.type != "cuda" or self.config.sampler.device == "cpu":
             return None
-        return least_free_gpu_memory(torch.cuda.mem_get_info(self.device)[0], self.device)
+        free = torch.cuda.mem_get_info(self.device)[0] - nccl_buffer_bytes(self.env.world_size,
+                                                                           self.env.local_world_size)
+        return least_free_gpu_memory(free, self.device)
 
     # ---- state (train/loop/checkpoint.py saves and restores it) -------------------------------------
     def state_dict(self) -> dict:

@@ -38,7 +38,8 @@ RUNTIME_CPU_BYTES = 400 * MIB
 # first CUDA use in a process group (pytorch/pytorch#106511). The plan takes 1.5 GiB.
 CUDA_HOST_BYTES = 1536 * MIB
 # A GPU's own share: the CUDA context (0.29 GiB with lazy loading, pytorch/pytorch#86509; ~0.4 GiB,
-# pytorch/pytorch#109888), NCCL's buffers and cuBLAS workspaces.
+# pytorch/pytorch#109888), NCCL's buffers and cuBLAS workspaces, at world size 1; NCCL's buffers for more ranks are
+# device_plan.nccl_buffer_bytes, by world size and topology.
 GPU_RUNTIME_BYTES = 1 * GIB
 # Per sampled edge, int64 ids alive in a batch: the sampler's picks, rows, columns and edge ids, the
 # batch's edge_index, and the slot arithmetic (train/graph/sampling/samplers.py _sample_hop).
@@ -302,12 +303,17 @@ def gpu_feature_bytes_of(config: Config, size: GraphSize, sharing: bool) -> int:
     return gpu_feature_bytes(size.nodes, size.features, config.data.feature_dtype, edges, size.label_bytes) + nodes
 
 
-def free_at_placement(gpu_bytes: int, config: Config, size: GraphSize) -> int:
-    """The free GPU memory the run sees when it places the graph (Trainer: after the model and DDP's buckets)."""
-    return gpu_bytes - GPU_RUNTIME_BYTES - 2 * parameter_count(config, size) * FLOAT
+def free_at_placement(gpu_bytes: int, config: Config, size: GraphSize, ranks: int = 1, per_node: int = 1) -> int:
+    """The free GPU memory the run places the graph by (Trainer: after the model and DDP's buckets, less what NCCL
+    will take for `ranks` ranks, `per_node` a node: device_plan.nccl_buffer_bytes, which the run sets aside too)."""
+    from train.graph.sampling.device_plan import nccl_buffer_bytes
+
+    model = 2 * parameter_count(config, size) * FLOAT
+    return gpu_bytes - GPU_RUNTIME_BYTES - model - nccl_buffer_bytes(ranks, per_node)
 
 
-def placement_for(config: Config, size: GraphSize, sharing: bool, gpu_bytes: int | None, ranks: int = 1):
+def placement_for(config: Config, size: GraphSize, sharing: bool, gpu_bytes: int | None, ranks: int = 1,
+                  per_node: int = 1):
     """sampler.device auto or cuda on a GPU of `gpu_bytes` in a job of `ranks` ranks: the run's own decision
     (train/graph/sampling/device_plan.py), or None where the GPU's memory is unknown."""
     from train.graph.sampling.device_plan import gpu_placement, gpu_structure_bytes
@@ -318,7 +324,8 @@ def placement_for(config: Config, size: GraphSize, sharing: bool, gpu_bytes: int
                                     csc_index_bytes=csc_index_bytes(size, sharing))
     structure += size.segment_ids * csc_index_bytes(size, sharing)  # a typed graph's segment pointer
     return gpu_placement(structure, gpu_feature_bytes_of(config, size, sharing),
-                         free_at_placement(gpu_bytes, config, size), gpu_working_bytes(config, size, ranks),
+                         free_at_placement(gpu_bytes, config, size, ranks, per_node),
+                         gpu_working_bytes(config, size, ranks),
                          with_features=gpu_working_bytes(config, size, ranks, rows_on_gpu=True))
 
 
@@ -427,7 +434,7 @@ def make_plan(config: Config, size: GraphSize, nodes: int, ranks: int, gpus: boo
     sharing = shares_graph(config.data.share, per_node)  # alone on its node, a rank keeps its own copy
     asked = gpus and config.sampler.device != "cpu"
     setting = Setting(config, ranks, per_node, gpus, sharing,
-                      placement_for(config, size, sharing, gpu_bytes, ranks) if asked else None,
+                      placement_for(config, size, sharing, gpu_bytes, ranks, per_node) if asked else None,
                       loaded if size is not loaded else None)
     train_hops = sampled_hops(batch_seeds(config), config.sampler.num_neighbors, size)
     evaluation = evaluation_bytes(setting, size)
@@ -449,9 +456,10 @@ def make_plan(config: Config, size: GraphSize, nodes: int, ranks: int, gpus: boo
 
 def gpu_rows(setting: Setting, size: GraphSize, train: int, evaluation: int) -> dict:
     """Per GPU: the runtime, the model, the graph where sampler.device=cuda puts it, the larger working set."""
-    from train.graph.sampling.device_plan import feature_copy_bytes, gpu_structure_bytes
+    from train.graph.sampling.device_plan import feature_copy_bytes, gpu_structure_bytes, nccl_buffer_bytes
 
-    rows = {"CUDA context, NCCL and cuBLAS buffers": GPU_RUNTIME_BYTES,
+    rows = {"CUDA context, NCCL and cuBLAS buffers": GPU_RUNTIME_BYTES + nccl_buffer_bytes(setting.ranks,
+                                                                                          setting.per_node),
             "model, gradients, Adam state": model_bytes(setting.config, size)}
     if setting.gpu_sampling:
         rows["graph structure: CSC and the sampler's node map"] = gpu_structure_bytes(

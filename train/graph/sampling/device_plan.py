@@ -34,6 +34,15 @@ from train.graph.typed_csc import TypedSegments
 # Of the free GPU memory, what the graph never takes: the sampler's per-batch tensors, the allocator's blocks
 # beyond the planned working sets, and what other libraries (NCCL, cuBLAS) allocate on their first use.
 GPU_HEADROOM = 0.1
+# NCCL's own GPU memory beyond what one rank's CUDA context, cuBLAS and NCCL take at world size 1 (the plan's
+# GPU_RUNTIME_BYTES, train/plan/terms.py): not measured here (no GPU), so from NCCL's defaults (its user guide's
+# environment variables): per channel and connection, one buffer a protocol (Simple: NCCL_BUFFSIZE, 4 MiB; LL128
+# about as much; LL 256 KiB); up to 32 channels (NCCL_MAX_NCHANNELS' ceiling on NVLink GPUs); a ring's two
+# connections a channel, and across nodes a tree's three; all_to_all's point-to-point connections to each peer
+# (NCCL_NCHANNELS_PER_NET_PEER, 2, each way, Simple's buffer). `make gpu-check` on several GPUs calibrates it.
+NCCL_CONNECTION_BYTES = 9 * 2**20
+NCCL_CHANNELS = 32
+NCCL_PEER_BYTES = 2 * 2 * 4 * 2**20
 INDEX_BYTES = 8  # int64 ids: the sampler's node map, and the CSC but where the node shares it in int32
 # data.feature_dtype: how the features placed on the GPU are stored (the model computes in float32).
 FEATURE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -80,6 +89,18 @@ def gpu_feature_bytes(num_nodes: int, num_features: int, feature_dtype: str, edg
     task of a multi-label graph), as the GPU holds them, and the edges' values and ids (`edge_bytes`:
     EdgeRows.nbytes), which go with them."""
     return num_nodes * (num_features * FEATURE_DTYPES[feature_dtype].itemsize + label_bytes) + edge_bytes
+
+
+def nccl_buffer_bytes(world_size: int, ranks_per_node: int) -> int:
+    """What NCCL takes on each GPU for the job's collectives, by world size and topology: a ring's buffers within
+    a node, a tree's too where the job spans nodes, and all_to_all's (the exact evaluation's) to every peer; 0 at
+    world size 1. The run (train/loop/fit.py) and the plan (train/plan/terms.py) both set it aside before placing
+    the graph, so they decide alike near the threshold."""
+    if world_size <= 1:
+        return 0
+    ring = NCCL_CHANNELS * 2 * NCCL_CONNECTION_BYTES
+    tree = NCCL_CHANNELS * 3 * NCCL_CONNECTION_BYTES if world_size > ranks_per_node else 0
+    return ring + tree + (world_size - 1) * NCCL_PEER_BYTES
 
 
 @dataclass(frozen=True)
