@@ -452,7 +452,7 @@ def test_requests_the_cluster_cannot_run_are_refused(cluster_standin, args, name
 @pytest.mark.parametrize("args", [
     ["NODES=2", "GPUS=8", "CPUS_PER_TASK=16", "TIME=2-00:00:00"],
     ["PARTITION=cpu", "GPUS_PER_TASK=0", "NODES=3", "GPUS=6", "CPUS_PER_TASK=4", "TIME=59:59"],
-    ["NODES=1", "GPUS=4", "TIME=90"],  # minutes; CPUS_PER_TASK empty: the cluster's default (1)
+    ["NODES=1", "GPUS=4", "TIME=90"],  # minutes; CPUS_PER_TASK empty: the node's 64 CPUs / its 4 GPUs
 ])
 def test_requests_that_fit_are_submitted(cluster_standin, args):
     env, record = cluster_standin
@@ -474,6 +474,7 @@ def test_without_sinfo_it_says_what_was_not_checked(sbatch_standin, tmp_path):
     p = make(env, "submit", "IMAGE=none", "CONFIG=tiny", "DRY_RUN=1")
     assert p.returncode == 0, p.stderr
     assert "sinfo is not on PATH" in p.stderr and "time limit were not checked" in p.stderr
+    assert "warning: CPUS_PER_TASK is empty and the nodes' CPUs per GPU are not known here" in p.stderr
 
 
 def test_default_cpus_per_task_is_the_clusters():
@@ -580,14 +581,18 @@ def test_dry_run_prints_the_plan_and_a_plan_that_fits_is_submitted(cluster_stand
     assert p.returncode == 0 and "Submitted job 4242" in p.stdout and record.exists(), p.stderr
 
 
-def test_the_plans_gpu_memory_is_the_partitions_gpu_type_or_gpu_memory(cluster_standin):
-    """Planned at the partition's GPU (the stand-in cluster's gpu:a100:4), or at GPU_MEMORY where it is given."""
+def test_a_gpu_jobs_plan_and_cpus_come_from_the_partitions_nodes_or_the_settings(cluster_standin):
+    """The stand-in cluster's GPU nodes (64 CPUs, gpu:a100:4): planned at the A100's memory, or at GPU_MEMORY where
+    it is given; each GPU rank gets the node's CPUs / its GPUs, or CPUS_PER_TASK where it is given."""
     env, record = cluster_standin
     typed, given = map_side_by_side(lambda extra: make(env, "submit", "IMAGE=none", "CONFIG=tiny", "NODES=2", "GPUS=8",
-                                                       "DRY_RUN=1", *extra), ([], ["GPU_MEMORY=24"]))
+                                                       "DRY_RUN=1", *extra), ([], ["GPU_MEMORY=24", "CPUS_PER_TASK=3"]))
     assert typed.returncode == 0 and given.returncode == 0, typed.stderr + given.stderr
     assert "40.0 GiB  (sinfo -p gpu: gpu:a100, A100 comes with 40 GB or 80 GB" in typed.stdout
     assert "24.0 GiB  (--gpu-memory)" in given.stdout
+    assert "--cpus-per-task=16" in sbatch_words(typed.stdout) and "note: CPUS_PER_TASK=16 for each GPU rank" in \
+        typed.stderr
+    assert "--cpus-per-task=3" in sbatch_words(given.stdout) and "CPUS_PER_TASK=16" not in given.stderr
     assert not record.exists()
 
 
