@@ -383,6 +383,26 @@ def test_job_script_sqsh_image_runs_one_pyxis_step(tmp_path):
     assert step[-8:] == ["python", "-m", "train", "fit", "--config", "tiny", "trainer.epochs=1", "optim.lr=0.02"]
 
 
+def test_the_job_hands_the_nodes_hcas_to_enroots_mellanox_hook(tmp_path):
+    """Where the node has /dev/infiniband, the step sets MELLANOX_VISIBLE_DEVICES and lists it in --container-env
+    (enroot's 99-mellanox hook then mounts the HCAs); where it has none, neither."""
+    image = tmp_path / "pyg.sqsh"
+    image.write_bytes(b"")
+    (tmp_path / "infiniband").mkdir()
+    knobs = {"IMAGE": str(image), "CONFIG": "tiny", "DATA_DIR": str(tmp_path)}
+    p, (step,) = run_job_script(tmp_path, {**knobs, "INFINIBAND_DEVICES": str(tmp_path / "infiniband")})
+    assert p.returncode == 0, p.stderr
+    assert "--container-env=DATA_DIR,OMP_NUM_THREADS,MPLCONFIGDIR,MELLANOX_VISIBLE_DEVICES" in step
+    source = 'source lib/checks.sh; source jobs/lib/steps.sh; hca_env'
+    seen = {given: subprocess.run(["bash", "-c", source], cwd=ROOT, capture_output=True, text=True, timeout=30,
+                                  env={**os.environ, "INFINIBAND_DEVICES": str(tmp_path / "infiniband"),
+                                       "MELLANOX_VISIBLE_DEVICES": given}).stdout for given in ("", "0,1")}
+    assert seen == {"": "MELLANOX_VISIBLE_DEVICES=all\n", "0,1": "MELLANOX_VISIBLE_DEVICES=0,1\n"}
+    (tmp_path / "none").mkdir()
+    p, (step,) = run_job_script(tmp_path / "none", knobs)
+    assert not [w for w in step if "MELLANOX" in w]
+
+
 def test_job_script_registry_image_installs_first_and_propagates_failure(tmp_path):
     p, calls = run_job_script(tmp_path, {"IMAGE": "nvcr.io#nvidia/pyg:25.05-py3", "GPUS_PER_TASK": "0"}, srun_rc=3)
     # the install step fails (stand-in srun exits 3): the job stops there with that status
