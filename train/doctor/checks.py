@@ -20,6 +20,8 @@ from train.doctor.findings import (
     is_loopback,
     rank_list,
 )
+from train.doctor.gpu_ranks import check_gpu_ranks
+from train.doctor.links import check_transport
 from train.storage.faults import format_bytes
 
 
@@ -293,5 +295,5 @@ def check_environment(records: list[dict]) -> list[Finding]:
 
 def run_checks(records: list[dict], expected_world: int) -> list[Finding]:
     records = sorted(records, key=lambda r: (r["rank"], r["host"], r["pid"]))
-    return (check_contract(records, expected_world) + check_devices(records)
-            + check_network(records) + check_environment(records))
+    return (check_contract(records, expected_world) + check_devices(records) + check_gpu_ranks(records)
+            + check_network(records) + check_transport(records) + check_environment(records))

@@ -28,6 +28,7 @@ from train.doctor.findings import (
     is_loopback,
     nccl_interfaces,
 )
+from train.doctor.hcas import probe_links
 from train.errors import UserError
 from train.graph.sharing.segments import free_bytes, planned_dir, shares_graph
 from train.loop.rundir import decide
@@ -238,10 +239,15 @@ def inspect_device(env: DistEnv, backend: str) -> dict:
                                     env.local_world_size)
     except UserError as exc:
         return {**out, "error": str(exc)}
-    return {**out, **gpu_identity(index)}
+    try:  # what the run will place its graph by (a stray process on the GPU shows here)
+        free = torch.cuda.mem_get_info(index)[0]
+    except RuntimeError as exc:
+        return {**out, **gpu_identity(index), "error": f"cuda:{index} cannot be used: {str(exc).splitlines()[0]}"}
+    return {**out, **gpu_identity(index), "free": free}
 
 
 ENV_SHOWN = ("CUDA_VISIBLE_DEVICES", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "OMP_NUM_THREADS",
+             "NCCL_NET", "NCCL_IB_HCA", "MELLANOX_VISIBLE_DEVICES",
              "SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_CPUS_PER_TASK", "SLURM_GPUS_PER_TASK")
 
 
@@ -284,5 +290,5 @@ def collect_record(env: DistEnv, config: Config, backend: str, net: dict, enviro
         "env": {k: environ[k] for k in ENV_SHOWN if environ.get(k)},
         "cpu_count": os.cpu_count() or 0, "device": inspect_device(env, backend),
         "network": network, "versions": versions, "data": data, "run_dir": probe_run_dir(config, env),
-        "shm": shm, "config_digest": digest,
+        "shm": shm, "config_digest": digest, "links": probe_links(environ, network["route_iface"]),
     }

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from train.doctor.findings import allreduce_bandwidth, by_host, format_cpus, rank_list
+from train.doctor.links import node_link
 from train.storage.faults import format_bytes
 
 
@@ -17,7 +18,8 @@ def device_cell(dev: dict) -> str:
     if dev.get("error"):
         return "ERROR"
     if dev.get("type") == "cuda":
-        return f"cuda:{dev['index']} {dev.get('name')} {format_bytes(dev.get('memory'))} {dev.get('bus_id')}"
+        free = f" ({format_bytes(dev['free'])} free)" if dev.get("free") is not None else ""
+        return f"cuda:{dev['index']} {dev.get('name')} {format_bytes(dev.get('memory'))}{free} {dev.get('bus_id')}"
     return "cpu"
 
 
@@ -49,7 +51,18 @@ def format_table(records: list[dict]) -> str:
         lines.append(f"node {host}: {shm.get('path', '/dev/shm')} {format_bytes(shm.get('free'))} free of "
                      f"{format_bytes(shm.get('total'))}"
                      f"; interfaces {', '.join(rs[0]['network']['interfaces'])}{'; ' + extras if extras else ''}")
+        lines.append(f"node {host}: {node_resources(rs)}")
     return "\n".join(lines)
+
+
+def node_resources(rs: list[dict]) -> str:
+    """One node's CPUs per rank, its GPUs' free memory, and the link NCCL would use from it."""
+    cpus = sorted({r["device"].get("ncpus", 0) for r in rs})
+    gpus = [(r["rank"], r["device"]) for r in rs if r["device"].get("type") == "cuda"]
+    free = ", ".join(f"rank {rank} {format_bytes(dev.get('free'))}" for rank, dev in gpus) or "no GPU"
+    _name, why, gbs = node_link(rs[0].get("links") or {})
+    return (f"CPUs per rank {'/'.join(map(str, cpus))}; GPU free memory: {free}; between nodes NCCL would use "
+            f"{why}{f' ({gbs:.1f} GB/s)' if gbs else ''}")
 
 
 def format_bandwidth(rows: list[tuple[int, float]], world_size: int, backend: str, iters: int,
