@@ -345,3 +345,20 @@ def test_the_run_and_the_plan_place_alike_at_the_threshold(monkeypatch):
         assert ran.decision == planned.decision
         decisions.append(planned.features)
     assert decisions == [False, True]
+
+
+# ---- 9: what the docs promise of a resume under another layout ----------------------------------------------
+def test_the_docs_promise_bit_for_bit_resume_only_under_the_same_layout_and_hardware():
+    """With NCCL over several nodes, 2x4 resumed as 4x2 sums the gradients in another order: no page may promise
+    bit for bit under another layout, and the checkpoints' page says what holds."""
+    import re
+    from pathlib import Path
+
+    docs = Path(__file__).resolve().parents[1] / "docs"
+    for page in docs.glob("*.md"):
+        for sentence in re.split(r"(?<=[.!?])\s", " ".join(page.read_text().split())):
+            if re.search(r"bit[- ](for[- ]bit|exact)", sentence) and re.search(r"another (GPU )?layout", sentence):
+                assert re.search(r"under the same layout|within rounding|not bit for bit", sentence), \
+                    (page.name, sentence)
+    assert "Bit for bit it continues only under the same layout on the same kind of hardware" in " ".join(
+        (docs / "preemption.md").read_text().split())
