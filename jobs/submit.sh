@@ -183,8 +183,10 @@ if [[ $mode == submit ]] && ((nodes_ok)) && shape_ok CPUS_PER_TASK && shape_ok G
         job_partition=$(cluster_partition "$cluster" "$PARTITION")
         # no default partition: sbatch itself will ask for one
         if [[ -n $job_partition ]] && check_partition "$cluster" "$job_partition"; then
-            gpu_rank_cpus "$cluster" "$job_partition"
+            problems_before=${#PROBLEMS[@]}
             check_node_fit "$cluster" "$job_partition" "$NODES" "$GPUS" "$CPUS_PER_TASK" "$GPUS_PER_TASK"
+            # once the GPUs fit, the node's CPUs / its GPUs fit too: at most as many tasks as GPUs a node
+            ((${#PROBLEMS[@]} > problems_before)) || gpu_rank_cpus "$cluster" "$job_partition"
             ! shape_ok MEM || check_memory_fit "$cluster" "$job_partition" "$MEM"
             ! shape_ok TIME || check_time_fit "$cluster" "$job_partition" "$TIME"
         fi

@@ -170,7 +170,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--gpu-memory", type=float, default=None, metavar="GIB",
                         help="memory of one GPU, GiB (default: from the partition's GPU type)")
     parser.add_argument("--node-memory-unknown", default="", metavar="WHY",
-                        help="sinfo is not asked: the caller knows it cannot answer (make submit: no controller)")
+                        help="sinfo is not asked (for node memory nor GPU type): the caller knows it cannot "
+                             "answer (make submit: no controller)")
     parser.add_argument("--figures-file", default="", metavar="PATH",
                         help="also write a rank's peak, a node's memory and the shared graph there, one line "
                              "(make submit gives it to the job, which names them if a rank is killed)")
@@ -188,7 +189,12 @@ def main(args) -> int:
     for flag, value in (("--node-memory", args.node_memory), ("--gpu-memory", args.gpu_memory)):
         if value is not None and value <= 0:
             raise UserError(f"{flag}={value} must be a positive number of GiB.")
-    gpu_capacity = gpu_memory(args.gpu_memory, args.partition) if not args.cpu else (None, "no GPUs")
+    if args.cpu:
+        gpu_capacity = (None, "no GPUs")
+    elif args.node_memory_unknown and args.gpu_memory is None:  # sinfo cannot answer: not asked again
+        gpu_capacity = (None, f"unknown: {args.node_memory_unknown}; give --gpu-memory GiB (make submit: GPU_MEMORY)")
+    else:
+        gpu_capacity = gpu_memory(args.gpu_memory, args.partition)
     plan = make_plan(config, graph_size(config), args.nodes, ranks, gpus=not args.cpu, gpu_bytes=gpu_capacity[0])
     plan.node_capacity = (None, f"unknown: {args.node_memory_unknown}; give --node-memory GiB") \
         if args.node_memory_unknown else node_memory(args.partition, args.node_memory)
