@@ -24,7 +24,7 @@ GPU must tell first (issue 30's figures, then the checks that passed before):
   nccl           a single-rank `python -m train fit` over NCCL (tiny config)
   pinned         feature gathering for a batch: gather into pinned memory + non-blocking copy against
                  a pageable gather + copy (GB/s of features delivered to the GPU)
-  resume_layout  a checkpoint from another GPU layout resumes bit for bit (one GPU: simulated layouts)
+  resume_layout  a checkpoint resumes bit for bit with four GPUs visible or one (one GPU: simulated layouts)
   shared_gpu     two tasks on one GPU: refused at once with the srun line (bench/gpu_forms.py, as the next three)
   late_node      a node loading past the collective timeout, an uneven epoch (2 GPUs)
   dead_rank      a killed rank is named by the survivor within the collective timeout (2 GPUs)

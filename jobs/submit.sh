@@ -147,15 +147,35 @@ fi
 # ---- the cluster's real limits: a request no node can satisfy would pend forever -----------------
 # Asked of the cluster itself, one sinfo call (jobs/lib/cluster.sh); where it cannot be asked, say what was not
 # checked, once. Where no controller answers, a real submit stops here (sbatch would fail the same way).
+# A GPU rank runs its main thread, the prefetch thread, NCCL's proxy thread and the pinning of batches: on the
+# cluster's default of one CPU a task they take turns. Where CPUS_PER_TASK is empty, a GPU job takes the node's CPUs
+# divided by its GPUs (sinfo); where sinfo cannot say, the dry run and the submit warn.
+gpu_rank_cpus() {
+    local share
+    [[ -z $CPUS_PER_TASK ]] && ((GPUS_PER_TASK > 0)) || return 0
+    share=$(cpus_per_gpu "$1" "$2")
+    if [[ -n $share ]]; then
+        CPUS_PER_TASK=$share
+        say "note: CPUS_PER_TASK=$share for each GPU rank: the CPUs of a node of partition '$2' divided by its GPUs (sinfo); set CPUS_PER_TASK to choose."
+    else
+        cpu_warning
+    fi
+}
+cpu_warning() {
+    [[ -z $CPUS_PER_TASK ]] && ((GPUS_PER_TASK > 0)) || return 0
+    say "warning: CPUS_PER_TASK is empty and the nodes' CPUs per GPU are not known here: each GPU rank gets the cluster's default (often one CPU) for its main thread, the prefetch thread, NCCL's proxy thread and pinning; set CPUS_PER_TASK (e.g. the node's CPUs / its GPUs)."
+}
 job_partition=$PARTITION # the partition the memory plan asks about: the default one, where sinfo names it
 unreachable=             # sinfo's first error line, where no controller answers
 if [[ $mode == submit ]] && ((nodes_ok)) && shape_ok CPUS_PER_TASK && shape_ok GPUS_PER_TASK && shape_ok PARTITION; then
     if ! command -v sinfo >/dev/null 2>&1; then
         say "note: sinfo is not on PATH: the partition, the node count, CPUs, GPUs and memory per node and the time limit were not checked against the cluster."
+        cpu_warning
     elif ! cluster=$(ask_sinfo); then
         unreachable="no SLURM controller is reachable from this machine (sinfo: ${cluster:-no message})"
         if [[ -n $DRY_RUN ]]; then
             say "note: $unreachable; the request was not checked against the cluster."
+            cpu_warning
         else
             problem "$unreachable; run make submit on a login node of the cluster (DRY_RUN=1 prints the command)."
         fi
@@ -165,7 +185,10 @@ if [[ $mode == submit ]] && ((nodes_ok)) && shape_ok CPUS_PER_TASK && shape_ok G
         job_partition=$(cluster_partition "$cluster" "$PARTITION")
         # no default partition: sbatch itself will ask for one
         if [[ -n $job_partition ]] && check_partition "$cluster" "$job_partition"; then
+            problems_before=${#PROBLEMS[@]}
             check_node_fit "$cluster" "$job_partition" "$NODES" "$GPUS" "$CPUS_PER_TASK" "$GPUS_PER_TASK"
+            # once the GPUs fit, the node's CPUs / its GPUs fit too: at most as many tasks as GPUs a node
+            ((${#PROBLEMS[@]} > problems_before)) || gpu_rank_cpus "$cluster" "$job_partition"
             ! shape_ok MEM || check_memory_fit "$cluster" "$job_partition" "$MEM"
             ! shape_ok TIME || check_time_fit "$cluster" "$job_partition" "$TIME"
         fi
@@ -182,6 +205,7 @@ memory_plan() {
     local -a plan_args=(--config "$config_arg" --nodes "$NODES" --gpus "$GPUS")
     ((GPUS_PER_TASK > 0)) || plan_args+=(--cpu)
     [[ -z $job_partition ]] || plan_args+=(--partition "$job_partition")
+    [[ -z $GPU_MEMORY ]] || plan_args+=(--gpu-memory "$GPU_MEMORY")
     [[ -z $unreachable ]] || plan_args+=(--node-memory-unknown "sinfo could not answer, see above")
     # MEM: what the job's cgroup will hold it to, weighed as the run weighs it (data.features=auto)
     [[ -z $MEM ]] || ! shape_ok MEM || plan_args+=(--mem-mb "$(memory_mb "$MEM")")

@@ -54,3 +54,16 @@ def test_make_doctor_job_fails_on_a_missing_dataset_without_training(slurm_clust
     # srun reports rank 0's status 1, or 143 for the ranks --kill-on-bad-exit ended first
     assert re.search(r"^doctor step exited with status [1-9]\d*: not training", text, re.M), text
     assert "training step" not in text
+
+
+def test_make_doctor_job_reports_transport_cpus_free_gpu_memory_and_the_all_to_all(slurm_cluster, tmp_path):
+    """A healthy doctor job over two nodes: its table has a line per node with the CPUs per rank, the GPUs' free
+    memory and the link NCCL would use, the transport between ranks, and the run's other collectives timed."""
+    state, text, (first, second) = run_job(slurm_cluster, tmp_path, "doctor")
+    assert state == "COMPLETED", text
+    for node in (first, second):
+        assert re.search(rf"node {node}: CPUs per rank \d+; GPU free memory: no GPU; between nodes NCCL would use TCP "
+                         "over", text), text
+    assert re.search(r"ok\s+transport gloo over TCP between ranks", text), text
+    assert re.search(r"ok\s+all2all\s+all_to_all_single of 1 MiB a rank over 4 rank\(s\)", text), text
+    assert re.search(r"ok\s+groups\s+the node groups' split \(2 gloo group\(s\)", text), text

@@ -383,6 +383,26 @@ def test_job_script_sqsh_image_runs_one_pyxis_step(tmp_path):
     assert step[-8:] == ["python", "-m", "train", "fit", "--config", "tiny", "trainer.epochs=1", "optim.lr=0.02"]
 
 
+def test_the_job_hands_the_nodes_hcas_to_enroots_mellanox_hook(tmp_path):
+    """Where the node has /dev/infiniband, the step sets MELLANOX_VISIBLE_DEVICES and lists it in --container-env
+    (enroot's 99-mellanox hook then mounts the HCAs); where it has none, neither."""
+    image = tmp_path / "pyg.sqsh"
+    image.write_bytes(b"")
+    (tmp_path / "infiniband").mkdir()
+    knobs = {"IMAGE": str(image), "CONFIG": "tiny", "DATA_DIR": str(tmp_path)}
+    p, (step,) = run_job_script(tmp_path, {**knobs, "INFINIBAND_DEVICES": str(tmp_path / "infiniband")})
+    assert p.returncode == 0, p.stderr
+    assert "--container-env=DATA_DIR,OMP_NUM_THREADS,MPLCONFIGDIR,MELLANOX_VISIBLE_DEVICES" in step
+    source = 'source lib/checks.sh; source jobs/lib/steps.sh; hca_env'
+    seen = {given: subprocess.run(["bash", "-c", source], cwd=ROOT, capture_output=True, text=True, timeout=30,
+                                  env={**os.environ, "INFINIBAND_DEVICES": str(tmp_path / "infiniband"),
+                                       "MELLANOX_VISIBLE_DEVICES": given}).stdout for given in ("", "0,1")}
+    assert seen == {"": "MELLANOX_VISIBLE_DEVICES=all\n", "0,1": "MELLANOX_VISIBLE_DEVICES=0,1\n"}
+    (tmp_path / "none").mkdir()
+    p, (step,) = run_job_script(tmp_path / "none", knobs)
+    assert not [w for w in step if "MELLANOX" in w]
+
+
 def test_job_script_registry_image_installs_first_and_propagates_failure(tmp_path):
     p, calls = run_job_script(tmp_path, {"IMAGE": "nvcr.io#nvidia/pyg:25.05-py3", "GPUS_PER_TASK": "0"}, srun_rc=3)
     # the install step fails (stand-in srun exits 3): the job stops there with that status
@@ -452,7 +472,7 @@ def test_requests_the_cluster_cannot_run_are_refused(cluster_standin, args, name
 @pytest.mark.parametrize("args", [
     ["NODES=2", "GPUS=8", "CPUS_PER_TASK=16", "TIME=2-00:00:00"],
     ["PARTITION=cpu", "GPUS_PER_TASK=0", "NODES=3", "GPUS=6", "CPUS_PER_TASK=4", "TIME=59:59"],
-    ["NODES=1", "GPUS=4", "TIME=90"],  # minutes; CPUS_PER_TASK empty: the cluster's default (1)
+    ["NODES=1", "GPUS=4", "TIME=90"],  # minutes; CPUS_PER_TASK empty: the node's 64 CPUs / its 4 GPUs
 ])
 def test_requests_that_fit_are_submitted(cluster_standin, args):
     env, record = cluster_standin
@@ -474,6 +494,7 @@ def test_without_sinfo_it_says_what_was_not_checked(sbatch_standin, tmp_path):
     p = make(env, "submit", "IMAGE=none", "CONFIG=tiny", "DRY_RUN=1")
     assert p.returncode == 0, p.stderr
     assert "sinfo is not on PATH" in p.stderr and "time limit were not checked" in p.stderr
+    assert "warning: CPUS_PER_TASK is empty and the nodes' CPUs per GPU are not known here" in p.stderr
 
 
 def test_default_cpus_per_task_is_the_clusters():
@@ -578,6 +599,21 @@ def test_dry_run_prints_the_plan_and_a_plan_that_fits_is_submitted(cluster_stand
     p = make(env, "submit", "IMAGE=none", "CONFIG=tiny", "PARTITION=cpu", "GPUS_PER_TASK=0", "NODES=2", "GPUS=4",
              "ARGS=data.share=process")
     assert p.returncode == 0 and "Submitted job 4242" in p.stdout and record.exists(), p.stderr
+
+
+def test_a_gpu_jobs_plan_and_cpus_come_from_the_partitions_nodes_or_the_settings(cluster_standin):
+    """The stand-in cluster's GPU nodes (64 CPUs, gpu:a100:4): planned at the A100's memory, or at GPU_MEMORY where
+    it is given; each GPU rank gets the node's CPUs / its GPUs, or CPUS_PER_TASK where it is given."""
+    env, record = cluster_standin
+    typed, given = map_side_by_side(lambda extra: make(env, "submit", "IMAGE=none", "CONFIG=tiny", "NODES=2", "GPUS=8",
+                                                       "DRY_RUN=1", *extra), ([], ["GPU_MEMORY=24", "CPUS_PER_TASK=3"]))
+    assert typed.returncode == 0 and given.returncode == 0, typed.stderr + given.stderr
+    assert "40.0 GiB  (sinfo -p gpu: gpu:a100, A100 comes with 40 GB or 80 GB" in typed.stdout
+    assert "24.0 GiB  (--gpu-memory)" in given.stdout
+    assert "--cpus-per-task=16" in sbatch_words(typed.stdout) and "note: CPUS_PER_TASK=16 for each GPU rank" in \
+        typed.stderr
+    assert "--cpus-per-task=3" in sbatch_words(given.stdout) and "CPUS_PER_TASK=16" not in given.stderr
+    assert not record.exists()
 
 
 # ---- one table for the job's settings: jobs/knobs.md ----------------------------------------------

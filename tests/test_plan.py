@@ -19,15 +19,19 @@ from train.graph.datasets.loading import synthetic_graph
 from train.graph.sharing.shared_graph import graph_tensors
 
 
-def plan_cli(tmp_path: Path, *args: str, standins: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """Run the CLI with a PATH holding only the given stand-ins (sinfo, nvidia-smi print fixed text)."""
+def plan_cli(tmp_path: Path, *args: str, standins: dict[str, str] | None = None, sinfo_gpu: str = "",
+             ) -> subprocess.CompletedProcess:
+    """Run the CLI with a PATH holding only the given stand-ins (sinfo, nvidia-smi print fixed text), or with
+    `sinfo_gpu` the stand-in cluster's sinfo (tests/harness/standins/sinfo.sh) whose GPU nodes have that GRES type."""
     bin_dir = tmp_path / "bin"
-    bin_dir.mkdir(exist_ok=True)
+    bin_dir.mkdir(parents=True, exist_ok=True)
     for name, output in (standins or {}).items():
         standin_bin.install(bin_dir, name, "fixed-output")
         (tmp_path / f"{name}.out").write_text(output)
+    if sinfo_gpu:
+        standin_bin.install(bin_dir, "sinfo")
     env = {"PATH": f"{bin_dir}:/bin", "PYTHONPATH": str(ROOT), "DATA_DIR": str(tmp_path / "no-data-here"),
-           "STANDIN_DIR": str(tmp_path)}
+           "STANDIN_DIR": str(tmp_path), "SINFO_GPU_TYPE": sinfo_gpu}
     return subprocess.run([sys.executable, "-m", "train", "plan", *args], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=120)
 
@@ -61,16 +65,52 @@ def test_node_memory_from_sinfo_for_the_partition(tmp_path):
     assert done.stdout.rstrip().endswith("fits")
 
 
-def test_gpu_memory_from_nvidia_smi_and_a_gpu_that_is_too_small(tmp_path):
-    done = plan_cli(tmp_path, "--config", "ogbn-products", "--gpus", "2", "sampler.device=cuda",
-                    standins={"nvidia-smi": "1536\n"})
+def test_gpu_memory_from_the_partitions_gpu_type_never_from_the_login_nodes_gpu(tmp_path):
+    """A login node with a small visualisation GPU (nvidia-smi: 15 GiB) submitting to a partition of H100 nodes
+    (gpu:h100:4): the plan is the H100's, and the login node's nvidia-smi is never asked."""
+    done = plan_cli(tmp_path, "--config", "ogbn-products", "--nodes", "2", "--gpus", "8", "--partition", "gpu",
+                    standins={"nvidia-smi": "15360\n"}, sinfo_gpu="h100")
+    assert done.returncode == 0, done.stderr
+    assert ("79.6 GiB  (sinfo -p gpu: gpu:h100, H100 comes with 80 GB or 94 GB and the type names none: planned at "
+            "the smallest)") in done.stdout
+    assert "sampler.device=auto: sampling on the GPU" in done.stdout
+    assert done.stdout.rstrip().endswith("\nfits")
+    assert not (tmp_path / "nvidia-smi.argv").exists()
+    alone = plan_cli(tmp_path / "alone", "--config", "ogbn-products", "--gpus", "2", "--node-memory", "64",
+                     standins={"nvidia-smi": "15360\n"})  # no sinfo, a GPU here: still unknown
+    assert "GPU memory unknown" in alone.stdout
+    assert "give --gpu-memory GiB (make submit: GPU_MEMORY=GiB)" in alone.stdout
+
+
+def test_a_gpu_that_is_too_small_is_refused(tmp_path):
+    done = plan_cli(tmp_path, "--config", "ogbn-products", "--gpus", "1", "sampler.device=cuda", "--gpu-memory", "1.5")
     assert done.returncode == 2, done.stdout
-    assert "1.5 GiB  (nvidia-smi here)" in done.stdout
-    assert "a GPU needs" in done.stderr and "but has 1.5 GiB (nvidia-smi here)" in done.stderr
+    assert "1.5 GiB  (--gpu-memory)" in done.stdout
+    assert "a GPU needs" in done.stderr and "but has 1.5 GiB (--gpu-memory)" in done.stderr
     # the run would not sample where it was asked to: said, and refused, not planned as if it would
     assert "sampler.device=cuda falls back to sampling on the CPU: the graph structure" in done.stderr
     assert ("but 0.00 GiB of the 0.50 GiB of free GPU memory is left beside the training and evaluation working "
             "sets (2.82 GiB) and a 10% headroom") in done.stderr
+
+
+@pytest.mark.parametrize("gres, gib, how", [
+    (["gpu:h100:4(S:0-1)"], 79.6, "gpu:h100, H100 comes with 80 GB or 94 GB"),
+    (["gpu:nvidia_h100_80gb_hbm3:8"], 79.6, "H100 80 GB"),
+    (["gpu:a100-sxm4-80gb:4", "gpu:a100_40g:4"], 40.0, "gpu:a100_40g, A100 40 GB"),  # the smallest node's
+    (["gpu:h200:4(S:0-1),tmpdisk:100"], 140.4, "H200 141 GB"),
+    (["gpu:l40s:2"], 45.0, "L40S 48 GB"),
+    (["gpu:v100:4", "(null)"], 16.0, "V100 comes with 16 GB or 32 GB"),
+    (["gpu:nvidia_a100_3g.40gb:2"], 40.0, "A100 40 GB"),  # a MIG slice: its own memory
+    (["gpu:rtx_24gb:2"], 24.0, "24 GB as its name states"),
+    (["gpu:4"], None, "names no type"),
+    (["gpu:tesla:4"], None, "gpu:tesla: not a GPU model the plan knows"),
+    (["(null)"], None, "no GPU GRES"),
+])
+def test_a_partitions_gpu_memory_from_its_gres_types(gres, gib, how):
+    from train.plan.gpu_models import partition_gpu_memory
+
+    size, said = partition_gpu_memory(gres)
+    assert (None if size is None else round(size / 2**30, 1)) == gib and how in said
 
 
 def test_fits_only_when_the_gpu_memory_is_known_too(tmp_path):
@@ -214,13 +254,14 @@ def test_the_plan_places_the_graph_with_the_runs_own_decision(share):
     run_structure = sum(t.nbytes for t in (colptr, row, perm) if t is not None) + data.num_nodes * 8
     assert gpu_structure_bytes(colptr.numel() - 1, row.numel(), perm is not None, row.element_size()) == run_structure
     assert row.dtype == (torch.int32 if share == "node" else torch.long)  # the node's copy: int32 ids
-    working = gpu_working_bytes(config, size)
-    assert working == gpu_working_bytes(config, graph_size_of(data)) > 0  # the run's figures are the plan's
+    working = gpu_working_bytes(config, size, 2)
+    assert working == gpu_working_bytes(config, graph_size_of(data), 2) > 0  # the run's figures are the plan's
+    with_features = gpu_working_bytes(config, size, 2, rows_on_gpu=True)  # the evaluation's rows with the features
     # room for the structure beside the working sets, not for the features too
-    structure_only = int((run_structure + working + 1) / 0.9) + (2**40 - free_at_placement(2**40, config, size))
+    structure_only = int((run_structure + working + 1) / 0.9) + (2**40 - free_at_placement(2**40, config, size, 2, 2))
     for gpu_bytes in (2**40, structure_only, run_structure):
-        free = free_at_placement(gpu_bytes, config, size)
-        run = gpu_placement(run_structure, data.x.nbytes + data.y.nbytes, free, working)
+        free = free_at_placement(gpu_bytes, config, size, 2, 2)
+        run = gpu_placement(run_structure, data.x.nbytes + data.y.nbytes, free, working, with_features=with_features)
         plan = make_plan(config, size, 1, 2, gpus=True, gpu_bytes=gpu_bytes)
         assert plan.placement == run, gpu_bytes
         gpu_rows = plan.rows["GPU"]
@@ -233,7 +274,9 @@ def test_the_plan_places_the_graph_with_the_runs_own_decision(share):
 
 
 def test_full_evaluation_working_set_is_on_the_gpu_when_the_model_is():
-    config = load_config("ogbn-products")
+    """With the features on the host (sampler.device=cpu) the layers' rows are too; the working set is the GPU's
+    (tests/test_gpu_job.py: with the features on the GPU, the rows are there too)."""
+    config = load_config("ogbn-products", ["sampler.device=cpu"])
     size = graph_size(config)
     on_cpu = make_plan(config, size, 1, 4, gpus=False).rows
     on_gpu = make_plan(config, size, 1, 4, gpus=True, gpu_bytes=80 * 2**30).rows

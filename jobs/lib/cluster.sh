@@ -10,6 +10,8 @@
 #   check_node_fit NODES_TABLE PART NODES GPUS CPUS_PER_TASK GPUS_PER_TASK   enough nodes with the CPUs and GPUs
 #   check_memory_fit NODES_TABLE PART MEM     MEM per node within the largest node's memory
 #   check_time_fit NODES_TABLE PART TIME      TIME within the partition's limit
+#   cpus_per_gpu NODES_TABLE PART             the CPUs a GPU has on the partition's nodes (their CPUs / their GPUs,
+#                                             the least), or nothing where no node has a GPU
 #
 # NODES_TABLE is ask_sinfo's answer (sort -u'd); nothing here sets a global variable.
 
@@ -102,4 +104,19 @@ check_time_fit() {
     if limit=$(time_seconds "$max" 2>/dev/null) && ((limit >= 0)) && (($(time_seconds "$3") > limit)); then
         problem "TIME='$3' is above the time limit of partition '$2' ($max); use TIME=$max or less."
     fi
+}
+
+# cpus_per_gpu NODES_TABLE PART: each node's CPUs divided by its GPUs, the least over the partition's GPU nodes (so
+# every node gives it), on stdout; nothing where no node of PART has a GPU.
+cpus_per_gpu() {
+    local name cpus gres _rest gpus least=
+    while IFS='|' read -r name cpus gres _rest; do
+        [[ -n $name && $cpus =~ ^[0-9]{1,9}$ ]] || continue
+        gpus=$(node_gpus "$gres")
+        ((gpus > 0)) || continue
+        if [[ -z $least ]] || ((cpus / gpus < least)); then
+            least=$((cpus / gpus))
+        fi
+    done < <(partition_rows "$1" "$2")
+    [[ -z $least ]] || echo "$((least > 0 ? least : 1))"
 }

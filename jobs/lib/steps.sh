@@ -24,6 +24,16 @@ source "$(dirname "${BASH_SOURCE[0]}")/code_dir.sh"
 # shellcheck disable=SC2034 # read by the scripts that source this file
 INSTALL_STEP=() DOCTOR_STEP=() TRAIN_STEP=() GPU_OPTIONS=() STEP_ALLOCATION=()
 
+# InfiniBand into the container: enroot's hooks/99-mellanox.sh mounts the node's HCAs (/dev/infiniband) and the
+# host's MOFED libraries only when MELLANOX_VISIBLE_DEVICES is set in the container. Without them NCCL's IB transport
+# finds no device and falls back to TCP sockets between nodes, ten times slower or worse. Where the node running the
+# job script has HCAs, the steps set it (all: NCCL picks each GPU's HCA by topology; NCCL_IB_HCA narrows it; a value
+# the job was given is kept). INFINIBAND_DEVICES: where the HCAs' device files are (a test points it elsewhere).
+INFINIBAND_DEVICES=${INFINIBAND_DEVICES:-/dev/infiniband}
+hca_env() {
+    [[ ! -d $INFINIBAND_DEVICES ]] || printf 'MELLANOX_VISIBLE_DEVICES=%s\n' "${MELLANOX_VISIBLE_DEVICES:-all}"
+}
+
 # runs_doctor DOCTOR, trains DOCTOR: whether the job has a doctor step (DOCTOR=1 or only) and a training step.
 runs_doctor() { [[ $1 != 0 ]]; }
 trains() { [[ $1 != only ]]; }
@@ -65,6 +75,9 @@ job_steps() {
         # What the job sets wins over the image's values (--container-env); DATA_DIR as the tasks see it.
         run_env=(DATA_DIR=/data OMP_NUM_THREADS="${OMP_NUM_THREADS:-${cpus:-1}}"
             MPLCONFIGDIR="${MPLCONFIGDIR:-/tmp/matplotlib}")
+        local hca
+        hca=$(hca_env)
+        [[ -z $hca ]] || run_env+=("$hca")
         env_names=$(printf '%s,' "${run_env[@]%%=*}")
         launch_line "$IMAGE" "$PROJECT_DIR" "$DATA_DIR" "$CONTAINER_MOUNTS" "$container_name" "${env_names%,}"
         code_dir_launch "$CODE_DIR"

@@ -29,7 +29,8 @@ def run_job_script(tmp_path, knobs: dict[str, str], srun_rc: int = 0, root: Path
     env.update({"PATH": f"{bindir}:{env['PATH']}", "STANDIN_RECORD": str(record), "STANDIN_SRUN_RC": str(srun_rc),
                 "SLURM_JOB_ID": "123456", "SLURM_JOB_NODELIST": "gpu[07-08]", "SLURM_JOB_NUM_NODES": "2",
                 "SLURM_NTASKS": "8", "SLURM_NTASKS_PER_NODE": "4", "SLURM_CPUS_PER_TASK": "6",
-                "PROJECT_DIR": str(root), "OMP_NUM_THREADS": ""}, **knobs)
+                "PROJECT_DIR": str(root), "OMP_NUM_THREADS": "",
+                "INFINIBAND_DEVICES": str(tmp_path / "no-infiniband")}, **knobs)  # no HCAs, unless a test gives some
     p = subprocess.run(["bash", str(spool / "slurm_script")], cwd=root, env=env,
                        capture_output=True, text=True, timeout=60)
     calls = [c.splitlines() for c in record.read_text().split("\n\n") if c.strip()] if record.exists() else []

@@ -4,7 +4,7 @@ Per node (the graph shared once in /dev/shm or on node-local disk, and the peak 
 per rank (host memory) and per GPU, from the dataset's published sizes (or the shapes in the headers of
 your own files), never by loading it; the terms are in train/plan/terms.py, each calibrated against
 real ranks (`make bench BENCH=plan`). Compared with what a node and a GPU have, where that can be known
-(--node-memory / --gpu-memory, else `sinfo` for the partition, else nvidia-smi here); a plan that cannot
+(--node-memory / --gpu-memory, else `sinfo` for the partition: its nodes' memory and GPU type); a plan that cannot
 fit is refused (exit 2) naming the numbers, and so is sampler.device=cuda where the run would fall back
 to sampling on the CPU (train/graph/sampling/device_plan.py decides, for the run and for the plan). "fits" only
 when node and GPU memory are known; else "fits what is known" and what is not.
@@ -29,14 +29,17 @@ def add_arguments(parser) -> None:
                         help="ranks in all, one per GPU, over the nodes (as make submit's GPUS); the busiest node's "
                              "are planned")
     parser.add_argument("--cpu", action="store_true", help="no GPUs: ranks without a per-GPU part (GPUS_PER_TASK=0)")
-    parser.add_argument("--partition", default=os.environ.get("PARTITION", ""), help="asked of sinfo for node memory")
+    parser.add_argument("--partition", default=os.environ.get("PARTITION", ""),
+                        help="asked of sinfo for node memory and GPU type")
     parser.add_argument("--node-memory", type=float, default=None, metavar="GIB", help="memory of one node, GiB")
-    parser.add_argument("--gpu-memory", type=float, default=None, metavar="GIB", help="memory of one GPU, GiB")
+    parser.add_argument("--gpu-memory", type=float, default=None, metavar="GIB",
+                        help="memory of one GPU, GiB (default: from the partition's GPU type)")
     parser.add_argument("--mem-mb", type=int, default=None, metavar="MB",
                         help="the job's --mem per node in MB (make submit's MEM; 0: the whole node): the run may hold "
                              "no more, and data.features=auto weighs it as the run does")
     parser.add_argument("--node-memory-unknown", default="", metavar="WHY",
-                        help="sinfo is not asked: the caller knows it cannot answer (make submit: no controller)")
+                        help="sinfo is not asked (for node memory nor GPU type): the caller knows it cannot "
+                             "answer (make submit: no controller)")
     parser.add_argument("--figures-file", default="", metavar="PATH",
                         help="also write a rank's peak, a node's memory and the shared graph there, one line "
                              "(make submit gives it to the job, which names them if a rank is killed)")

@@ -14,6 +14,7 @@ from train.errors import UserError
 from train.graph.datasets.lookup import dataset_kind
 from train.graph.sharing.feature_layout import LayoutChoice
 from train.loop.killed_rank import figures_text, memory_words
+from train.plan.gpu_models import partition_gpu_memory
 from train.plan.memory_figures import figures_of_plan
 from train.plan.sharded import SHARDED, gpu_need, layout_lines, layout_of, node_refusal
 from train.plan.terms import GIB, GraphSize, Plan, make_plan, shared_graph_bytes
@@ -93,16 +94,20 @@ def _slurmd_parameters() -> str:
     return ""
 
 
-def gpu_memory(given_gib: float | None) -> tuple[int | None, str]:
-    """Bytes of one GPU: --gpu-memory, else nvidia-smi on this machine."""
+def gpu_memory(given_gib: float | None, partition: str = "") -> tuple[int | None, str]:
+    """Bytes of one of the job's GPUs: --gpu-memory (make submit's GPU_MEMORY), else the GPU type the partition's
+    nodes name in sinfo's GRES (train/plan/gpu_models.py), else unknown. Never this machine's GPU: `make submit`
+    runs on a login node, whose GPU (a small visualisation card, or none) is not the job's."""
     if given_gib is not None:
         return int(given_gib * GIB), "--gpu-memory"
-    out, why = _ask(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"])
-    sizes = [int(v) for v in (out or "").split() if v.isdigit()]
-    if sizes:
-        return min(sizes) * 2**20, "nvidia-smi here"
-    why = why or "nvidia-smi lists no GPU here"
-    return None, f"unknown: {why}; the GPU total is not checked: give --gpu-memory GiB"
+    asked = f"sinfo{' -p ' + partition if partition else ''}"
+    out, why = _ask(["sinfo", "--noheader", "--format=%G"] + ([f"--partition={partition}"] if partition else []))
+    if out is not None:
+        size, why = partition_gpu_memory(out.splitlines())
+        if size is not None:
+            return size, f"{asked}: {why}"
+        why = f"{asked}: {why}"
+    return None, f"unknown: {why}; the GPU total is not checked: give --gpu-memory GiB (make submit: GPU_MEMORY=GiB)"
 
 
 # ---- printing and the verdict --------------------------------------------------------------------
@@ -158,7 +163,12 @@ def verdict(plan: Plan, gpus: bool) -> str:
 def print_plan(config: Config, args, ranks: int) -> int:
     """Print the plan of `config` on `args.nodes` nodes of `ranks` ranks in all and its verdict; `UserError` where it
     does not fit. Returns the exit status."""
-    gpu_capacity = gpu_memory(args.gpu_memory) if not args.cpu else (None, "no GPUs")
+    if args.cpu:
+        gpu_capacity = (None, "no GPUs")
+    elif args.node_memory_unknown and args.gpu_memory is None:  # sinfo cannot answer: not asked again
+        gpu_capacity = (None, f"unknown: {args.node_memory_unknown}; give --gpu-memory GiB (make submit: GPU_MEMORY)")
+    else:
+        gpu_capacity = gpu_memory(args.gpu_memory, args.partition)
     loaded = graph_size(config)
     plan = make_plan(config, loaded, args.nodes, ranks, gpus=not args.cpu, gpu_bytes=gpu_capacity[0])
     node = (None, f"unknown: {args.node_memory_unknown}; give --node-memory GiB") \

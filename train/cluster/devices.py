@@ -55,7 +55,7 @@ def choose_device_index(local_rank: int, visible_gpus: int, cuda_visible_devices
     return local_rank
 
 
-def _arrive(store, name: str, world_size: int, timeout: datetime.timedelta) -> None:
+def arrive(store, name: str, world_size: int, timeout: datetime.timedelta) -> None:
     """Wait until all `world_size` ranks have arrived at `name` (a barrier in the store, O(1) requests per rank)."""
     if store.add(f"{name}/arrived", 1) == world_size:
         store.set(f"{name}/all", "1")
@@ -69,11 +69,11 @@ def shared_gpus(store, rank: int, world_size: int, gpu: str, where: str, timeout
     the message. Collective over all ranks, through `store` (the rendezvous store; give a fresh prefix).
     """
     store.append(f"users/{gpu}", f"{rank} ")
-    _arrive(store, "listed", world_size, timeout)
+    arrive(store, "listed", world_size, timeout)
     users = sorted(int(r) for r in store.get(f"users/{gpu}").decode().split())
     if len(users) > 1 and users[0] == rank:  # the lowest rank of each shared GPU reports it, once
         store.append("shared", f"ranks {', '.join(map(str, users))} on {where};")
-    _arrive(store, "reported", world_size, timeout)
+    arrive(store, "reported", world_size, timeout)
     if not store.check(["shared"]):
         return []
     return [part for part in store.get("shared").decode().split(";") if part]

@@ -2,7 +2,10 @@
 
 `process_group(env, config)` is a context manager that initialises torch.distributed
 (always, also for one process, so the training code has a single path) and destroys it
-on exit, on error too.
+on exit, on error too. Its order: the backend (each rank's own choice), the rank's GPU
+(`set_device` before anything touches CUDA), the rendezvous store, the ranks' agreement on
+the backend through it (ranks that chose differently would wait in `init_process_group` until
+its timeout, none named), two ranks on one GPU refused, then the process group bound to the GPU.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from collections.abc import Iterator, Mapping
 import torch
 import torch.distributed as dist
 
-from train.cluster.devices import choose_device_index, refuse_shared_gpus, shared_gpus
+from train.cluster.devices import arrive, choose_device_index, refuse_shared_gpus, shared_gpus
 from train.cluster.distenv import DistEnv
 from train.cluster.portholder import port_holder
 from train.cluster.torch_gpus import gpu_identity
@@ -30,6 +33,43 @@ def choose_backend(requested: str, cuda_available: bool) -> str:
     if requested == "nccl" and not cuda_available:
         raise UserError("dist.backend='nccl' needs a CUDA GPU, and none is visible; use dist.backend=gloo or auto.")
     return requested
+
+
+def backend_choices(store, rank: int, world_size: int, backend: str, timeout: datetime.timedelta) -> dict[str, list]:
+    """Every rank's backend, as {backend: [(rank, host), ...]}: the same on every rank. Collective over all ranks,
+    through `store` (the rendezvous store; give a fresh prefix)."""
+    store.append("backends", f"{backend} {rank} {socket.gethostname()};")
+    arrive(store, "chosen", world_size, timeout)
+    choices: dict[str, list] = {}
+    for entry in store.get("backends").decode().split(";"):
+        if entry.strip():
+            name, who, host = entry.split(" ", 2)
+            choices.setdefault(name, []).append((int(who), host))
+    return {name: sorted(who) for name, who in sorted(choices.items())}
+
+
+def refuse_split_backends(choices: dict[str, list], requested: str) -> str:
+    """The one backend every rank chose, or a UserError naming the ranks (and hosts) of each choice."""
+    if len(choices) == 1:
+        return next(iter(choices))
+    why = {"nccl": "CUDA visible", "gloo": "no CUDA visible" if requested == "auto" else "dist.backend=gloo"}
+    parts = []
+    for name, who in choices.items():
+        hosts = sorted({host for _, host in who})
+        ranks = ", ".join(str(r) for r, _ in who)
+        parts.append(f"{name} ({why.get(name, 'asked')}) on rank{'s' if len(who) > 1 else ''} {ranks} "
+                     f"({', '.join(hosts)})")
+    raise UserError(f"the ranks chose different backends with dist.backend={requested}: {'; '.join(parts)}. "
+                    "Every rank must see a GPU (check the nodes' drivers and the job's GPU request: `make doctor`), "
+                    "or set dist.backend=gloo for a CPU run.")
+
+
+def agree_on_backend(store, env: DistEnv, backend: str, requested: str, timeout: datetime.timedelta) -> str:
+    """`backend` where every rank chose it, else the refusal on every rank at once (refuse_split_backends)."""
+    if env.world_size == 1:
+        return backend
+    scoped = dist.PrefixStore(f"pyg-train/backend/{env.restart_count}", store)
+    return refuse_split_backends(backend_choices(scoped, env.rank, env.world_size, backend, timeout), requested)
 
 
 def select_device(env: DistEnv, backend: str) -> torch.device:
@@ -73,6 +113,7 @@ def process_group(env: DistEnv, config: DistConfig) -> Iterator[tuple[str, torch
     device = select_device(env, backend)
     timeout = datetime.timedelta(seconds=config.init_timeout_seconds)
     store = _connect_store(env, timeout)
+    agree_on_backend(store, env, backend, config.backend, timeout)
     if backend == "nccl" and env.world_size > 1:
         check_gpus_not_shared(store, env, device, timeout)
     dist.init_process_group(

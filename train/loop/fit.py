@@ -25,7 +25,12 @@ from train import heap
 from train.cluster.distenv import DistEnv
 from train.config import Config
 from train.graph.form import form_of
-from train.graph.sampling.device_plan import plan_sampling
+from train.graph.sampling.device_plan import (
+    FreeGpuMemory,
+    least_free_gpu_memory,
+    nccl_buffer_bytes,
+    plan_sampling,
+)
 from train.graph.sampling.samplers import prefetch_safe
 from train.graph.seeds import derive_seed, lone_seed_ranks, without_lone_seed
 from train.loop.outputs import Outputs
@@ -102,6 +107,12 @@ class FitResult:
     summary: dict  # `Trainer.summary()`: the run's figures so far
 
 
+def wrap_ddp(module: torch.nn.Module, device: torch.device) -> DistributedDataParallel:
+    """DDP bound to this rank's own GPU (device_ids=[its index]: the reducer's buckets and its outputs there), or
+    to none on the CPU (gloo)."""
+    return DistributedDataParallel(module, device_ids=[device.index] if device.type == "cuda" else None)
+
+
 class Trainer:
     """Owns the model, optimizer and data of one rank; `fit` runs the epochs."""
 
@@ -117,8 +128,7 @@ class Trainer:
         self.model_description = self.task.describe_model(spec, width)  # what checkpoints record
         # how a batch reaches the model (models/step.py)
         self.step = ModelStep(self.task.encoder(self.model), config.model.input_dropout)
-        self.ddp = DistributedDataParallel(self.task.ddp_module(self.step, self.model),
-                                           device_ids=[device.index] if device.type == "cuda" else None)
+        self.ddp = wrap_ddp(self.task.ddp_module(self.step, self.model), device)
         self.eval_note = self.task.eval_note(self.step)  # why the evaluation samples where eval.mode=full
         # A batch of one node is one row, on which batch norm cannot train (torch refuses it): as PyG's loaders do
         # with drop_last, a rank whose share of the epoch would end on one leaves that node out (lone_seed_note).
@@ -130,9 +140,12 @@ class Trainer:
         self.stop_requested = False  # set by `request_stop` (the per-step vote); checked at step boundaries
         self.joinables: list = []  # more Joinables that take part in every step (step_vote.StepAgreement)
         # sampler.device: where batches are sampled; the graph on the GPU only beside the working sets the plan counts
-        working = gpu_working_bytes(config, graph_size_of(data)) if device.type == "cuda" else 0
-        self.sampling = plan_sampling(self.task.graph, config.sampler, device, working_bytes=working,
-                                      feature_dtype=config.data.feature_dtype)
+        size, ranks = graph_size_of(data), env.world_size
+        working = gpu_working_bytes(config, size, ranks) if device.type == "cuda" else 0
+        with_features = gpu_working_bytes(config, size, ranks, rows_on_gpu=True) if device.type == "cuda" else 0
+        self.sampling = plan_sampling(self.task.graph, config.sampler, device, free_gpu_bytes=self.free_gpu(),
+                                      working_bytes=working, feature_dtype=config.data.feature_dtype,
+                                      with_features=with_features)
         self.timer = PhaseTimer(device)  # where each epoch's time goes (train/loop/timing.py)
         self.allreduce_probe = AllReduceProbe(self.model, device)
         self.outputs = Outputs(config, env, out_dir)  # rank 0's sinks: metrics.jsonl, the progress display, ...
@@ -147,6 +160,15 @@ class Trainer:
                          self.lone_seed_note()):
                 if note:
                     print(note, flush=True)
+
+    def free_gpu(self) -> FreeGpuMemory | None:
+        """The least free GPU memory of the ranks, which every rank places the graph by (None: no GPU placement): what
+        CUDA says, less what NCCL will take for the job's collectives (as the plan sets it aside)."""
+        if self.device.type != "cuda" or self.config.sampler.device == "cpu":
+            return None
+        free = torch.cuda.mem_get_info(self.device)[0] - nccl_buffer_bytes(self.env.world_size,
+                                                                           self.env.local_world_size)
+        return least_free_gpu_memory(free, self.device)
 
     # ---- state (train/loop/checkpoint.py saves and restores it) -------------------------------------
     def state_dict(self) -> dict:

@@ -17,7 +17,14 @@ from train.builtin_tasks import task_row
 from train.config import Config
 from train.graph.form import form_of, graph_meta
 from train.graph.link_fields import split_ids
-from train.graph.sampling.device_plan import gpu_feature_bytes, gpu_placement, gpu_structure_bytes, samples_on_gpu
+from train.graph.sampling.device_plan import (
+    feature_copy_bytes,
+    gpu_feature_bytes,
+    gpu_placement,
+    gpu_structure_bytes,
+    nccl_buffer_bytes,
+    samples_on_gpu,
+)
 from train.graph.sampling.in_edges import CHUNK_BYTES, ChunkCost
 from train.graph.sharing.segments import shares_graph
 from train.graph.sharing.shared_graph import num_edges
@@ -54,7 +61,8 @@ RUNTIME_CPU_BYTES = 400 * MIB
 # first CUDA use in a process group (pytorch/pytorch#106511). The plan takes 1.5 GiB.
 CUDA_HOST_BYTES = 1536 * MIB
 # A GPU's own share: the CUDA context (0.29 GiB with lazy loading, pytorch/pytorch#86509; ~0.4 GiB,
-# pytorch/pytorch#109888), NCCL's buffers and cuBLAS workspaces.
+# pytorch/pytorch#109888), NCCL's buffers and cuBLAS workspaces, at world size 1; NCCL's buffers for more ranks are
+# device_plan.nccl_buffer_bytes, by world size and topology.
 GPU_RUNTIME_BYTES = 1 * GIB
 # Per sampled edge, int64 ids alive in a batch: the sampler's picks, rows, columns and edge ids, the
 # batch's edge_index, and the slot arithmetic (train/graph/sampling/samplers.py _sample_hop).
@@ -257,9 +265,11 @@ def _term(rows: dict[str, int], prefix: str) -> int:
     return sum(v for k, v in rows.items() if k.startswith(prefix))
 
 
-def gpu_working_bytes(config: Config, size: GraphSize) -> int:
+def gpu_working_bytes(config: Config, size: GraphSize, ranks: int = 1, rows_on_gpu: bool = False) -> int:
     """The larger of a training step's and an evaluation's working set on the GPU, with the allocator's blocks:
-    what the graph placed on the GPU must leave free (the run and the plan place it alike)."""
+    what the graph placed on the GPU must leave free (the run and the plan place it alike). `rows_on_gpu`: the
+    features are on the GPU, so the exact evaluation keeps its layer rows there too (exact_eval_gpu_rows, over
+    `ranks` ranks)."""
     train = forward_bytes(config, size, sampled_hops(batch_seeds(config), config.sampler.num_neighbors, size),
                           backward=True)
     if evaluation_sampled(config, size):
@@ -267,8 +277,23 @@ def gpu_working_bytes(config: Config, size: GraphSize) -> int:
         evaluation = forward_bytes(config, size, sampled_hops(batch_seeds(config, evaluation=True), fanouts, size),
                                    backward=False)
     else:
-        evaluation = full_eval_bytes(config, size, 1)[2]
+        evaluation = full_eval_bytes(config, size, ranks)[2]
+        evaluation += exact_eval_gpu_rows(config, size, ranks) if rows_on_gpu else 0
     return int(max(train, evaluation) * CUDA_CACHE_SLACK)
+
+
+def exact_eval_gpu_rows(config: Config, size: GraphSize, ranks: int) -> int:
+    """What the exact evaluation keeps on the GPU where the features are there (train/loop/evaluate.py GraphAt:
+    the layers' rows are kept where the features are): this rank's shard of the hidden layers (the one being made
+    and the one it reads), the last layer's shard and a chunk's gathered rows; 0 where the evaluation samples."""
+    if evaluation_sampled(config, size):
+        return 0
+    kept, gathered, _work = full_eval_bytes(config, size, ranks)
+    if config.task.name == "link" or not any(size.split):
+        return kept + gathered
+    # A node task's last layer makes rows only for the split it scores (evaluate.py _full_tallies), not the shard.
+    hidden = min(2, config.model.num_layers - 1) * math.ceil(size.nodes / ranks) * config.model.hidden * FLOAT
+    return hidden + math.ceil(max(size.split) / ranks) * size.classes * FLOAT + gathered
 
 
 def gpu_feature_bytes_of(config: Config, size: GraphSize, sharing: bool) -> int:
@@ -280,22 +305,26 @@ def gpu_feature_bytes_of(config: Config, size: GraphSize, sharing: bool) -> int:
     return gpu_feature_bytes(size.nodes, size.features, config.data.feature_dtype, edges, size.label_bytes) + nodes
 
 
-def free_at_placement(gpu_bytes: int, config: Config, size: GraphSize) -> int:
-    """The free GPU memory the run sees when it places the graph (Trainer: after the model and DDP's buckets)."""
-    return gpu_bytes - GPU_RUNTIME_BYTES - 2 * parameter_count(config, size) * FLOAT
+def free_at_placement(gpu_bytes: int, config: Config, size: GraphSize, ranks: int = 1, per_node: int = 1) -> int:
+    """The free GPU memory the run places the graph by (Trainer: after the model and DDP's buckets, less what NCCL
+    will take for `ranks` ranks, `per_node` a node: device_plan.nccl_buffer_bytes, which the run sets aside too)."""
+    model = 2 * parameter_count(config, size) * FLOAT
+    return gpu_bytes - GPU_RUNTIME_BYTES - model - nccl_buffer_bytes(ranks, per_node)
 
 
-def placement_for(config: Config, size: GraphSize, sharing: bool, gpu_bytes: int | None):
-    """sampler.device auto or cuda on a GPU of `gpu_bytes`: the run's own decision
-    (train/graph/sampling/device_plan.py),
-    or None where the GPU's memory is unknown."""
+def placement_for(config: Config, size: GraphSize, sharing: bool, gpu_bytes: int | None, ranks: int = 1,
+                  per_node: int = 1):
+    """sampler.device auto or cuda on a GPU of `gpu_bytes` in a job of `ranks` ranks: the run's own decision
+    (train/graph/sampling/device_plan.py), or None where the GPU's memory is unknown."""
     if gpu_bytes is None:
         return None
     structure = gpu_structure_bytes(size.nodes, size.edges, with_perm=not sharing,
                                     csc_index_bytes=csc_index_bytes(size, sharing))
     structure += size.segment_ids * csc_index_bytes(size, sharing)  # a typed graph's segment pointer
     return gpu_placement(structure, gpu_feature_bytes_of(config, size, sharing),
-                         free_at_placement(gpu_bytes, config, size), gpu_working_bytes(config, size))
+                         free_at_placement(gpu_bytes, config, size, ranks, per_node),
+                         gpu_working_bytes(config, size, ranks),
+                         with_features=gpu_working_bytes(config, size, ranks, rows_on_gpu=True))
 
 
 @dataclass(frozen=True)
@@ -346,6 +375,8 @@ def evaluation_bytes(setting: Setting, size: GraphSize) -> tuple[str, int, int]:
     kept, gathered, work = full_eval_bytes(config, size, setting.ranks)
     host = kept + gathered + size.nodes * INDEX  # and its loader's own node map (train/graph/sampling/samplers.py)
     label = f"evaluation: {math.ceil(size.nodes / setting.ranks):,} layer rows, 1 neighbourhood"
+    if setting.features_on_gpu:  # the layers' rows are kept on the GPU with the features (gpu_rows counts them)
+        return label, size.nodes * INDEX, work + exact_eval_gpu_rows(config, size, setting.ranks)
     return (label, host, work) if setting.gpus else (label, host + work, 0)
 
 
@@ -397,7 +428,7 @@ def make_plan(config: Config, size: GraphSize, nodes: int, ranks: int, gpus: boo
     sharing = shares_graph(config.data.share, per_node)  # alone on its node, a rank keeps its own copy
     asked = gpus and config.sampler.device != "cpu"
     setting = Setting(config, ranks, per_node, gpus, sharing,
-                      placement_for(config, size, sharing, gpu_bytes) if asked else None,
+                      placement_for(config, size, sharing, gpu_bytes, ranks, per_node) if asked else None,
                       loaded if size is not loaded else None)
     train_hops = sampled_hops(batch_seeds(config), config.sampler.num_neighbors, size)
     evaluation = evaluation_bytes(setting, size)
@@ -423,7 +454,8 @@ def make_plan(config: Config, size: GraphSize, nodes: int, ranks: int, gpus: boo
 
 def gpu_rows(setting: Setting, size: GraphSize, train: int, evaluation: int) -> dict:
     """Per GPU: the runtime, the model, the graph where sampler.device=cuda puts it, the larger working set."""
-    rows = {"CUDA context, NCCL and cuBLAS buffers": GPU_RUNTIME_BYTES,
+    rows = {"CUDA context, NCCL and cuBLAS buffers": GPU_RUNTIME_BYTES + nccl_buffer_bytes(setting.ranks,
+                                                                                          setting.per_node),
             "model, gradients, Adam state": model_bytes(setting.config, size)}
     if setting.gpu_sampling:
         rows["graph structure: CSC and the sampler's node map"] = gpu_structure_bytes(
@@ -433,9 +465,15 @@ def gpu_rows(setting: Setting, size: GraphSize, train: int, evaluation: int) -> 
             rows[f"features ({setting.config.data.feature_dtype}) and labels (they fit)"] = gpu_feature_bytes_of(
                 setting.config, size, setting.sharing)
     rows["training batch: features, activations, gradients"] = train
+    copy = feature_copy_bytes(size.nodes, size.features, setting.config.data.feature_dtype) \
+        if setting.features_on_gpu else 0
+    if copy:  # before the first batch, the features' last chunk beside them (device_plan.features_to_device)
+        rows[f"while placing the features: a float32 chunk, made {setting.config.data.feature_dtype} there"] = copy
     if evaluation:
-        rows["evaluation working set"] = evaluation
-    work = max(train, evaluation)
+        rows["evaluation working set" + (" with its layer rows (kept where the features are)"
+                                         if setting.features_on_gpu and not evaluation_sampled(setting.config, size)
+                                         else "")] = evaluation
+    work = max(train, evaluation, copy)
     rows["allocator blocks beyond the larger working set"] = int(work * (CUDA_CACHE_SLACK - 1))
-    rows["in all"] = sum(rows.values()) - train - evaluation + work
+    rows["in all"] = sum(rows.values()) - train - evaluation - copy + work
     return rows
