@@ -99,16 +99,46 @@ else
     problem "CONFIG='$CONFIG' is neither a shipped config nor a file: shipped configs are: ${shipped% }; or give a YAML path."
 fi
 
+# The paths the config makes the job read (data.path, data.root, a checkpoint), as the container sees them
+# (login/job_paths.py): one outside every mount is refused with its fixes; one given as this machine or as the
+# container sees it goes to each in its own form: check_args here, job_args (added to ARGS) in the job.
+read -r -a args <<<"$ARGS"
+check_args=("${args[@]}") job_args=()
+check_py=$(host_python "$root" "$([[ $image_kind != none ]] || echo "$BARE_PYTHON")")
+job_paths() {
+    local mounts=$CONTAINER_MOUNTS data_dir=${DATA_DIR:-$root/data} said status=0 kind line
+    [[ -z $CODE_DIR ]] || mounts+=${mounts:+,}$CODE_DIR:$CODE_MOUNT
+    said=$(PYTHONPATH=$root "$check_py" -m login.job_paths --project "$root" --data-dir "$data_dir" \
+        --mounts "$mounts" "$config_arg" "${args[@]}" 2>&1) || status=$?
+    if ((status == 2)); then
+        while IFS= read -r line; do problem "$line"; done <<<"$said"
+        return 0
+    elif ((status != 0)); then
+        say "note: not checked ($check_py -m login.job_paths: status $status): ${said##*$'\n'}"
+        return 0
+    fi
+    while IFS= read -r line; do
+        kind=${line%%:*} line=${line#*:}
+        case $kind in
+        here) read -r -a check_args <<<"${ARGS} $line" ;;
+        job) read -r -a job_args <<<"$line" ;;
+        note) say "note:$line" ;;
+        esac
+    done <<<"$said"
+}
+if [[ $image_kind != none && -n $config_arg ]] && shape_ok ARGS && shape_ok DATA_DIR && shape_ok CODE_DIR &&
+    shape_ok CONTAINER_MOUNTS; then
+    job_paths
+fi
+
 # The config's content and the overrides, checked by the package itself (login/config_check.py; it says
 # what it could not check where this Python lacks PyYAML): a typo in ARGS would surface only in the job.
-read -r -a args <<<"$ARGS"
-check_py=$(host_python "$root" "$([[ $image_kind != none ]] || echo "$BARE_PYTHON")")
 if [[ $image_kind == none ]] && shape_ok BARE_PYTHON && ! command -v -- "$check_py" >/dev/null 2>&1; then
     problem "BARE_PYTHON='$check_py' is not a program here: with IMAGE=none the job runs it on every node (give a path every node sees)."
 elif [[ -n $config_arg ]] && shape_ok ARGS; then
     data_check=(--data-dir "$DATA_DIR") # the dataset prepared there (login/config_check.py)
     trains "$DOCTOR" || data_check=() # DOCTOR=only: the doctor job looks for it on the nodes
-    check_config "CONFIG='$CONFIG' ARGS='$ARGS'" "$check_py" "${data_check[@]}" "$config_arg" "${args[@]}"
+    check_config "CONFIG='$CONFIG' ARGS='$ARGS'" "$check_py" "${data_check[@]}" "$config_arg" "${check_args[@]}"
 fi
 
 # The user's code folder (CODE_DIR): it exists, and the model the config names imports from it and passes
@@ -116,7 +146,7 @@ fi
 if shape_ok CODE_DIR && [[ -n $CODE_DIR ]]; then
     [[ ! -d $CODE_DIR ]] || CODE_DIR=$(cd "$CODE_DIR" && pwd) # pyxis mounts an absolute path
     [[ -z $config_arg ]] || ! shape_ok ARGS ||
-        code_dir_check "$root" "$image_kind" "$IMAGE" "$CODE_DIR" "$check_py" "$config_arg" "${args[@]}"
+        code_dir_check "$root" "$image_kind" "$IMAGE" "$CODE_DIR" "$check_py" "$config_arg" "${check_args[@]}"
 fi
 
 # Folders: the data folder is mounted (a container), so it must exist; the log folder must be creatable.
@@ -188,7 +218,7 @@ memory_plan() {
     fi
     figures=$(mktemp)
     plan_args+=(--figures-file "$figures")
-    { err=$(PYTHONPATH=${CODE_DIR:+$CODE_DIR:}$root "$check_py" -m train plan "${plan_args[@]}" -- "${args[@]}" 2>&1 >&3 3>&-) ||
+    { err=$(PYTHONPATH=${CODE_DIR:+$CODE_DIR:}$root "$check_py" -m train plan "${plan_args[@]}" -- "${check_args[@]}" 2>&1 >&3 3>&-) ||
         status=$?; } 3>&1
     memory_plan_figures=$(<"$figures")
     rm -f "$figures"
@@ -219,6 +249,7 @@ fi
 [[ $LOG_DIR == /* ]] || LOG_DIR=$root/$LOG_DIR
 PROJECT_DIR=$root
 CONFIG=$config_arg
+((${#job_args[@]} == 0)) || ARGS="${ARGS:+$ARGS }${job_args[*]}" # the config's paths as the container sees them
 
 # ---- the request as SLURM options -------------------------------------------------------------
 # Each setting whose row (jobs/knobs.md) names an sbatch option, as that option; then what several settings
