@@ -13,7 +13,8 @@
 # Every check runs before sbatch, the same with DRY_RUN=1; each problem found names the bad value and what
 # is valid; then it exits 2 and submits nothing. Cheap and certain checks come first (shapes, files), then
 # the cluster's limits (sinfo), last the memory plan (`python -m train plan`): one that cannot fit is
-# refused the same way.
+# refused the same way. The plan is printed whenever the counts, the config and the model's code are valid,
+# even where another check failed: a dataset not downloaded yet is planned from its published size.
 # shellcheck disable=SC2153 # the settings are set by knob_defaults (jobs/lib/knobs.sh)
 set -euo pipefail
 
@@ -45,8 +46,13 @@ check_shapes "${KNOBS[@]}" DRY_RUN
 
 per_node=1
 nodes_ok=0
+# The memory plan is made (and printed) whenever what it reads is valid, whatever else is wrong: the counts,
+# the config, the model's code; a dataset not prepared yet is one problem among the others (the plan reads
+# its published size).
+plan_ready=0 data_missing=0
 if shape_ok NODES && shape_ok GPUS; then # both at most 7 digits: the arithmetic below cannot overflow
     nodes_ok=1
+    ((GPUS % NODES != 0)) || plan_ready=1
     if ((GPUS % NODES != 0)); then
         lower=$((GPUS / NODES * NODES))
         hint="GPUS=$((lower + NODES))"
@@ -136,17 +142,30 @@ fi
 if [[ $image_kind == none ]] && shape_ok BARE_PYTHON && ! command -v -- "$check_py" >/dev/null 2>&1; then
     problem "BARE_PYTHON='$check_py' is not a program here: with IMAGE=none the job runs it on every node (give a path every node sees)."
 elif [[ -n $config_arg ]] && shape_ok ARGS; then
-    data_check=(--data-dir "$DATA_DIR") # the dataset prepared there (login/config_check.py)
-    trains "$DOCTOR" || data_check=() # DOCTOR=only: the doctor job looks for it on the nodes
-    check_config "CONFIG='$CONFIG' ARGS='$ARGS'" "$check_py" "${data_check[@]}" "$config_arg" "${check_args[@]}"
+    found=${#PROBLEMS[@]}
+    dataset=() # DOCTOR=only: the doctor job looks for the dataset on the nodes
+    ! trains "$DOCTOR" || dataset=(--dataset)
+    check_config "CONFIG='$CONFIG' ARGS='$ARGS'" "$check_py" "${dataset[@]}" "$config_arg" "${check_args[@]}"
+    if ((${#PROBLEMS[@]} > found)); then
+        plan_ready=0
+    elif trains "$DOCTOR"; then # the dataset prepared in DATA_DIR, where the job reads it
+        check_config "CONFIG='$CONFIG' ARGS='$ARGS'" "$check_py" --data-dir "$DATA_DIR" "$config_arg" "${check_args[@]}"
+        ((${#PROBLEMS[@]} == found)) || data_missing=1
+    fi
+else
+    plan_ready=0
 fi
 
 # The user's code folder (CODE_DIR): it exists, and the model the config names imports from it and passes
 # its contract where the job will run it (jobs/lib/code_dir.sh).
 if shape_ok CODE_DIR && [[ -n $CODE_DIR ]]; then
     [[ ! -d $CODE_DIR ]] || CODE_DIR=$(cd "$CODE_DIR" && pwd) # pyxis mounts an absolute path
+    found=${#PROBLEMS[@]}
     [[ -z $config_arg ]] || ! shape_ok ARGS ||
         code_dir_check "$root" "$image_kind" "$IMAGE" "$CODE_DIR" "$check_py" "$config_arg" "${check_args[@]}"
+    ((${#PROBLEMS[@]} == found)) || plan_ready=0
+elif ! shape_ok CODE_DIR; then
+    plan_ready=0
 fi
 
 # Folders: the data folder is mounted (a container), so it must exist; the log folder must be creatable.
@@ -222,13 +241,15 @@ memory_plan() {
         status=$?; } 3>&1
     memory_plan_figures=$(<"$figures")
     rm -f "$figures"
-    if ((status == 2)); then
+    if ((status == 2 && data_missing)); then # it needs the files that are missing: one message, below
+        say "note: no memory plan: it reads the dataset's files, which are not there (see below)."
+    elif ((status == 2)); then
         problem "memory plan for CONFIG='$CONFIG' ARGS='$ARGS' NODES=$NODES GPUS=$GPUS: ${err#error: }"
     elif ((status != 0)); then
         say "note: the memory plan failed (status $status), so it was not checked: ${err##*$'\n'}"
     fi
 }
-[[ $mode == srun ]] || ((${#PROBLEMS[@]})) || memory_plan
+[[ $mode == srun ]] || ((!plan_ready)) || ! shape_ok GPUS_PER_TASK || ! shape_ok PARTITION || memory_plan
 
 report_problems "$([[ $mode == srun ]] || echo 'nothing was submitted.')"
 

@@ -47,6 +47,8 @@ declare -A SHAPE=(
     [RUN]="optional path"
     [RUNS]="words"
     [TB_PORT]="count 65535"
+    [NODE_MEMORY]="optional memory"
+    [GPU_MEMORY]="optional memory"
 )
 for _knob in "${KNOBS[@]}"; do SHAPE[$_knob]=${KNOB_SHAPE[$_knob]}; done
 unset _knob
