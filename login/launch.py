@@ -11,7 +11,8 @@ one `error:` line and exit status 2. A rank that fails later prints its own mess
 rank that failed first (train/errors.py). A rank ended by a signal could say nothing: this process, which sees
 the signal, names it with its likely cause and the memory plan's figures (train/loop/killed_rank.py), and exits
 with the status a shell gives that signal. Each rank gets OMP_NUM_THREADS (this machine's cores / N, at least 1)
-unless it is set already, so torchrun's banner about it is not printed; CODE_DIR goes in front of PYTHONPATH.
+unless it is set already, so torchrun's banner about it is not printed, and TORCH_CPP_LOG_LEVEL=FATAL unless set
+(CPP_LOG_LEVEL); CODE_DIR goes in front of PYTHONPATH.
 """
 
 from __future__ import annotations
@@ -27,6 +28,10 @@ from pathlib import Path
 RANKED = ("fit", "doctor")  # the commands that run on every rank; `model` runs here
 # torchrun's loggers that report a rank's failure (its exit code, then the others being stopped) in lines of
 # their own: the rank has said what went wrong, and this process's exit status is the rank's.
+# The ranks' C++ log (gloo's, NCCL's): its lines repeat, in C++ words, a failure that a rank has told in its own
+# (train/loop/failure_report.py: a rank's error once, one line from each of the others); a user's
+# TORCH_CPP_LOG_LEVEL=WARNING shows them.
+CPP_LOG_LEVEL = "FATAL"
 LAUNCHER_LOGGERS = ("torch.distributed.elastic.multiprocessing.api", "torch.distributed.elastic.agent.server.api",
                     "torch.distributed.launcher.api")
 
@@ -150,8 +155,9 @@ def main(argv: list[str], environ: dict[str, str] | os._Environ = os.environ) ->
         return EXIT_USER_ERROR
     rest = for_ranks(options.rest)
     environ.setdefault("OMP_NUM_THREADS", str(threads_per_rank(options.nproc, len(os.sched_getaffinity(0)))))
+    environ.setdefault("TORCH_CPP_LOG_LEVEL", CPP_LOG_LEVEL)
     # The same run as one command line (torchrun beside this Python: the venv's), with what was set here.
-    shown = [f"OMP_NUM_THREADS={environ['OMP_NUM_THREADS']}",
+    shown = [f"OMP_NUM_THREADS={environ['OMP_NUM_THREADS']}", f"TORCH_CPP_LOG_LEVEL={environ['TORCH_CPP_LOG_LEVEL']}",
              *([f"PYTHONPATH={environ['PYTHONPATH']}"] if code_dir is not None else []),
              os.path.relpath(Path(sys.executable).with_name("torchrun")), "--standalone",
              f"--nproc-per-node={options.nproc}", "-m", "train", options.command, *rest]

@@ -165,8 +165,8 @@ def test_a_rank_that_fails_later_ends_make_run_with_its_own_message_and_status(t
         assert noise not in out, out
     assert re.search(r"make: \*\*\* \[\S+: run\] Error 1$", p.stderr.strip()), p.stderr  # the rank's status
     threads = threads_per_rank(2, len(os.sched_getaffinity(0)))
-    assert p.stdout.startswith(f"OMP_NUM_THREADS={threads} .venv/bin/torchrun --standalone --nproc-per-node=2 "
-                               "-m train fit --config tiny trainer.fail_at_step=0"), p.stdout
+    assert p.stdout.startswith(f"OMP_NUM_THREADS={threads} TORCH_CPP_LOG_LEVEL=FATAL .venv/bin/torchrun --standalone "
+                               "--nproc-per-node=2 -m train fit --config tiny trainer.fail_at_step=0"), p.stdout
 
 
 @pytest.mark.parametrize(("nproc", "cores", "threads"), [(2, 16, 8), (3, 16, 5), (2, 2, 1), (4, 2, 1), (0, 4, 4)])

@@ -18,6 +18,15 @@ class UserError(Exception):
     """A mistake the user can fix: the message names the bad value and what would be valid."""
 
 
+class AnotherRanksError(UserError):
+    """Another rank's `UserError`, handed to this one (`rank`: the rank that found it, and prints it): this rank
+    says only that it stopped for it (train/loop/failure_report.py tell_once)."""
+
+    def __init__(self, message: str, rank: int):
+        super().__init__(message)
+        self.rank = rank
+
+
 EXIT_OK = 0
 EXIT_FAILED = 1  # a check failed (doctor), or this rank or another one failed (fit); also an unexpected error
 EXIT_USER_ERROR = 2  # bad input: one clear message, no traceback

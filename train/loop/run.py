@@ -32,11 +32,11 @@ from torch_geometric.data import Data
 from train.cluster.distenv import DistEnv
 from train.cluster.procgroup import process_group
 from train.config import Config, DataConfig, dump_config
-from train.errors import EXIT_FAILED, EXIT_STORAGE, UserError
+from train.errors import EXIT_FAILED, EXIT_STORAGE, EXIT_USER_ERROR, AnotherRanksError, UserError
 from train.graph.datasets.loading import load_graph, prepare_dataset
 from train.graph.sharing.shared_graph import obtain_shared_or_private, shared_graphs
 from train.loop.checkpoint import CHECKPOINT_DIR, Checkpointer, graph_fingerprint, list_checkpoints
-from train.loop.failure_report import announce, default_store, report_failure
+from train.loop.failure_report import announce, default_store, report_failure, tell_once, wait_for_reports
 from train.loop.fit import FitResult, Trainer
 from train.loop.killed_rank import plan_figures
 from train.loop.numerics import set_gpu_numerics
@@ -183,19 +183,25 @@ def run_fit(config: Config, env: DistEnv) -> int:
     signals = StopSignals.shared().install()  # usually already installed by `python -m train fit`
     signals.rank = env.rank
     with process_group(env, config.dist) as (backend, device), shared_graphs():
-        store = default_store()  # kept beyond the process group, for leave_in_order
+        store = default_store()  # kept beyond the process group, for leave_in_order and wait_for_reports
         announce(store, env.rank)  # where it runs: a survivor names the node of a rank that went silent
         try:
             code = _run(config, env, backend, device, signals)
-        except UserError:
-            raise
+        except UserError as exc:  # told once for the job: by this rank, or by the rank that found it first
+            signals.quiet = True  # the launcher's SIGTERM to the others is no news
+            tell_once(str(exc), env, exc.rank if isinstance(exc, AnotherRanksError) else None)
+            code = EXIT_USER_ERROR
         except Exception as exc:
-            message = report_failure(exc, env, figures=partial(plan_figures, config, env.num_nodes, env.world_size,
-                                                               gpus=device.type == "cuda"))
-            if message is None:
+            said = report_failure(exc, env, figures=partial(plan_figures, config, env.num_nodes, env.world_size,
+                                                            gpus=device.type == "cuda"))
+            if said is None:
                 raise  # the failure happened on this rank: its traceback says what
-            print(message, file=sys.stderr, flush=True)
-            return EXIT_FAILED
+            signals.quiet = True
+            print(said[0], file=sys.stderr, flush=True)
+            return EXIT_USER_ERROR if said[1] else EXIT_FAILED
+    if code == EXIT_USER_ERROR:  # the process group is gone: a rank waiting on this one fails now and reads why
+        wait_for_reports(store, env)
+        return code
     return leave_in_order(code, env.rank, env.world_size, store) if code in AGREED_ENDS else code
 
 
