@@ -63,7 +63,7 @@ def threads_per_rank(nproc: int, cores: int) -> int:
     return max(1, cores // max(1, nproc))
 
 
-def check_input(command: str, rest: list[str]):
+def check_input(command: str, rest: list[str], data_dir: str | None = None):
     """What every rank would refuse first, checked once: `UserError` (or argparse's exit) when it is wrong.
     Returns the config."""
     from train.__main__ import build_parser
@@ -76,9 +76,26 @@ def check_input(command: str, rest: list[str]):
         from train.graph.datasets.loading import dataset_kind
 
         dataset_kind(config.data)  # a known name, and what its kind needs (data.path for files)
+        check_graph_files(config, data_dir)
         check_model_input(config)
         check_outputs(config)
     return config
+
+
+def check_graph_files(config, data_dir: str | None) -> None:
+    """Your own graph's files (data.name=files, igbh): there, and their format and shapes read from the headers, as
+    make submit's plan reads them, before any rank starts. A published dataset not prepared is no error here:
+    rank 0 downloads it. Its values (NaN) are scanned where it is loaded."""
+    from train.errors import UserError
+    from train.graph.datasets.loading import dataset_kind, unprepared
+
+    kind = dataset_kind(config.data)
+    if kind.in_data_root:
+        return
+    missing = unprepared(config.data, data_dir)
+    if missing:
+        raise UserError(missing)
+    kind.plan_size(config.data)
 
 
 def for_ranks(rest: list[str]) -> list[str]:
@@ -149,7 +166,7 @@ def main(argv: list[str], environ: dict[str, str] | os._Environ = os.environ) ->
             from train.__main__ import main as train_main
 
             return train_main([options.command, *options.rest])
-        config = check_input(options.command, options.rest)
+        config = check_input(options.command, options.rest, environ.get("DATA_DIR"))
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return EXIT_USER_ERROR

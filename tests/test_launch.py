@@ -11,9 +11,12 @@ import subprocess
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from login.launch import exit_status, for_ranks, threads_per_rank
+from tests.harness.graph_folder import write_graph_folder
+from tests.harness.side_by_side import map_side_by_side
 from train.config import available_configs
 from train.models.user import search_path
 
@@ -84,6 +87,24 @@ def one_error(p: subprocess.CompletedProcess, target: str = "run") -> str:
 ])
 def test_a_bad_input_to_make_run_is_one_error_line_before_any_rank_starts(words, said):
     assert one_error(make("run", *words)).startswith(said)
+
+
+def test_a_graph_s_path_format_and_shapes_are_checked_before_any_rank_starts(tmp_path):
+    """As make submit's plan reads them, from the headers: a missing path, a file that is no graph, a short y;
+    and data.name=igbh-full, which has no files at all."""
+    short = write_graph_folder(tmp_path / "short", nodes=30, edges=60, features=3, classes=2)
+    np.save(short / "y.npy", np.zeros(29, dtype=np.int64))
+    (tmp_path / "notes.pt").write_text("not a graph\n")
+    cases = [(f"data.name=files data.path={tmp_path / 'nope'}", f"error: data.path='{tmp_path / 'nope'}' does not "
+                                                                 "exist here"),
+             (f"data.name=files data.path={tmp_path / 'notes.pt'}", f"error: data.path: {tmp_path / 'notes.pt'} is "
+                                                                     "not a torch.save file"),
+             (f"data.name=files data.path={short}", f"error: data.path={short}: y has shape (29,)"),
+             ("data.name=igbh-full", "error: data.name=igbh-full is IGBH-full's published size, for the memory plan")]
+    runs = map_side_by_side(lambda args: make("run", "CONFIG=tiny" if "files" in args else "CONFIG=igbh-rgat",
+                                              f"ARGS={args}"), [args for args, _ in cases])
+    for (args, said), p in zip(cases, runs):
+        assert one_error(p).startswith(said), (args, p.stderr)
 
 
 def test_the_ranks_get_the_config_without_make_s_knob_name():

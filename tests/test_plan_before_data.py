@@ -9,9 +9,14 @@ import re
 import subprocess
 import sys
 
+import numpy as np
+
+from login.config_check import scan_values
 from tests import test_jobs
+from tests.harness.graph_folder import write_graph_folder
 from tests.harness.side_by_side import map_side_by_side
 from tests.test_jobs import ROOT, make
+from train.config import DataConfig
 
 sbatch_standin = test_jobs.sbatch_standin  # the fixture: stand-in sbatch and sinfo first on PATH
 
@@ -76,3 +81,27 @@ def test_python_without_a_dependency_says_which_and_how_to_run_it():
     assert re.match(rf"error: {re.escape(base)} cannot import '(hostlist|yaml)', which this project needs: run it "
                     r"with the project's Python, \.venv/bin/python -m train plan --config tiny", lines[0]), lines
     assert "make setup" in lines[0]
+
+
+# ---- the values of your own graph: scanned before the queue, or said not to be (login/config_check.py) --------
+
+def test_the_dry_run_refuses_nan_features_that_the_plan_alone_would_pass(sbatch_standin, tmp_path):
+    env, record = sbatch_standin
+    graph = write_graph_folder(tmp_path / "graph", nodes=40, edges=120, features=4, classes=3)
+    x = np.load(graph / "x.npy")
+    x[5, 2] = np.nan
+    np.save(graph / "x.npy", x)
+    p = make(env, "submit", "IMAGE=none", "CONFIG=tiny", f"ARGS=data.name=files data.path={graph}", "DRY_RUN=1")
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert f"data.path={graph}: x holds NaN or infinite values in 1 rows (first: row 5)" in p.stderr, p.stderr
+    assert "memory plan: files (40 nodes" in p.stdout  # the shapes are good: the plan is made, and printed
+    assert not record.exists()
+
+
+def test_a_graph_too_large_to_scan_here_is_said_not_to_be(tmp_path):
+    graph = write_graph_folder(tmp_path / "graph", nodes=40, edges=120, features=4, classes=3)
+    data = DataConfig(name="files", path=str(graph))
+    assert scan_values(data) == ""  # scanned: clean
+    said = scan_values(data, limit=100)  # 640 bytes of features
+    assert said.startswith(f"data.path={graph}: its ") and "were not scanned for NaN here" in said, said
+    assert "the job scans them as it loads" in said
