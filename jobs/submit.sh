@@ -13,14 +13,15 @@
 # Every check runs before sbatch, the same with DRY_RUN=1; each problem found names the bad value and what
 # is valid; then it exits 2 and submits nothing. Cheap and certain checks come first (shapes, files), then
 # the cluster's limits (sinfo), last the memory plan (`python -m train plan`): one that cannot fit is
-# refused the same way. The plan is printed whenever the counts, the config and the model's code are valid,
-# even where another check failed: a dataset not downloaded yet is planned from its published size.
+# refused the same way. A dry run prints the plan whenever the counts, the config and the model's code are valid,
+# even where another check failed (a real submit: where only the dataset is missing): a dataset not downloaded yet
+# is planned from its published size.
 # shellcheck disable=SC2153 # the settings are set by knob_defaults (jobs/lib/knobs.sh)
 set -euo pipefail
 
 mode=${1:-submit}
 case $mode in
-submit | srun) prog="make $mode" ;;
+submit | srun) prog=${PYG_PROG:-make $mode} ;; # PYG_PROG: make doctor, which submits the doctor's job
 *)
     printf 'usage: %s [submit|srun]\n' "$0" >&2
     exit 2
@@ -42,7 +43,13 @@ source "$root/jobs/lib/cluster.sh" # ask_sinfo and the checks of the request aga
 source "$root/jobs/lib/promises.sh" # job_promises: the warning, the time limit and what follows each
 
 # ---- checks: shapes first (lib/checks.sh), then what each value names ---------------------------------
-check_shapes "${KNOBS[@]}" DRY_RUN
+checked=()
+for name in "${KNOBS[@]}"; do [[ $name == GPUS && $GPUS == 0 ]] || checked+=("$name"); done
+if [[ $GPUS == 0 ]]; then # the number of tasks; a CPU-only cluster is asked for by GPUS_PER_TASK=0
+    problem "GPUS=0 is not valid: GPUS is the number of tasks (ranks), at least 1; for a CPU-only cluster keep GPUS=N tasks and set GPUS_PER_TASK=0 (no GPU options; gloo)."
+    SHAPE_FAILED[GPUS]=1
+fi
+check_shapes "${checked[@]}" DRY_RUN
 
 per_node=1
 nodes_ok=0
@@ -249,6 +256,8 @@ memory_plan() {
         say "note: the memory plan failed (status $status), so it was not checked: ${err##*$'\n'}"
     fi
 }
+# A real submit that another check refused makes none (a dataset not prepared aside): it says what to fix first.
+[[ -n $DRY_RUN ]] || ((${#PROBLEMS[@]} == data_missing)) || plan_ready=0
 [[ $mode == srun ]] || ((!plan_ready)) || ! shape_ok GPUS_PER_TASK || ! shape_ok PARTITION || memory_plan
 
 report_problems "$([[ $mode == srun ]] || echo 'nothing was submitted.')"

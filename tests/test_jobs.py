@@ -691,7 +691,8 @@ def test_help_shows_every_value_expanded():
 
 
 def test_setup_prints_the_commands_it_runs_with_their_values(tmp_path):
-    """make setup (the venv's rule) prints each command as it runs it, with its values: no $PYTHON, no comment."""
+    """make setup (the venv's rule; the first make run's) says it installs, then prints each command as it runs it,
+    with its values: no $PYTHON, no comment."""
     python = tmp_path / "py"  # a stand-in interpreter: its `-m venv -- DIR` makes DIR/bin/pip, which succeeds
     python.write_text('#!/bin/sh\nmkdir -p "$4/bin" && printf "#!/bin/sh\\nexit 0\\n" >"$4/bin/pip" && '
                       'chmod +x "$4/bin/pip"\n')
@@ -701,6 +702,7 @@ def test_setup_prints_the_commands_it_runs_with_their_values(tmp_path):
                        capture_output=True, text=True, env={"PATH": os.environ["PATH"]}, timeout=60)
     assert p.returncode == 0, p.stderr
     assert p.stdout.splitlines() == [
+        f"installing the pinned dependencies into {venv} with pip (torch and PyG: a few minutes, once):",
         f"{python} -m venv -- {venv}",
         f"{venv}/bin/pip install --quiet --disable-pip-version-check -r requirements-dev.lock  (pinned; CPU torch)"]
     assert (venv / ".stamp").exists()
@@ -839,5 +841,7 @@ def test_the_cluster_is_asked_once_and_each_limit_checked_on_that_answer(sbatch_
     assert "MEM='9G' is more than the nodes of partition 'big' have (at most 8000 MB each)" in p.stderr
     assert "TIME='2:00:00' is above the time limit of partition 'big' (1:00:00)" in p.stderr
     calls = (bindir / "sinfo.argv").read_text().splitlines()
-    assert calls == ["-h -N -o %P|%N|%c|%G|%m|%l"], calls  # one call (the memory plan runs only on a valid request)
+    # one call for every limit; the dry run's memory plan, printed though the request is refused, asks for the
+    # partition's node memory alone
+    assert calls[0] == "-h -N -o %P|%N|%c|%G|%m|%l" and calls[1:] == ["--noheader --format=%m --partition=big"], calls
     assert not record.exists()

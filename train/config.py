@@ -20,8 +20,8 @@ from typing import Any
 import yaml
 
 from train.builtin_models import BUILTINS
-from train.errors import UserError
-from train.files import DuplicateKey, check_file, load_yaml, read_text  # noqa: F401 (load_yaml: where it was)
+from train.errors import UserError, unknown_key
+from train.files import DuplicateKey, check_file, load_yaml, read_text, yaml_problem  # noqa: F401 (load_yaml)
 from train.storage.writes import atomic_write_text
 
 CONFIG_DIR = Path(__file__).parent / "configs"
@@ -330,9 +330,10 @@ def _build(raw: dict[str, Any]) -> Config:
         kwargs = {}
         for key, value in values.items():
             dotted = f"{section_name}.{key}"
-            if key not in fields:
-                shown = [name for name, f in fields.items() if not f.metadata.get("testing")]
-                raise UserError(f"unknown config key {dotted!r}; valid {section_name} keys: {', '.join(shown)}.")
+            if key not in fields:  # named with every section's keys, for the closest one (errors.unknown_key)
+                keys = {name: [k for k, f in _section_fields(hints[name]).items() if not f.metadata.get("testing")]
+                        for name in sections}
+                raise UserError(unknown_key(section_name, key, keys))
             kwargs[key] = _coerce(dotted, value, field_types[key])
         built[section_name] = section_cls(**kwargs)
     config = Config(**built)
@@ -456,7 +457,7 @@ def read_config_file(path: Path) -> dict:
     except DuplicateKey as exc:
         raise UserError(f"{what}: {exc}.") from None
     except yaml.YAMLError as exc:
-        raise UserError(f"{what} is not valid YAML: {exc}") from None
+        raise UserError(f"{what} is not valid YAML: {yaml_problem(exc, text)}") from None
     if raw is None:
         problem = "is empty (0 bytes)" if not text else "holds no settings (only blanks or comments)"
         raise UserError(f"{what} {problem}; give sections such as `trainer:` with their keys (see "

@@ -26,14 +26,18 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+import yaml
 from torch.nn.parallel import DistributedDataParallel
 from torch_geometric.data import Data
 
 from train.cluster.distenv import DistEnv
 from train.cluster.procgroup import process_group
-from train.config import Config, DataConfig, dump_config
+from train.config import Config, DataConfig
 from train.errors import EXIT_FAILED, EXIT_STORAGE, EXIT_USER_ERROR, AnotherRanksError, UserError
+from train.graph.datasets.kinds import DATASETS
 from train.graph.datasets.loading import load_graph, prepare_dataset
+from train.graph.datasets.synthetic import GENERATOR_KEYS
+from train.graph.form import form_of
 from train.graph.sharing.shared_graph import obtain_shared_or_private, shared_graphs
 from train.loop.checkpoint import CHECKPOINT_DIR, Checkpointer, graph_fingerprint, list_checkpoints
 from train.loop.failure_report import announce, default_store, report_failure, tell_once, wait_for_reports
@@ -205,6 +209,26 @@ def run_fit(config: Config, env: DistEnv) -> int:
     return leave_in_order(code, env.rank, env.world_size, store) if code in AGREED_ENDS else code
 
 
+def loaded_line(name: str, data: Data) -> str:
+    """What the run loaded, in one line (rank 0): a graph of your own is known by these figures, not the config's."""
+    form = form_of(data)
+    edges = form.structure(data)[1].numel()
+    splits = "/".join(f"{form.split_nodes(data, split).numel():,}" for split in ("train", "val", "test"))
+    return (f"graph {name}: {form.num_nodes(data):,} nodes, {edges:,} edges, {form.feature_width(data)} features, "
+            f"{form.num_classes(data)} classes; train/val/test nodes {splits}")
+
+
+def recorded_config(config: Config) -> dict:
+    """The config as the run directory records it (config.yaml): a loaded graph's without the synthetic generator's
+    keys, which it did not read (its own figures: loaded_line)."""
+    recorded = config.to_dict()
+    kind = DATASETS.get(config.data.name)
+    if kind is not None and kind.kind != "generated":
+        for key in set(GENERATOR_KEYS) - set(kind.reads):
+            recorded["data"].pop(key, None)
+    return recorded
+
+
 @dataclass
 class Run:
     """What the steps of one run share: where it writes, the rank's trainer and its checkpoints."""
@@ -255,6 +279,8 @@ def prepare(config: Config, env: DistEnv, out_dir: Path, backend: str, device: t
         if env.is_main:
             print(note, flush=True)
     data = obtain_graph(config, env)
+    if env.is_main:
+        print(loaded_line(config.data.name, data), flush=True)
     trainer = Trainer(config, env, device, data, out_dir)
     cfg = config.trainer
     checkpointer = Checkpointer(out_dir, env, trainer, trainer.rank_state, config=config.to_dict(),
@@ -275,7 +301,7 @@ def resume(run: Run) -> None:
     def write() -> None:
         with guarded(out_dir):
             out_dir.mkdir(parents=True, exist_ok=True)
-        dump_config(run.config, out_dir / "config.yaml")
+        atomic_write_text(out_dir / "config.yaml", yaml.safe_dump(recorded_config(run.config), sort_keys=False))
         if env.job_id and not run.config.output.dir:  # whose directory this is (train/loop/rundir.py)
             write_identity(out_dir, job_identity(env.job_id, env.cluster_name, env.submission_id))
 

@@ -51,6 +51,7 @@ class DatasetKind(ABC):
     tasks: tuple[str, ...] = ("node", "link")
     own_link_split = False  # its graph carries its own link split (a link task keeps it), else the task makes one
     typed: bool | None = False  # a heterogeneous graph (None: told by its files, data.name=files)
+    reads: tuple[str, ...] = ()  # the synthetic generator's data keys a loaded kind reads too (IGBH: num_classes)
 
     def check(self, data: DataConfig) -> None:
         """What the config must give for this kind beyond its name (raises UserError)."""
@@ -407,7 +408,7 @@ class Igbh(Files):
     """A folder in IGBH's layout at data.path (train/graph/datasets/hetero_files.py), MLPerf's GNN benchmark graph.
     `full`: IGBH-full's published size, for the plan without the 2.2 TB of files (data.name=igbh-full)."""
 
-    kind, loader, typed = "IGBH (MLPerf GNN)", "hetero", True
+    kind, loader, typed, reads = "IGBH (MLPerf GNN)", "hetero", True, ("num_classes",)
     tasks = ("node",)  # link prediction is for homogeneous graphs (train/graph/link_split.py)
     fix = "set data.path to an IGBH folder (IllinoisGraphBenchmark/IGB-Datasets' download scripts)"
 

@@ -8,6 +8,11 @@ from torch_geometric.utils import to_undirected
 
 from train.config import DataConfig
 
+# The data keys that size and shape the generated graph: a run on a loaded graph records none of them (its
+# config.yaml; train/loop/run.py), the graph's own figures are in its log.
+GENERATOR_KEYS = ("num_nodes", "num_classes", "num_features", "avg_degree", "homophily", "feature_signal",
+                  "edge_features", "edge_signal")
+
 
 def synthetic_graph(config: DataConfig) -> Data:
     """A stochastic block model with noisy class-dependent features, fixed by `config.seed`.
