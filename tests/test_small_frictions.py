@@ -3,10 +3,14 @@ as make doctor, GPUS=0 on a CPU-only cluster. Each refusal is one line that says
 
 from __future__ import annotations
 
+import re
+
 from tests import test_jobs
 from tests.harness.side_by_side import map_side_by_side
 from tests.test_jobs import make as make_job
-from tests.test_launch import make
+from tests.test_launch import ROOT, make
+from train.config import load_config
+from train.graph.datasets.loading import dataset_kind
 
 sbatch_standin = test_jobs.sbatch_standin  # the fixture: stand-in sbatch and sinfo first on PATH
 
@@ -39,3 +43,15 @@ def test_gpus_0_points_to_gpus_per_task_0_for_a_cpu_only_cluster(sbatch_standin)
     assert errors == ["make submit: error: GPUS=0 is not valid: GPUS is the number of tasks (ranks), at least 1; for a "
                       "CPU-only cluster keep GPUS=N tasks and set GPUS_PER_TASK=0 (no GPU options; gloo)."], errors
     assert not record.exists()
+
+
+def test_the_link_task_docs_give_runs_offline_on_the_synthetic_graph():
+    """docs/tasks.md's command for a link task: a config and overrides that load, for a generated graph (nothing to
+    download) that can be trained for links (tests/test_link.py trains it); and cora-link's command."""
+    text = (ROOT / "docs" / "tasks.md").read_text()
+    found = re.search(r"offline, in seconds: `make run CONFIG=(\S+) ARGS='([^']*)'`", text)
+    assert found, "docs/tasks.md gives no offline link command"
+    config = load_config(found.group(1), found.group(2).split())
+    kind = dataset_kind(config.data, config.task.name)  # refuses a task the dataset cannot be trained for
+    assert config.task.name == "link" and kind.kind == "generated", (config.data.name, kind.kind)
+    assert "`make run CONFIG=cora-link`" in text and load_config("cora-link").task.name == "link"
