@@ -248,7 +248,8 @@ memory_plan() {
         status=$?; } 3>&1
     memory_plan_figures=$(<"$figures")
     rm -f "$figures"
-    if ((status == 2 && data_missing)); then # it needs the files that are missing: one message, below
+    if ((status == 2 && data_missing)) && [[ $err != "error: this plan does not fit"* ]]; then # it read the missing
+        # files (your own graph's): one message, below
         say "note: no memory plan: it reads the dataset's files, which are not there (see below)."
     elif ((status == 2)); then
         problem "memory plan for CONFIG='$CONFIG' ARGS='$ARGS' NODES=$NODES GPUS=$GPUS: ${err#error: }"

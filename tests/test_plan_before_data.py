@@ -19,6 +19,7 @@ from tests.test_jobs import ROOT, make
 from train.config import DataConfig
 
 sbatch_standin = test_jobs.sbatch_standin  # the fixture: stand-in sbatch and sinfo first on PATH
+cluster_standin = test_jobs.cluster_standin  # and sinfo's answer: partitions gpu (2 x 4 A100) and cpu (3 x 8)
 
 
 def test_make_plan_prints_the_plan_of_a_dataset_not_downloaded(sbatch_standin, tmp_path):
@@ -105,3 +106,16 @@ def test_a_graph_too_large_to_scan_here_is_said_not_to_be(tmp_path):
     said = scan_values(data, limit=100)  # 640 bytes of features
     assert said.startswith(f"data.path={graph}: its ") and "were not scanned for NaN here" in said, said
     assert "the job scans them as it loads" in said
+
+
+def test_a_plan_that_cannot_fit_is_refused_beside_the_dataset_not_prepared(cluster_standin, tmp_path):
+    """Both problems, each once: the plan (published size) against the cluster's nodes, and the download."""
+    env, record = cluster_standin
+    p = make(env, "submit", "IMAGE=none", "CONFIG=ogbn-papers100M", "NODES=2", "GPUS=8", f"DATA_DIR={tmp_path}",
+             "DRY_RUN=1")
+    assert p.returncode == 2, p.stdout + p.stderr
+    errors = [line for line in p.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 2, errors
+    assert "dataset 'ogbn-papers100M' is not prepared in" in errors[0], errors  # the checks' order: files, plan
+    assert "NODES=2 GPUS=8: this plan does not fit: a node needs" in errors[1], errors
+    assert not record.exists()
