@@ -53,9 +53,9 @@ check_shapes "${checked[@]}" DRY_RUN
 
 per_node=1
 nodes_ok=0
-# The memory plan is made (and printed) whenever what it reads is valid, whatever else is wrong: the counts,
-# the config, the model's code; a dataset not prepared yet is one problem among the others (the plan reads
-# its published size).
+# The memory plan is ready when what it reads is valid: the counts, the config, the model's code; a dataset not
+# prepared yet is one problem among the others (the plan reads its published size). A dry run prints it whatever
+# else is wrong; a real submit only beside a dataset not prepared (below).
 plan_ready=0 data_missing=0
 if shape_ok NODES && shape_ok GPUS; then # both at most 7 digits: the arithmetic below cannot overflow
     nodes_ok=1
