@@ -4,7 +4,7 @@ SHELL := /bin/bash
 .SHELLFLAGS := -euo pipefail -c
 .DEFAULT_GOAL := help
 # The order `make help` lists the targets in: the order a user needs them (a target not named here comes last).
-HELP_ORDER := help setup run test model-check image data submit srun doctor tail logs report predict tensorboard bench anchor gpu-check lint clean
+HELP_ORDER := help setup run test model-check plan image data submit srun doctor tail logs report predict tensorboard bench anchor gpu-check lint clean
 
 # the Python that builds the venv (3.10 or newer)
 PYTHON ?= python3
@@ -31,9 +31,10 @@ export_to = $(foreach t,$(1),$(foreach v,$(2),$(eval $(t): export $(v) := $$(cal
 export_for = $(foreach t,$(1),$(eval $(t)_VARS += $(2)))$(call export_to,$(1),$(2))
 # check-TARGET, TARGET's first prerequisite (it sees TARGET's variables): the shape of every variable the
 # target reads (its export_for list), by lib/checks.sh, the one table of shapes that the scripts
-# (jobs/submit.sh, container/*.sh) use too; before anything is built.
+# (jobs/submit.sh, container/*.sh) use too; before anything is built. PYG_PROG: the command the user typed, where
+# a target runs another (make doctor NODES=2: make submit), for the messages.
 check-%:
-	@bash lib/checks.sh "make $*" $($*_VARS)
+	@bash lib/checks.sh "$${PYG_PROG:-make $*}" $($*_VARS)
 # `read -r -a NAME <<<"$$VAR"`: a whitespace-separated list as argv words (no globbing, no re-parsing).
 split = read -r -a $(1) <<<"$$$(2)"
 # The config as the recipes give it to python -m train: from the CONFIG setting, which a refusal names
@@ -54,10 +55,12 @@ help: ## List every target and the variables it reads
 	@echo "The job's settings (make submit, make srun; one table: jobs/knobs.md):"
 	@bash jobs/lib/knobs.sh help
 
-# The venv is rebuilt only when the pinned dependency files change. Each command is printed as it runs, with
-# its values; pip's warning about a local index that a machine's pip config lists is dropped.
+# The venv is rebuilt only when the pinned dependency files change. What it does is said first (the first `make run`
+# builds it: minutes of pip), then each command as it runs, with its values; pip's warning about a local index that
+# a machine's pip config lists is dropped.
 $(VENV)/.stamp: requirements.lock requirements-dev.lock
 	@bash lib/checks.sh "make setup" $(setup_VARS)
+	@echo "installing the pinned dependencies into $$VENV with pip (torch and PyG: a few minutes, once):"
 	@cmd=("$$PYTHON" -m venv -- "$$VENV"); echo "$${cmd[*]}"; "$${cmd[@]}"
 	@cmd=("$$VENV/bin/pip" install --quiet --disable-pip-version-check -r requirements-dev.lock); \
 	echo "$${cmd[*]}  (pinned; CPU torch)"; "$${cmd[@]}" 2>&1 | { grep -v "^WARNING: Location 'file:" || true; }
@@ -65,7 +68,15 @@ $(VENV)/.stamp: requirements.lock requirements-dev.lock
 
 setup: $(VENV)/.stamp ## Create the pinned local venv (.venv), idempotent
 
+# make run starts NPROC processes on this machine: a job's GPUS or NODES given to it is refused, naming what to
+# give instead, never ignored (each name with its value, quoted for the shell).
+job_counts = $(foreach v,GPUS NODES,$(if $(filter command line,$(origin $(v))),$(v) $(call quoted,$(call raw_value,$(v)))))
+
 run: check-run setup ## Train the default config on NPROC local processes (torchrun, gloo on CPU); CODE_DIR= your model's code
+	@set -- $(job_counts); if (( $$# )); then hint="make run NPROC=$$2"; \
+	[[ $$1 == GPUS ]] || hint="make submit $$1=$$2 runs a job on $$2 nodes"; \
+	echo "make run: error: $$1=$$2 is make submit's setting, not make run's: make run starts NPROC processes on this machine; $$hint." >&2; \
+	exit 2; fi
 	@$(call split,args,ARGS); \
 	"$$VENV/bin/python" -m login.launch --nproc "$$NPROC" --code-dir "$$CODE_DIR" fit $(config_args) "$${args[@]}"
 
@@ -98,6 +109,7 @@ $(call export_for,gpu-check,VENV GPU_PYTHON GPU_CHECK_ARGS)
 $(call export_for,data,$(DATA_VARS))
 $(call export_for,image,$(IMAGE_VARS))
 $(call export_for,submit srun,$(JOBS_VARS))
+$(call export_for,plan,VENV CONFIG ARGS NODES GPUS GPUS_PER_TASK PARTITION CODE_DIR NODE_MEMORY GPU_MEMORY)
 $(call export_for,doctor,VENV NPROC CONFIG ARGS CODE_DIR DOCTOR_TIMEOUT)
 $(call export_for,report,VENV RUN RUNS)
 $(call export_for,predict,VENV NPROC RUN ARGS CODE_DIR)

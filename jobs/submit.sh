@@ -13,13 +13,15 @@
 # Every check runs before sbatch, the same with DRY_RUN=1; each problem found names the bad value and what
 # is valid; then it exits 2 and submits nothing. Cheap and certain checks come first (shapes, files), then
 # the cluster's limits (sinfo), last the memory plan (`python -m train plan`): one that cannot fit is
-# refused the same way.
+# refused the same way. A dry run prints the plan whenever the counts, the config and the model's code are valid,
+# even where another check failed (a real submit: where only the dataset is missing): a dataset not downloaded yet
+# is planned from its published size.
 # shellcheck disable=SC2153 # the settings are set by knob_defaults (jobs/lib/knobs.sh)
 set -euo pipefail
 
 mode=${1:-submit}
 case $mode in
-submit | srun) prog="make $mode" ;;
+submit | srun) prog=${PYG_PROG:-make $mode} ;; # PYG_PROG: make doctor, which submits the doctor's job
 *)
     printf 'usage: %s [submit|srun]\n' "$0" >&2
     exit 2
@@ -41,14 +43,26 @@ source "$root/jobs/lib/cluster.sh" # ask_sinfo and the checks of the request aga
 source "$root/jobs/lib/promises.sh" # job_promises: the warning, the time limit and what follows each
 
 # ---- checks: shapes first (lib/checks.sh), then what each value names ---------------------------------
-check_shapes "${KNOBS[@]}" DRY_RUN
+checked=()
+for name in "${KNOBS[@]}"; do [[ $name == GPUS && $GPUS == 0 ]] || checked+=("$name"); done
+if [[ $GPUS == 0 ]]; then # the number of tasks; a CPU-only cluster is asked for by GPUS_PER_TASK=0
+    problem "GPUS=0 is not valid: GPUS is the number of tasks (ranks), at least 1; for a CPU-only cluster keep GPUS=N tasks and set GPUS_PER_TASK=0 (no GPU options; gloo)."
+    SHAPE_FAILED[GPUS]=1
+fi
+check_shapes "${checked[@]}" DRY_RUN
 
 per_node=1
 nodes_ok=0
 # GPUS a multiple of NODES: this rule's one home (the job's layout is chosen here: --ntasks-per-node); the memory
 # plan trusts it (python -m train plan plans the busiest node of any layout).
+#
+# The memory plan is ready when what it reads is valid: the counts, the config, the model's code; a dataset not
+# prepared yet is one problem among the others (the plan reads its published size). A dry run prints it whatever
+# else is wrong; a real submit only beside a dataset not prepared (below).
+plan_ready=0 data_missing=0
 if shape_ok NODES && shape_ok GPUS; then # both at most 7 digits: the arithmetic below cannot overflow
     nodes_ok=1
+    ((GPUS % NODES != 0)) || plan_ready=1
     if ((GPUS % NODES != 0)); then
         lower=$((GPUS / NODES * NODES))
         hint="GPUS=$((lower + NODES))"
@@ -101,24 +115,67 @@ else
     problem "CONFIG='$CONFIG' is neither a shipped config nor a file: shipped configs are: ${shipped% }; or give a YAML path."
 fi
 
+# The paths the config makes the job read (data.path, data.root, a checkpoint), as the container sees them
+# (login/job_paths.py): one outside every mount is refused with its fixes; one given as this machine or as the
+# container sees it goes to each in its own form: check_args here, job_args (added to ARGS) in the job.
+read -r -a args <<<"$ARGS"
+check_args=("${args[@]}") job_args=()
+check_py=$(host_python "$root" "$([[ $image_kind != none ]] || echo "$BARE_PYTHON")")
+job_paths() {
+    local mounts=$CONTAINER_MOUNTS data_dir=${DATA_DIR:-$root/data} said status=0 kind line
+    [[ -z $CODE_DIR ]] || mounts+=${mounts:+,}$CODE_DIR:$CODE_MOUNT
+    said=$(PYTHONPATH=$root "$check_py" -m login.job_paths --project "$root" --data-dir "$data_dir" \
+        --mounts "$mounts" "$config_arg" "${args[@]}" 2>&1) || status=$?
+    if ((status == 2)); then
+        while IFS= read -r line; do problem "$line"; done <<<"$said"
+        return 0
+    elif ((status != 0)); then
+        say "note: not checked ($check_py -m login.job_paths: status $status): ${said##*$'\n'}"
+        return 0
+    fi
+    while IFS= read -r line; do
+        kind=${line%%:*} line=${line#*:}
+        case $kind in
+        here) read -r -a check_args <<<"${ARGS} $line" ;;
+        job) read -r -a job_args <<<"$line" ;;
+        note) say "note:$line" ;;
+        esac
+    done <<<"$said"
+}
+if [[ $image_kind != none && -n $config_arg ]] && shape_ok ARGS && shape_ok DATA_DIR && shape_ok CODE_DIR &&
+    shape_ok CONTAINER_MOUNTS; then
+    job_paths
+fi
+
 # The config's content and the overrides, checked by the package itself (login/config_check.py; it says
 # what it could not check where this Python lacks PyYAML): a typo in ARGS would surface only in the job.
-read -r -a args <<<"$ARGS"
-check_py=$(host_python "$root" "$([[ $image_kind != none ]] || echo "$BARE_PYTHON")")
 if [[ $image_kind == none ]] && shape_ok BARE_PYTHON && ! command -v -- "$check_py" >/dev/null 2>&1; then
     problem "BARE_PYTHON='$check_py' is not a program here: with IMAGE=none the job runs it on every node (give a path every node sees)."
 elif [[ -n $config_arg ]] && shape_ok ARGS; then
-    data_check=(--data-dir "$DATA_DIR") # the dataset prepared there (login/config_check.py)
-    trains "$DOCTOR" || data_check=() # DOCTOR=only: the doctor job looks for it on the nodes
-    check_config "CONFIG='$CONFIG' ARGS='$ARGS'" "$check_py" "${data_check[@]}" "$config_arg" "${args[@]}"
+    found=${#PROBLEMS[@]}
+    dataset=() # DOCTOR=only: the doctor job looks for the dataset on the nodes
+    ! trains "$DOCTOR" || dataset=(--dataset)
+    check_config "CONFIG='$CONFIG' ARGS='$ARGS'" "$check_py" "${dataset[@]}" "$config_arg" "${check_args[@]}"
+    if ((${#PROBLEMS[@]} > found)); then
+        plan_ready=0
+    elif trains "$DOCTOR"; then # the dataset prepared in DATA_DIR, where the job reads it
+        check_config "CONFIG='$CONFIG' ARGS='$ARGS'" "$check_py" --data-dir "$DATA_DIR" "$config_arg" "${check_args[@]}"
+        ((${#PROBLEMS[@]} == found)) || data_missing=1
+    fi
+else
+    plan_ready=0
 fi
 
 # The user's code folder (CODE_DIR): it exists, and the model the config names imports from it and passes
 # its contract where the job will run it (jobs/lib/code_dir.sh).
 if shape_ok CODE_DIR && [[ -n $CODE_DIR ]]; then
     [[ ! -d $CODE_DIR ]] || CODE_DIR=$(cd "$CODE_DIR" && pwd) # pyxis mounts an absolute path
+    found=${#PROBLEMS[@]}
     [[ -z $config_arg ]] || ! shape_ok ARGS ||
-        code_dir_check "$root" "$image_kind" "$IMAGE" "$CODE_DIR" "$check_py" "$config_arg" "${args[@]}"
+        code_dir_check "$root" "$image_kind" "$IMAGE" "$CODE_DIR" "$check_py" "$config_arg" "${check_args[@]}"
+    ((${#PROBLEMS[@]} == found)) || plan_ready=0
+elif ! shape_ok CODE_DIR; then
+    plan_ready=0
 fi
 
 # Folders: the data folder is mounted (a container), so it must exist; the log folder must be creatable.
@@ -205,7 +262,7 @@ memory_plan() {
     local -a plan_args=(--config "$config_arg" --nodes "$NODES" --gpus "$GPUS")
     ((GPUS_PER_TASK > 0)) || plan_args+=(--cpu)
     [[ -z $job_partition ]] || plan_args+=(--partition "$job_partition")
-    [[ -z $GPU_MEMORY ]] || plan_args+=(--gpu-memory "$GPU_MEMORY")
+    [[ -z $GPU_MEMORY ]] || plan_args+=(--gpu-memory "$(memory_gib "$GPU_MEMORY")")
     [[ -z $unreachable ]] || plan_args+=(--node-memory-unknown "sinfo could not answer, see above")
     # MEM: what the job's cgroup will hold it to, weighed as the run weighs it (data.features=auto)
     [[ -z $MEM ]] || ! shape_ok MEM || plan_args+=(--mem-mb "$(memory_mb "$MEM")")
@@ -216,17 +273,22 @@ memory_plan() {
     fi
     figures=$(mktemp)
     plan_args+=(--figures-file "$figures")
-    { err=$(PYTHONPATH=${CODE_DIR:+$CODE_DIR:}$root "$check_py" -m train plan "${plan_args[@]}" -- "${args[@]}" 2>&1 >&3 3>&-) ||
+    { err=$(PYTHONPATH=${CODE_DIR:+$CODE_DIR:}$root "$check_py" -m train plan "${plan_args[@]}" -- "${check_args[@]}" 2>&1 >&3 3>&-) ||
         status=$?; } 3>&1
     memory_plan_figures=$(<"$figures")
     rm -f "$figures"
-    if ((status == 2)); then
+    if ((status == 2 && data_missing)) && [[ $err != "error: this plan does not fit"* ]]; then # it read the missing
+        # files (your own graph's): one message, below
+        say "note: no memory plan: it reads the dataset's files, which are not there (see below)."
+    elif ((status == 2)); then
         problem "memory plan for CONFIG='$CONFIG' ARGS='$ARGS' NODES=$NODES GPUS=$GPUS: ${err#error: }"
     elif ((status != 0)); then
         say "note: the memory plan failed (status $status), so it was not checked: ${err##*$'\n'}"
     fi
 }
-[[ $mode == srun ]] || ((${#PROBLEMS[@]})) || memory_plan
+# A real submit that another check refused makes none (a dataset not prepared aside): it says what to fix first.
+[[ -n $DRY_RUN ]] || ((${#PROBLEMS[@]} == data_missing)) || plan_ready=0
+[[ $mode == srun ]] || ((!plan_ready)) || ! shape_ok GPUS_PER_TASK || ! shape_ok PARTITION || memory_plan
 
 report_problems "$([[ $mode == srun ]] || echo 'nothing was submitted.')"
 
@@ -247,6 +309,7 @@ fi
 [[ $LOG_DIR == /* ]] || LOG_DIR=$root/$LOG_DIR
 PROJECT_DIR=$root
 CONFIG=$config_arg
+((${#job_args[@]} == 0)) || ARGS="${ARGS:+$ARGS }${job_args[*]}" # the config's paths as the container sees them
 
 # ---- the request as SLURM options -------------------------------------------------------------
 # Each setting whose row (jobs/knobs.md) names an sbatch option, as that option; then what several settings

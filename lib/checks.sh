@@ -47,6 +47,7 @@ declare -A SHAPE=(
     [RUN]="optional path"
     [RUNS]="words"
     [TB_PORT]="count 65535"
+    [NODE_MEMORY]="optional memory"
 )
 for _knob in "${KNOBS[@]}"; do SHAPE[$_knob]=${KNOB_SHAPE[$_knob]}; done
 unset _knob
@@ -254,6 +255,9 @@ memory_mb() {
     *) echo "$number" ;;
     esac
 }
+
+# memory_gib SIZE: SIZE (shape_memory) in GiB, as `python -m train plan --node-memory/--gpu-memory` take it.
+memory_gib() { awk -v mb="$(memory_mb "$1")" 'BEGIN { printf "%.6g\n", mb / 1024 }'; }
 
 # SLURM's time formats (sbatch --time): M, M:S, H:M:S, D-H, D-H:M, D-H:M:S, or UNLIMITED/infinite.
 shape_time() {

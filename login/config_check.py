@@ -3,14 +3,15 @@ queued (jobs/submit.sh) or prepared (container/data.sh): a typo in ARGS must not
 
     python3 -m login.config_check [--dataset] [--data-dir DIR] [--value KEY] CONFIG [OVERRIDE...]
 
---dataset checks the dataset's name (and what its kind needs, e.g. data.path for files); --data-dir also
-checks that the dataset is prepared in DIR (the job's DATA_DIR), so that a job is not queued to fail on the
-nodes, and names the `make data` that prepares it. --value KEY prints the value the config and its overrides
-give KEY (section.name; make submit DRY_RUN=1 shows trainer.max_restarts), nothing where this Python cannot
-load the config. Exit status 0: valid, or not checkable with this Python
-(then one line on stdout says what was not checked and why); 2: not valid, the package's message on stderr.
-The config needs PyYAML; the dataset's check numpy too (train.graph.datasets.lookup: no shipped config's check imports
-torch, which only loading a graph needs; tests/test_layout.py), which a login node's python3 may lack.
+--dataset checks the dataset's name (and what its kind needs, e.g. data.path for files); --data-dir also checks that
+the dataset is prepared in DIR (the job's DATA_DIR), so that a job is not queued to fail on the nodes, and names the
+`make data` that prepares it; your own graph's values (NaN) are scanned as training scans them where they are at
+most SCAN_LIMIT_BYTES, else a note says they were not. --value KEY prints the value the config and its overrides
+give KEY (section.name; make submit DRY_RUN=1 shows trainer.max_restarts), nothing where this Python cannot load the
+config. Exit status 0: valid, or not checkable with this Python (then one line on stdout says what was not checked
+and why); 2: not valid, the package's message on stderr. The config needs PyYAML; the dataset's check numpy too
+(train.graph.datasets.lookup: no shipped config's check imports torch, which only loading a graph needs;
+tests/test_layout.py), which a login node's python3 may lack.
 """
 
 from __future__ import annotations
@@ -41,6 +42,34 @@ def check(config_name: str, overrides: list[str], dataset: bool, data_dir: str |
             missing = unprepared(config.data, data_dir)
             if missing:
                 raise UserError(missing)
+            return scan_values(config.data)
+    return ""
+
+
+SCAN_LIMIT_BYTES = 4 * 2**30  # the values read here to scan for NaN; a larger graph is scanned as the job loads it
+
+
+def scan_values(data, limit: int = SCAN_LIMIT_BYTES) -> str:
+    """Your own graph's features and edge values, scanned for NaN and infinities as `fit` scans them (raises
+    UserError naming the array and the rows); '' when scanned, or published; else a note that they were not."""
+    if data.name != "files":
+        return "" if data.name not in ("igbh", "igbh-full") else \
+            f"data.name={data.name}: the features were not scanned for NaN here (the job scans them as it loads)"
+    try:
+        from train.graph.datasets.graph_files import check_edge_values, check_graph, read_graph_arrays
+        from train.graph.datasets.hetero_files import is_hetero
+    except ModuleNotFoundError as exc:
+        return f"{sys.executable} cannot import {exc.name}: data.path's values were not scanned for NaN here"
+    if is_hetero(data.path):
+        return f"data.path={data.path}: a heterogeneous graph's features were not scanned for NaN here (the job does)"
+    arrays, source = read_graph_arrays(data.path)
+    size = sum(arrays[name].numel() * arrays[name].element_size()
+               for name in ("x", "edge_attr", "edge_weight") if name in arrays)
+    if size > limit:
+        return (f"{source}: its {size / 2**30:.3g} GiB of features and edge values were not scanned for NaN here "
+                f"(over {limit / 2**30:.3g} GiB); the job scans them as it loads")
+    check_graph(arrays, source)
+    check_edge_values(arrays, source)
     return ""
 
 

@@ -11,7 +11,8 @@ one `error:` line and exit status 2. A rank that fails later prints its own mess
 rank that failed first (train/errors.py). A rank ended by a signal could say nothing: this process, which sees
 the signal, names it with its likely cause and the memory plan's figures (train/loop/killed_rank.py), and exits
 with the status a shell gives that signal. Each rank gets OMP_NUM_THREADS (this machine's cores / N, at least 1)
-unless it is set already, so torchrun's banner about it is not printed; CODE_DIR goes in front of PYTHONPATH.
+unless it is set already, so torchrun's banner about it is not printed, and TORCH_CPP_LOG_LEVEL=FATAL unless set
+(CPP_LOG_LEVEL); CODE_DIR goes in front of PYTHONPATH.
 """
 
 from __future__ import annotations
@@ -27,8 +28,13 @@ from train.__main__ import main as train_main
 from train.cli.fit import config_of
 from train.cli.predict import predict_config, run_path
 from train.errors import EXIT_USER_ERROR, UserError
+from train.graph.datasets.lookup import dataset_kind, unprepared
 
 RANKED = ("fit", "doctor", "predict")  # the commands that run on every rank; `model` runs here
+# The ranks' C++ log (gloo's, NCCL's): its lines repeat, in C++ words, a failure that a rank has told in its own
+# (train/loop/failure_report.py: a rank's error once, one line from each of the others); a user's
+# TORCH_CPP_LOG_LEVEL=WARNING shows them.
+CPP_LOG_LEVEL = "FATAL"
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -56,7 +62,7 @@ def threads_per_rank(nproc: int, cores: int) -> int:
     return max(1, cores // max(1, nproc))
 
 
-def check_input(command: str, rest: list[str]):
+def check_input(command: str, rest: list[str], data_dir: str | None = None):
     """What every rank would refuse first, checked once: `UserError` (or argparse's exit) when it is wrong.
     Returns the config."""
     args = build_parser().parse_args([command, *rest])
@@ -69,12 +75,24 @@ def check_input(command: str, rest: list[str]):
     config = config_of(args)  # before torch loads: a config error takes a moment
     if command == "fit":  # what every rank's preflight checks first that needs no rank (train/cli/preflight.py)
         from train.cli.preflight import check_model_input, check_outputs  # with torch: the model's contract
-        from train.graph.datasets.lookup import dataset_kind  # numpy: a config error is told before it loads
-
         dataset_kind(config.data)  # a known name, and what its kind needs (data.path for files)
+        check_graph_files(config, data_dir)
         check_model_input(config)
         check_outputs(config)
     return config
+
+
+def check_graph_files(config, data_dir: str | None) -> None:
+    """Your own graph's files (data.name=files, igbh): there, and their format and shapes read from the headers, as
+    make submit's plan reads them, before any rank starts. A published dataset not prepared is no error here:
+    rank 0 downloads it. Its values (NaN) are scanned where it is loaded."""
+    kind = dataset_kind(config.data)
+    if kind.in_data_root:
+        return
+    missing = unprepared(config.data, data_dir)
+    if missing:
+        raise UserError(missing)
+    kind.plan_size(config.data)
 
 
 def for_ranks(rest: list[str]) -> list[str]:
@@ -100,14 +118,15 @@ def main(argv: list[str], environ: dict[str, str] | os._Environ = os.environ) ->
             environ["PYTHONPATH"] = os.pathsep.join(filter(None, (str(code_dir), environ.get("PYTHONPATH"))))
         if options.command not in RANKED:
             return train_main([options.command, *options.rest])
-        config = check_input(options.command, options.rest)
+        config = check_input(options.command, options.rest, environ.get("DATA_DIR"))
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return EXIT_USER_ERROR
     rest = for_ranks(options.rest)
     environ.setdefault("OMP_NUM_THREADS", str(threads_per_rank(options.nproc, len(os.sched_getaffinity(0)))))
+    environ.setdefault("TORCH_CPP_LOG_LEVEL", CPP_LOG_LEVEL)
     # The same run as one command line (torchrun beside this Python: the venv's), with what was set here.
-    shown = [f"OMP_NUM_THREADS={environ['OMP_NUM_THREADS']}",
+    shown = [f"OMP_NUM_THREADS={environ['OMP_NUM_THREADS']}", f"TORCH_CPP_LOG_LEVEL={environ['TORCH_CPP_LOG_LEVEL']}",
              *([f"PYTHONPATH={environ['PYTHONPATH']}"] if code_dir is not None else []),
              os.path.relpath(Path(sys.executable).with_name("torchrun")), "--standalone",
              f"--nproc-per-node={options.nproc}", "-m", "train", options.command, *rest]

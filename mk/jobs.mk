@@ -5,7 +5,14 @@
 # Every setting reaches jobs/submit.sh as an environment variable (Makefile: export_for).
 JOBS_VARS = $(KNOBS) DRY_RUN
 
-.PHONY: submit srun
+# make plan: the memory of one node (e.g. 2T; megabytes without a unit); empty: sinfo's, where it answers
+NODE_MEMORY ?=
+# GPU_MEMORY: jobs/knobs.md (make plan reads it too).
+
+.PHONY: submit srun plan
+
+plan: check-plan setup ## Would it fit? The memory plan of CONFIG= on NODES= GPUS= [NODE_MEMORY= GPU_MEMORY=], no data needed
+	@bash jobs/plan.sh
 
 submit: ## Submit the training job: NODES=2 GPUS=4 [CONFIG= IMAGE= TIME= PARTITION= ...]; DRY_RUN=1 prints it
 	@bash jobs/submit.sh submit

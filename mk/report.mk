@@ -10,14 +10,15 @@ RUNS ?=
 TB_PORT ?= 6006
 # DOCTOR and DOCTOR_TIMEOUT: jobs/knobs.md.
 
-# NODES or GPUS given by the user (not mk/jobs.mk's defaults): the doctor runs as a SLURM job.
+# NODES or GPUS given by the user (not mk/jobs.mk's defaults): the doctor runs as a SLURM job, through make submit,
+# whose messages then begin "make doctor:" (PYG_PROG).
 DOCTOR_ON_SLURM = $(filter command line environment,$(origin NODES) $(origin GPUS))
 
 .PHONY: doctor report predict tensorboard logs tail
 
 doctor: $(if $(DOCTOR_ON_SLURM),,check-doctor setup) ## Check ranks, GPUs, network, data, all-reduce: NPROC local processes, or a job with NODES= GPUS=
 ifneq ($(DOCTOR_ON_SLURM),)
-	@$(MAKE) --no-print-directory submit DOCTOR=only JOB_NAME=pyg-doctor
+	@PYG_PROG="make doctor" $(MAKE) --no-print-directory submit DOCTOR=only JOB_NAME=pyg-doctor
 else
 	@$(call split,args,ARGS); \
 	"$$VENV/bin/python" -m login.launch --nproc "$$NPROC" --code-dir "$$CODE_DIR" doctor $(config_args) \

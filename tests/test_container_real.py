@@ -29,6 +29,7 @@ import pytest
 
 from tests.harness import ngc_standin
 from tests.harness.conftest_slurm import part_outcome
+from tests.harness.graph_folder import write_graph_folder
 from tests.harness.machine import comm, descendants
 from tests.harness.placement import RANK_LINE, placement, sources
 from tests.harness.reddit_files import write_reddit_raw
@@ -409,6 +410,26 @@ def test_each_kind_of_graph_and_task_trains_in_the_image_on_two_nodes(pyxis_clus
     summary = json.loads((run / "summary.json").read_text())
     assert summary["model_class"] == model_class and summary["task"] == ("link" if kind == "link" else "node")
     assert least < summary[figure] <= 1.0, summary
+
+
+def test_your_graph_under_data_dir_given_relative_to_it_trains_in_the_image(pyxis_cluster, built_image, login_env,
+                                                                            tmp_path, tmp_path_factory):
+    """Your own graph in a folder outside the project and outside every other mount, DATA_DIR=that folder and
+    data.path relative to it (issue 43): make submit checks and plans it there and gives the job data.path=/data/g,
+    as the container sees it; the job trains on it on 2 nodes."""
+    graphs = tmp_path_factory.mktemp("graphs")  # not under tmp_path, which submit() mounts for output.dir
+    write_graph_folder(graphs / "g", nodes=400, edges=2400, features=8, classes=3)
+    run = tmp_path / "run"
+    job, log, _ = submit(login_env, tmp_path, "own-graph", f"IMAGE={built_image['path']}", f"DATA_DIR={graphs}",
+                         f"ARGS=data.name=files data.path=g {TRAIN} output.dir={run}")
+    state, _ = wait(pyxis_cluster, job, log)
+    text = read(log)
+    assert state == "COMPLETED", text
+    assert_ran_in_image(text, pyxis_cluster.job_nodes(job))
+    assert "data.path=/data/g" in text, text  # the step's line, as the container reads it
+    assert re.search(r"^0: graph files: 400 nodes, [\d,]+ edges, 8 features, 3 classes", text, re.M), text
+    assert SAME_WEIGHTS.search(text), text
+    assert (run / "summary.json").exists()
 
 
 def test_container_start_cost_against_bare_mode(pyxis_cluster, built_image, baseline, login_env, tmp_path, capsys):

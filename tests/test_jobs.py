@@ -562,7 +562,8 @@ def test_a_dataset_not_prepared_in_data_dir_is_refused_naming_the_make_data_that
         assert lines == [f"make submit: error: CONFIG='{config}' ARGS='': dataset '{dataset}' is not prepared in "
                          f"'{shown}' ({source}): {shown}/{missing} is missing; prepare it on a login node (with "
                          f"internet): make data DATASET={dataset} DATA_DIR={shown}"], p.stderr
-        assert "nothing was submitted" in p.stderr and "memory plan:" not in p.stdout
+        assert "nothing was submitted" in p.stderr
+        assert f"memory plan: {dataset}" in p.stdout  # from its published size: one problem among the others
     assert not record.exists()
     prepared_stand_in(empty, dataset)  # prepared: the same request passes the check
     p = make(env, "submit", "IMAGE=none", f"CONFIG={config}", f"DATA_DIR={empty}", "DRY_RUN=1")
@@ -605,8 +606,9 @@ def test_a_gpu_jobs_plan_and_cpus_come_from_the_partitions_nodes_or_the_settings
     """The stand-in cluster's GPU nodes (64 CPUs, gpu:a100:4): planned at the A100's memory, or at GPU_MEMORY where
     it is given; each GPU rank gets the node's CPUs / its GPUs, or CPUS_PER_TASK where it is given."""
     env, record = cluster_standin
-    typed, given = map_side_by_side(lambda extra: make(env, "submit", "IMAGE=none", "CONFIG=tiny", "NODES=2", "GPUS=8",
-                                                       "DRY_RUN=1", *extra), ([], ["GPU_MEMORY=24", "CPUS_PER_TASK=3"]))
+    typed, given = map_side_by_side(
+        lambda extra: make(env, "submit", "IMAGE=none", "CONFIG=tiny", "NODES=2", "GPUS=8", "DRY_RUN=1", *extra),
+        ([], ["GPU_MEMORY=24G", "CPUS_PER_TASK=3"]))
     assert typed.returncode == 0 and given.returncode == 0, typed.stderr + given.stderr
     assert "40.0 GiB  (sinfo -p gpu: gpu:a100, A100 comes with 40 GB or 80 GB" in typed.stdout
     assert "24.0 GiB  (--gpu-memory)" in given.stdout
@@ -726,7 +728,8 @@ def test_help_shows_every_value_expanded():
 
 
 def test_setup_prints_the_commands_it_runs_with_their_values(tmp_path):
-    """make setup (the venv's rule) prints each command as it runs it, with its values: no $PYTHON, no comment."""
+    """make setup (the venv's rule; the first make run's) says it installs, then prints each command as it runs it,
+    with its values: no $PYTHON, no comment."""
     python = tmp_path / "py"  # a stand-in interpreter: its `-m venv -- DIR` makes DIR/bin/pip, which succeeds
     python.write_text('#!/bin/sh\nmkdir -p "$4/bin" && printf "#!/bin/sh\\nexit 0\\n" >"$4/bin/pip" && '
                       'chmod +x "$4/bin/pip"\n')
@@ -736,6 +739,7 @@ def test_setup_prints_the_commands_it_runs_with_their_values(tmp_path):
                        capture_output=True, text=True, env={"PATH": os.environ["PATH"]}, timeout=60)
     assert p.returncode == 0, p.stderr
     assert p.stdout.splitlines() == [
+        f"installing the pinned dependencies into {venv} with pip (torch and PyG: a few minutes, once):",
         f"{python} -m venv -- {venv}",
         f"{venv}/bin/pip install --quiet --disable-pip-version-check -r requirements-dev.lock  (pinned; CPU torch)"]
     assert (venv / ".stamp").exists()
@@ -874,5 +878,7 @@ def test_the_cluster_is_asked_once_and_each_limit_checked_on_that_answer(sbatch_
     assert "MEM='9G' is more than the nodes of partition 'big' have (at most 8000 MB each)" in p.stderr
     assert "TIME='2:00:00' is above the time limit of partition 'big' (1:00:00)" in p.stderr
     calls = (bindir / "sinfo.argv").read_text().splitlines()
-    assert calls == ["-h -N -o %P|%N|%c|%G|%m|%l"], calls  # one call (the memory plan runs only on a valid request)
+    # one call for every limit; the dry run's memory plan, printed though the request is refused, asks for the
+    # partition's node memory alone
+    assert calls[0] == "-h -N -o %P|%N|%c|%G|%m|%l" and calls[1:] == ["--noheader --format=%m --partition=big"], calls
     assert not record.exists()

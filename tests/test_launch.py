@@ -11,10 +11,13 @@ import subprocess
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from login.launch import for_ranks, threads_per_rank
 from login.ranks import exit_status
+from tests.harness.graph_folder import write_graph_folder
+from tests.harness.side_by_side import map_side_by_side
 from train.config import available_configs
 from train.models.user import search_path
 
@@ -85,6 +88,24 @@ def one_error(p: subprocess.CompletedProcess, target: str = "run") -> str:
 ])
 def test_a_bad_input_to_make_run_is_one_error_line_before_any_rank_starts(words, said):
     assert one_error(make("run", *words)).startswith(said)
+
+
+def test_a_graph_s_path_format_and_shapes_are_checked_before_any_rank_starts(tmp_path):
+    """As make submit's plan reads them, from the headers: a missing path, a file that is no graph, a short y;
+    and data.name=igbh-full, which has no files at all."""
+    short = write_graph_folder(tmp_path / "short", nodes=30, edges=60, features=3, classes=2)
+    np.save(short / "y.npy", np.zeros(29, dtype=np.int64))
+    (tmp_path / "notes.pt").write_text("not a graph\n")
+    cases = [(f"data.name=files data.path={tmp_path / 'nope'}", f"error: data.path='{tmp_path / 'nope'}' does not "
+                                                                 "exist here"),
+             (f"data.name=files data.path={tmp_path / 'notes.pt'}", f"error: data.path: {tmp_path / 'notes.pt'} is "
+                                                                     "not a torch.save file"),
+             (f"data.name=files data.path={short}", f"error: data.path={short}: y has shape (29,)"),
+             ("data.name=igbh-full", "error: data.name=igbh-full is IGBH-full's published size, for the memory plan")]
+    runs = map_side_by_side(lambda args: make("run", "CONFIG=tiny" if "files" in args else "CONFIG=igbh-rgat",
+                                              f"ARGS={args}"), [args for args, _ in cases])
+    for (args, said), p in zip(cases, runs):
+        assert one_error(p).startswith(said), (args, p.stderr)
 
 
 def test_the_ranks_get_the_config_without_make_s_knob_name():
@@ -166,8 +187,8 @@ def test_a_rank_that_fails_later_ends_make_run_with_its_own_message_and_status(t
         assert noise not in out, out
     assert re.search(r"make: \*\*\* \[\S+: run\] Error 1$", p.stderr.strip()), p.stderr  # the rank's status
     threads = threads_per_rank(2, len(os.sched_getaffinity(0)))
-    assert p.stdout.startswith(f"OMP_NUM_THREADS={threads} .venv/bin/torchrun --standalone --nproc-per-node=2 "
-                               "-m train fit --config tiny trainer.fail_at_step=0"), p.stdout
+    assert p.stdout.startswith(f"OMP_NUM_THREADS={threads} TORCH_CPP_LOG_LEVEL=FATAL .venv/bin/torchrun --standalone "
+                               "--nproc-per-node=2 -m train fit --config tiny trainer.fail_at_step=0"), p.stdout
 
 
 @pytest.mark.parametrize(("nproc", "cores", "threads"), [(2, 16, 8), (3, 16, 5), (2, 2, 1), (4, 2, 1), (0, 4, 4)])

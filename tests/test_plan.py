@@ -7,11 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
 from tests.harness import standin_bin
+from tests.harness.graph_folder import write_graph_folder
 from tests.harness.localjob import ROOT
 from train.cli.plan_run import GraphSize, graph_size, make_plan, shared_graph_bytes
 from train.config import DataConfig, load_config
@@ -79,7 +79,7 @@ def test_gpu_memory_from_the_partitions_gpu_type_never_from_the_login_nodes_gpu(
     alone = plan_cli(tmp_path / "alone", "--config", "ogbn-products", "--gpus", "2", "--node-memory", "64",
                      standins={"nvidia-smi": "15360\n"})  # no sinfo, a GPU here: still unknown
     assert "GPU memory unknown" in alone.stdout
-    assert "give --gpu-memory GiB (make submit: GPU_MEMORY=GiB)" in alone.stdout
+    assert "give --gpu-memory GiB (make plan, make submit: GPU_MEMORY=80G)" in alone.stdout
 
 
 def test_a_gpu_that_is_too_small_is_refused(tmp_path):
@@ -160,14 +160,7 @@ def test_sampled_evaluation_is_planned_by_its_batch():
 
 
 def test_own_files_are_sized_from_their_headers(tmp_path):
-    folder = tmp_path / "graph"
-    folder.mkdir()
-    rng = np.random.default_rng(0)
-    np.save(folder / "x.npy", rng.normal(size=(500, 9)).astype(np.float32))
-    np.save(folder / "y.npy", rng.integers(0, 4, 500))
-    np.save(folder / "edge_index.npy", rng.integers(0, 500, (2, 3000)))
-    for name, part in (("train_idx", range(0, 300)), ("val_idx", range(300, 400)), ("test_idx", range(400, 500))):
-        np.save(folder / f"{name}.npy", np.array(part))
+    folder = write_graph_folder(tmp_path / "graph", nodes=500, edges=3000, features=9, classes=4)
     done = plan_cli(tmp_path, "--config", "tiny", "data.name=files", f"data.path={folder}", "--cpu")
     assert done.returncode == 0, done.stderr
     assert "files (500 nodes, 3,000 edges, 9 features), 1 node(s) x 1 rank(s)" in done.stdout

@@ -429,11 +429,13 @@ def test_node_and_process_sharing_train_identically(tmp_path):
     assert runs["node"][0] and runs["node"] == runs["process"]
 
 
-def test_leader_failure_reaches_every_rank_as_a_clear_error(tmp_path):
+def test_leader_failure_reaches_every_rank_told_once(tmp_path):
+    """The node's loader prints its error; the other rank stops with it, in one line that points to it."""
     result = run_local_job([*TINY, "data.share_dir=/no/such/dir", f"output.dir={tmp_path}"], 2, job_id=JOB_IDS[2])
     assert result.returncodes == [2, 2], "\n".join(result.outputs)
     assert "error: data.share_dir='/no/such/dir' does not exist" in result.outputs[0]
-    assert "error: local rank 0 of node 0 could not share the graph: data.share_dir=" in result.outputs[1]
+    assert "rank 1: rank 0 stopped: see its error above" in result.outputs[1]
+    assert "error:" not in result.outputs[1] and "/no/such/dir" not in result.outputs[1], result.outputs[1]
     assert not any("Traceback" in out for out in result.outputs), result.outputs
 
 

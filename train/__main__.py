@@ -10,8 +10,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import shlex
 import sys
 import traceback
+from pathlib import Path
 
 from train.errors import EXIT_INTERRUPTED, EXIT_STORAGE, EXIT_USER_ERROR, UserError, exit_without_teardown
 from train.heap import tune_heap
@@ -69,10 +71,32 @@ def console_entry() -> None:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
         if isinstance(exc.code, str):
             print(exc.code, file=sys.stderr)
+    except ModuleNotFoundError as exc:
+        if (exc.name or "train").partition(".")[0] == "train":  # the package itself: a bug, shown as one
+            traceback.print_exc()
+            code = 1
+        else:
+            print(f"error: {missing_dependency(exc.name, sys.executable, sys.argv[1:])}", file=sys.stderr, flush=True)
+            code = EXIT_USER_ERROR
     except BaseException:  # a bug, not a user's mistake: show the traceback
         traceback.print_exc()
         code = 1
     exit_without_teardown(code)
+
+
+def missing_dependency(module: str, python: str, argv: list[str]) -> str:
+    """Why `python` cannot run this command (it lacks `module`, a dependency: the system's Python, a venv of
+    another project), and the interpreter that can: the project's pinned .venv, which `make setup` builds."""
+    project = Path(__file__).resolve().parents[1]
+    venv = project / ".venv" / "bin" / "python"
+    lacks = f"{python} cannot import {module!r}, which this project needs"
+    if os.path.abspath(python) == str(venv):  # the venv itself: incomplete, or its site-packages left out (-S)
+        return f"{lacks}: make setup installs the pinned dependencies into .venv."
+    shown = os.path.relpath(venv) if Path.cwd() == project else str(venv)
+    command = shlex.join([shown, "-m", "train", *argv])
+    built = "" if venv.exists() else " (make setup builds it first)"
+    return (f"{lacks}: run it with the project's Python, {command}{built}; or through make (make run, make plan), "
+            "which uses it. make setup installs the pinned dependencies into .venv.")
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ fault: do not requeue").
 from __future__ import annotations
 
 import atexit
+import difflib
 import os
 import sys
 from collections.abc import Callable
@@ -16,6 +17,15 @@ from collections.abc import Callable
 
 class UserError(Exception):
     """A mistake the user can fix: the message names the bad value and what would be valid."""
+
+
+class AnotherRanksError(UserError):
+    """Another rank's `UserError`, handed to this one (`rank`: the rank that found it, and prints it): this rank
+    says only that it stopped for it (train/loop/failure_report.py tell_once)."""
+
+    def __init__(self, message: str, rank: int):
+        super().__init__(message)
+        self.rank = rank
 
 
 EXIT_OK = 0
@@ -44,3 +54,14 @@ def exit_without_teardown(code: int, last: Callable[[], object] | None = None) -
             last()
     finally:
         os._exit(code)
+
+
+def unknown_key(section: str, key: str, keys: dict[str, list[str]]) -> str:
+    """Why config key `section.key` is refused: the section's keys (`keys`: each section's), and the closest key of
+    any section where one is close (difflib: data.num_neighbours -> sampler.num_neighbors, a key in the wrong
+    section or misspelt; its own section's first)."""
+    close = difflib.get_close_matches(key, sorted({k for names in keys.values() for k in names}), n=3, cutoff=0.75)
+    near = sorted((f"{name}.{match}" for match in close for name, names in keys.items() if match in names),
+                  key=lambda dotted: (not dotted.startswith(section + "."), close.index(dotted.split(".", 1)[1])))
+    hint = f"; did you mean {near[0]}?" if near else "."
+    return f"unknown config key {section + '.' + key!r}; valid {section} keys: {', '.join(keys[section])}{hint}"

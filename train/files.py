@@ -160,3 +160,17 @@ class UniqueKeyLoader(yaml.SafeLoader):
 def load_yaml(text: str) -> Any:
     """`yaml.safe_load`, with keys given twice refused (`DuplicateKey`)."""
     return yaml.load(text, Loader=UniqueKeyLoader)  # a SafeLoader: plain data only
+
+
+def yaml_problem(exc, text: str) -> str:
+    """Where a YAML text went wrong and what (PyYAML's mark and problem), in one sentence, with the line itself."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    if mark is None:
+        return f"{problem}."
+    lines = text.splitlines()
+    line = lines[mark.line] if mark.line < len(lines) else ""
+    context, context_mark = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+    started = f" ({context} that starts at line {context_mark.line + 1})" if context and context_mark else ""
+    return (f"line {mark.line + 1}, column {mark.column + 1}: {problem}{started}; the line is {line!r}. Each key "
+            "sits under its section, indented by the same spaces, and every bracket and quote is closed.")

@@ -107,7 +107,8 @@ def gpu_memory(given_gib: float | None, partition: str = "") -> tuple[int | None
         if size is not None:
             return size, f"{asked}: {why}"
         why = f"{asked}: {why}"
-    return None, f"unknown: {why}; the GPU total is not checked: give --gpu-memory GiB (make submit: GPU_MEMORY=GiB)"
+    return None, (f"unknown: {why}; the GPU total is not checked: give --gpu-memory GiB (make plan, make submit: "
+                  "GPU_MEMORY=80G)")
 
 
 # ---- printing and the verdict --------------------------------------------------------------------

@@ -14,7 +14,7 @@ from typing import Any
 from train.builtin_models import BUILTINS
 from train.config.sections import BUILTIN_MODELS, USER_MODEL_RE, Config
 from train.config.setting import Switch, declared, spec_of, type_name
-from train.errors import UserError
+from train.errors import UserError, unknown_key
 
 _REFUSED = object()  # a scalar converter's answer for a value it does not take
 
@@ -109,9 +109,10 @@ def build(raw: dict[str, Any]) -> Config:
         kwargs = {}
         for key, value in values.items():
             dotted = f"{section_name}.{key}"
-            if key not in fields:
-                shown = [name for name, f in fields.items() if not spec_of(f).testing]
-                raise UserError(f"unknown config key {dotted!r}; valid {section_name} keys: {', '.join(shown)}.")
+            if key not in fields:  # named with every section's keys, for the closest one (errors.unknown_key)
+                keys = {name: [k for k, f in section_fields(hints[name]).items() if not spec_of(f).testing]
+                        for name in sections}
+                raise UserError(unknown_key(section_name, key, keys))
             kwargs[key] = coerce(dotted, value, field_types[key])
         built[section_name] = section_cls(**kwargs)
     config = Config(**built)

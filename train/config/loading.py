@@ -12,7 +12,7 @@ import yaml
 from train.config.checks import build
 from train.config.sections import Config
 from train.errors import UserError
-from train.files import DuplicateKey, check_file, load_yaml, read_text
+from train.files import DuplicateKey, check_file, load_yaml, read_text, yaml_problem
 from train.storage.writes import atomic_write_text
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
@@ -93,7 +93,7 @@ def read_config_file(path: Path) -> dict:
     except DuplicateKey as exc:
         raise UserError(f"{what}: {exc}.") from None
     except yaml.YAMLError as exc:
-        raise UserError(f"{what} is not valid YAML: {exc}") from None
+        raise UserError(f"{what} is not valid YAML: {yaml_problem(exc, text)}") from None
     if raw is None:
         problem = "is empty (0 bytes)" if not text else "holds no settings (only blanks or comments)"
         raise UserError(f"{what} {problem}; give sections such as `trainer:` with their keys (see "

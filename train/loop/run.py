@@ -26,17 +26,21 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+import yaml
 from torch.nn.parallel import DistributedDataParallel
 from torch_geometric.data import Data
 
 from train.cluster.distenv import DistEnv
 from train.cluster.procgroup import process_group
-from train.config import Config, DataConfig, dump_config
-from train.errors import EXIT_FAILED, EXIT_STORAGE, UserError
+from train.config import Config, DataConfig
+from train.errors import EXIT_FAILED, EXIT_STORAGE, EXIT_USER_ERROR, AnotherRanksError, UserError
+from train.graph.datasets.kinds import DATASETS
 from train.graph.datasets.loading import load_graph, prepare_dataset
+from train.graph.datasets.synthetic import GENERATOR_KEYS
+from train.graph.form import form_of
 from train.graph.sharing.shared_graph import obtain_shared_or_private, shared_graphs
 from train.loop.checkpoint import CHECKPOINT_DIR, Checkpointer, graph_fingerprint, list_checkpoints
-from train.loop.failure_report import announce, default_store, report_failure
+from train.loop.failure_report import announce, default_store, report_failure, tell_once, wait_for_reports
 from train.loop.fit import FitResult, Trainer
 from train.loop.numerics import set_gpu_numerics
 from train.loop.rank0_writes import written_by_rank0
@@ -183,20 +187,46 @@ def run_fit(config: Config, env: DistEnv) -> int:
     signals = StopSignals.shared().install()  # usually already installed by `python -m train fit`
     signals.rank = env.rank
     with process_group(env, config.dist) as (backend, device), shared_graphs():
-        store = default_store()  # kept beyond the process group, for leave_in_order
+        store = default_store()  # kept beyond the process group, for leave_in_order and wait_for_reports
         announce(store, env.rank)  # where it runs: a survivor names the node of a rank that went silent
         try:
             code = _run(config, env, backend, device, signals)
-        except UserError:
-            raise
+        except UserError as exc:  # told once for the job: by this rank, or by the rank that found it first
+            signals.quiet = True  # the launcher's SIGTERM to the others is no news
+            tell_once(str(exc), env, exc.rank if isinstance(exc, AnotherRanksError) else None)
+            code = EXIT_USER_ERROR
         except Exception as exc:
-            message = report_failure(exc, env, figures=partial(plan_figures, config, env.num_nodes, env.world_size,
-                                                               gpus=device.type == "cuda"))
-            if message is None:
+            said = report_failure(exc, env, figures=partial(plan_figures, config, env.num_nodes, env.world_size,
+                                                            gpus=device.type == "cuda"))
+            if said is None:
                 raise  # the failure happened on this rank: its traceback says what
-            print(message, file=sys.stderr, flush=True)
-            return EXIT_FAILED
+            signals.quiet = True
+            print(said[0], file=sys.stderr, flush=True)
+            return EXIT_USER_ERROR if said[1] else EXIT_FAILED
+    if code == EXIT_USER_ERROR:  # the process group is gone: a rank waiting on this one fails now and reads why
+        wait_for_reports(store, env)
+        return code
     return leave_in_order(code, env.rank, env.world_size, store) if code in AGREED_ENDS else code
+
+
+def loaded_line(name: str, data: Data) -> str:
+    """What the run loaded, in one line (rank 0): a graph of your own is known by these figures, not the config's."""
+    form = form_of(data)
+    edges = form.structure(data)[1].numel()
+    splits = "/".join(f"{form.split_nodes(data, split).numel():,}" for split in ("train", "val", "test"))
+    return (f"graph {name}: {form.num_nodes(data):,} nodes, {edges:,} edges, {form.feature_width(data)} features, "
+            f"{form.num_classes(data)} classes; train/val/test nodes {splits}")
+
+
+def recorded_config(config: Config) -> dict:
+    """The config as the run directory records it (config.yaml): a loaded graph's without the synthetic generator's
+    keys, which it did not read (its own figures: loaded_line)."""
+    recorded = config.to_dict()
+    kind = DATASETS.get(config.data.name)
+    if kind is not None and kind.kind != "generated":
+        for key in set(GENERATOR_KEYS) - set(kind.reads):
+            recorded["data"].pop(key, None)
+    return recorded
 
 
 @dataclass
@@ -249,6 +279,8 @@ def prepare(config: Config, env: DistEnv, out_dir: Path, backend: str, device: t
         if env.is_main:
             print(note, flush=True)
     data = obtain_graph(config, env)
+    if env.is_main:
+        print(loaded_line(config.data.name, data), flush=True)
     trainer = Trainer(config, env, device, data, out_dir)
     cfg = config.trainer
     checkpointer = Checkpointer(out_dir, env, trainer, trainer.rank_state, config=config.to_dict(),
@@ -269,7 +301,7 @@ def resume(run: Run) -> None:
     def write() -> None:
         with guarded(out_dir):
             out_dir.mkdir(parents=True, exist_ok=True)
-        dump_config(run.config, out_dir / "config.yaml")
+        atomic_write_text(out_dir / "config.yaml", yaml.safe_dump(recorded_config(run.config), sort_keys=False))
         if env.job_id and not run.config.output.dir:  # whose directory this is (train/loop/rundir.py)
             write_identity(out_dir, job_identity(env.job_id, env.cluster_name, env.submission_id))
 

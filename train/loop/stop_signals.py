@@ -54,6 +54,7 @@ class StopSignals:
     def __init__(self, rank: int | str = "?"):
         self.rank = rank
         self.received = 0
+        self.quiet = False  # the rank is failing, and has said why: a stop signal now is the launcher's, no news
         self._previous: dict[int, object] = {}
 
     @classmethod
@@ -65,6 +66,8 @@ class StopSignals:
     def _handle(self, signum, _frame) -> None:
         if not self.received:
             self.received = signum
+            if self.quiet:
+                return
             # os.write: print() is not safe inside a handler that can interrupt a print
             os.write(2, f"rank {self.rank}: received {signal_name(signum)}; stopping after the current step\n".encode())
 

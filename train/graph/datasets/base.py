@@ -58,6 +58,7 @@ class DatasetKind(ABC):
     tasks: tuple[str, ...] = tuple(TASKS)
     own_link_split = False
     typed: bool | None = False
+    reads: tuple[str, ...] = ()  # the synthetic generator's data keys a loaded kind reads too (IGBH: num_classes)
 
     def check(self, data: DataConfig) -> None:
         """What the config must give for this kind beyond its name.

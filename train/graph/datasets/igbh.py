@@ -26,6 +26,13 @@ def igbh_label_name(num_classes: int) -> str:
     return IGBH_LABELS[num_classes]
 
 
+def igbh_full_unprepared(name: str) -> str:
+    """Why data.name=igbh-full (the published size alone) cannot train, and what would."""
+    return (f"data.name={name} is IGBH-full's published size, for the memory plan only (make plan): to train on it, "
+            "download it (IllinoisGraphBenchmark/IGB-Datasets' download scripts) and give data.name=igbh "
+            "data.path=FOLDER (its full/ folder).")
+
+
 def igbh_full() -> GraphSize:
     """IGBH-full as MLPerf trains it (IGB-Datasets' dataloader and MLPerf's GNN reference): 269,346,174 papers,
     277,220,883 authors, 26,918 institutes and 712,960 fields of study (547,306,935 nodes), 1024 float32 features

@@ -20,7 +20,7 @@ from train.errors import UserError
 from train.files import check_dir
 from train.graph.datasets.base import DatasetKind, make_data
 from train.graph.datasets.hetero_synthetic import TARGET, hetero_synthetic_edges, hetero_synthetic_meta
-from train.graph.datasets.igbh import IGBH_TYPES, igbh_full, igbh_label_name
+from train.graph.datasets.igbh import IGBH_TYPES, igbh_full, igbh_full_unprepared, igbh_label_name
 from train.graph.datasets.ogb_links import OGB_LINK_DATASETS
 from train.graph.datasets.ogb_nodes import OGB_NODE_DATASETS, mag_size, ogb_source
 from train.graph.datasets.raw_files import prepare_again, problems
@@ -212,8 +212,7 @@ class OnDisk(DatasetKind):
             what = f"{'; '.join(missing)}" if missing else f"{str(folder)!r} could not be read"
             raise UserError(
                 f"dataset {self.name!r} is not prepared under {str(root)!r}: {what}, and it could not be downloaded "
-                f"({exc}). Compute nodes often have no internet: {prepare_again(self.name)}."
-            ) from None
+                f"({exc}). Compute nodes often have no internet: {prepare_again(self.name)}.") from None
         except Exception as exc:
             found = problems(folder, self.processed if processed else self.needed, thorough=True)
             if not found:
@@ -291,8 +290,7 @@ class OgbNode(OnDisk):
 
 class OgbLink(OgbNode):
     """OGB's link-property datasets (train/graph/datasets/ogb_links.py), with the official split and its negatives:
-    no node
-    labels, so for link prediction only."""
+    no node labels, so for link prediction only."""
 
     kind = "OGB's link-property dataset"
     tasks = ("link",)
@@ -351,10 +349,9 @@ class HeteroSynthetic(DatasetKind):
 
 class Igbh(Files):
     """A folder in IGBH's layout at data.path (train/graph/datasets/hetero_files.py), MLPerf's GNN benchmark graph.
-    `full`:
-    IGBH-full's published size, for the plan without the 2.2 TB of files (data.name=igbh-full)."""
+    `full`: IGBH-full's published size, for the plan without the 2.2 TB of files (data.name=igbh-full)."""
 
-    kind, loader, typed = "IGBH (MLPerf GNN)", "hetero", True
+    kind, loader, typed, reads = "IGBH (MLPerf GNN)", "hetero", True, ("num_classes",)
     tasks = ("node",)  # link prediction is for homogeneous graphs (train/graph/link_split.py)
     fix = "set data.path to an IGBH folder (IllinoisGraphBenchmark/IGB-Datasets' download scripts)"
 
@@ -377,6 +374,11 @@ class Igbh(Files):
         graphs = _graphs()
         return graphs.hetero_size(graphs.read_igbh(Path(data.path), data.num_classes), IGBH_TYPES[0],
                                   f"data.path={data.path}", classes=data.num_classes)
+
+    def unprepared(self, data: DataConfig, root: Path, source: str) -> str:
+        if self.full and not data.path:
+            return igbh_full_unprepared(self.name)
+        return super().unprepared(data, root, source)
 
     def load(self, data: DataConfig, root: Path) -> Data:
         graphs = _graphs()
@@ -409,10 +411,7 @@ DATASETS: dict[str, DatasetKind] = {kind.name: kind for kind in (
     # ids: the training citations, and the 86,596 validation and test citations each with its 1,000 negatives.
     OgbLink("ogbl-citation2", GraphSize(2_927_963, 2 * 30_387_995, 128, 0, (0, 0, 0),
                                         link_ids=ranked_split_ids(30_387_995, (86_596, 86_596), 1_000))),
-    Files(),
-    HeteroSynthetic(),
-    Igbh("igbh"),
-    Igbh("igbh-full", full=True),
+    Files(), HeteroSynthetic(), Igbh("igbh"), Igbh("igbh-full", full=True),
 )}
 
 

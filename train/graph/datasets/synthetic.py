@@ -20,6 +20,11 @@ from train.graph.datasets.hetero_synthetic import (
 )
 from train.graph.datasets.own_rows import OwnedRows, normal_rows, place_rows
 
+# The data keys that size and shape the generated graph: a run on a loaded graph records none of them (its
+# config.yaml; train/loop/run.py), the graph's own figures are in its log.
+GENERATOR_KEYS = ("num_nodes", "num_classes", "num_features", "avg_degree", "homophily", "feature_signal",
+                  "edge_features", "edge_signal")
+
 
 def synthetic_graph(config: DataConfig, owned: OwnedRows | None = None) -> Data:
     """A stochastic block model with noisy class-dependent features, fixed by `config.seed`.

@@ -53,7 +53,7 @@ from torch_geometric.data import Data
 
 from train.cluster.distenv import DistEnv
 from train.config import DataConfig
-from train.errors import UserError
+from train.errors import AnotherRanksError, UserError
 from train.graph.datasets.loading import load_graph
 from train.graph.form import (  # noqa: F401 (the CSC's helpers: re-exported where they were before)
     CSC,
@@ -279,8 +279,8 @@ def share_graph(config: DataConfig, env: DistEnv, load: Callable[[DataConfig], D
         kind, payload = status[0]
         if kind == "storage":  # the same fault on each rank of the node; run.obtain_graph tells all nodes
             raise StorageError(payload)
-        if kind != "ok":
-            raise UserError(f"local rank 0 of node {env.node_rank} could not share the graph: {payload}")
+        if kind != "ok":  # its error, which it prints: this rank points to it
+            raise AnotherRanksError(payload, leader)
         tensors = map_tensors(Path(payload))
         dist.barrier(group=group)  # every rank of the node has mapped the files
         if segment is not None and not config.share_keep:
