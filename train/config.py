@@ -36,6 +36,8 @@ class DataConfig:
     share: str = "node"  # node: one copy per node in shared memory; process: each rank loads its own
     share_dir: str = ""  # "" -> /dev/shm, else node-local disk ($SLURM_TMPDIR, $TMPDIR, /tmp) when it is too small
     share_keep: bool = False  # keep the shared files until exit, to inspect them; else unlink once all ranks map them
+    # node | sharded (each node its own rows, the others' fetched by all-to-all) | auto (docs/memory.md)
+    features: str = "auto"
     load_timeout_seconds: float = 3600.0  # how long ranks wait for the others to load the graph (all nodes)
     load_delay_seconds: float = 0.0  # testing aid: node `load_delay_node` loads the graph this much later
     load_delay_node: int = 0
@@ -184,7 +186,7 @@ class Config:
 
 
 CHOICES: dict[str, tuple[str, ...]] = {
-    "data.share": ("node", "process"),
+    "data.share": ("node", "process"), "data.features": ("auto", "node", "sharded"),
     "sampler.device": ("auto", "cpu", "cuda"),
     "data.feature_dtype": ("float32", "bfloat16", "float16"),
     "data.featureless": ("zeros", "degree"),

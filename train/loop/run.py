@@ -34,7 +34,9 @@ from train.cluster.procgroup import process_group
 from train.config import Config, DataConfig, dump_config
 from train.errors import EXIT_FAILED, EXIT_STORAGE, UserError
 from train.graph.datasets.loading import load_graph, prepare_dataset
-from train.graph.sharing.shared_graph import obtain_shared_or_private, shared_graphs
+from train.graph.sampling.device_plan import FEATURE_DTYPES
+from train.graph.sharing.feature_shards import obtain_graph_with_features
+from train.graph.sharing.shared_graph import shared_graphs
 from train.loop.checkpoint import CHECKPOINT_DIR, Checkpointer, graph_fingerprint, list_checkpoints
 from train.loop.failure_report import announce, default_store, report_failure
 from train.loop.fit import FitResult, Trainer
@@ -74,7 +76,8 @@ def obtain_graph(config: Config, env: DistEnv) -> Data:
 
     data.share=node: each node's local rank 0 loads it (and a link task splits its edges: graph_loader) and the
     node's ranks map that one copy (train/graph/sharing/shared_graph.py); process: every rank loads its own. `data.csc`
-    holds the sampler's CSC.
+    holds the sampler's CSC. data.features=sharded: that copy holds the node's own feature rows only, the others'
+    fetched (train/graph/sharing/feature_shards.py).
     All ranks meet after preparing and again after loading, under data.load_timeout_seconds: a node that
     loads minutes after the others keeps them waiting there, not in the default group's next collective
     (DDP's first broadcast), whose dist.collective_timeout_seconds would end the job.
@@ -87,7 +90,9 @@ def obtain_graph(config: Config, env: DistEnv) -> Data:
         all_meet()
         data, fault = None, None
         try:
-            data = obtain_shared_or_private(config.data, env, graph_loader(config, env))
+            data = obtain_graph_with_features(config.data, env, graph_loader(config, env),
+                                              collective_timeout_seconds=config.dist.collective_timeout_seconds,
+                                              dtype=FEATURE_DTYPES[config.data.feature_dtype])
         except StorageError as exc:
             fault = exc.fault
         all_meet(fault)
