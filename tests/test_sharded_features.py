@@ -175,3 +175,45 @@ def test_each_nodes_segment_holds_its_share_of_the_rows(tmp_path_factory):
         x_bytes = result["segment"]["x.bin"]
         assert x_bytes <= whole_bytes * (1 / 2 + 0.05), result["segment"]
         assert result["shard_rows"] in (NUM_NODES // 2, NUM_NODES // 2 + 1)
+
+
+def _lost_work(rank: int, world: int, port: int, out_dir: str) -> None:
+    """Rank 1 leaves without a word after one fetch; rank 0 fetches again (then answers on the exchange's thread):
+    both raise promptly, where the session's close re-raises what the answering thread met."""
+    import json
+    import os
+    import time
+
+    from tests.harness.gloo_ranks import join_gloo
+    from train.graph.form import graph_features
+
+    join_gloo(rank, world, port)
+    store = graph_features(_sharded(HOMOGENEOUS, _homogeneous, _env(rank, world, world)))
+    ids = torch.arange(20)
+    found = {}
+    for how in ("fetch", "answer"):
+        started = time.monotonic()
+        try:
+            with store.session():
+                store.rows(ids, torch.device("cpu"))
+                if rank == 1 and how == "answer":
+                    os._exit(0)  # lost: no error posted, no goodbye
+                if how == "fetch":
+                    continue
+                store.release()
+        except RuntimeError as error:
+            found[how] = {"error": str(error)[:300], "seconds": time.monotonic() - started}
+    (Path(out_dir) / f"{rank}.json").write_text(json.dumps(found))
+
+
+def test_a_rank_lost_mid_session_fails_the_others_fetch_promptly(tmp_path):
+    import json
+
+    import torch.multiprocessing as mp
+
+    from train.cluster.distenv import free_port
+
+    mp.start_processes(_lost_work, args=(2, free_port(), str(tmp_path)), nprocs=2, start_method="spawn")
+    found = json.loads((tmp_path / "0.json").read_text())
+    assert "fetch" not in found  # the first session ended on both ranks
+    assert found["answer"]["seconds"] < 30, found  # gloo sees the peer's connection close; else the group's timeout

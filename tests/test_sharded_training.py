@@ -72,3 +72,29 @@ def test_other_tasks_and_graphs_sharded_train_the_weights_of_a_copy_per_node(tmp
     node, _job, _out = _run(tmp_path, name, CASES[name], "node")
     sharded, _job, _out = _run(tmp_path, name, CASES[name], "sharded")
     assert sharded["weights_sha256"] == node["weights_sha256"]
+
+
+def test_a_node_lost_mid_epoch_ends_the_other_within_the_timeout_naming_it(tmp_path):
+    """Rank 1 (node 1) killed while the ranks fetch each other's rows: rank 0's next fetch or all-reduce fails, and
+    it ends naming rank 1 (train/loop/failure_report.py), well within dist.collective_timeout_seconds."""
+    import signal
+    import sys
+    import time
+
+    from bench.localranks import LocalRanks, srun_env
+    from train.cluster.distenv import free_port
+
+    timeout, port = 60, free_port()
+    args = [*UNEVEN, "data.features=sharded", "trainer.epochs=3", "trainer.log_every=1",
+            "trainer.step_delay_seconds=0.5", f"dist.collective_timeout_seconds={timeout}",
+            f"output.dir={tmp_path / 'run'}"]
+    with LocalRanks([sys.executable, "-m", "train", *args], 2, lambda rank: srun_env(rank, 2, 2, "4343", port),
+                    threads=1) as ranks:
+        ranks.wait_for(r"epoch 0 step 2/", rank=0)
+        killed_at = ranks.signal(1, signal.SIGKILL)
+        codes = ranks.wait(timeout + 30)
+        ended = ranks.ended_at.get(0, time.monotonic()) - killed_at
+        text = ranks.output(0)
+    assert codes[1] == -signal.SIGKILL and codes[0] not in (0, None), ranks.tail()
+    assert ended < timeout, ended
+    assert "rank 1 stopped answering without reporting an error" in text, text[-3000:]
