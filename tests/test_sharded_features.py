@@ -217,3 +217,24 @@ def test_a_rank_lost_mid_session_fails_the_others_fetch_promptly(tmp_path):
     found = json.loads((tmp_path / "0.json").read_text())
     assert "fetch" not in found  # the first session ended on both ranks
     assert found["answer"]["seconds"] < 30, found  # gloo sees the peer's connection close; else the group's timeout
+
+
+def _gpu_work(rank: int, world: int) -> dict:
+    """Rows fetched onto the GPU (the batch's device): the node's own through pinned memory, the others' over the
+    exchange (gloo here; NCCL where the run's backend is), equal to the replicated gather made on the GPU."""
+    from train.graph.form import graph_features
+
+    store = graph_features(_sharded(HOMOGENEOUS, _homogeneous, _env(rank, world, world)))
+    whole = _homogeneous(HOMOGENEOUS).x.cuda()
+    ids = torch.randperm(NUM_NODES, generator=torch.Generator().manual_seed(rank))[:100].cuda()
+    with store.session():
+        rows = store.rows(ids, torch.device("cuda"))
+    return {"same": bool(rows.is_cuda and torch.equal(rows, whole[ids]))}
+
+
+gpu_ranks = GlooRanks(_gpu_work, "sharded-gpu")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU: rows fetched onto the batch's device")
+def test_rows_are_fetched_onto_the_gpu(tmp_path_factory):
+    assert all(r["same"] for r in gpu_ranks(tmp_path_factory, 2))

@@ -162,11 +162,10 @@ class ShardedFeatures(GraphFeatures):
         ids = ids.to("cpu", torch.long)
         owner, local = self.ownership.owner(ids), self.ownership.local_row(ids)
         mine = owner == self.part
-        remote = ~mine
-        fetched = self.exchange.fetch(self.servers[owner[remote]], local[remote])
+        here, away = mine.nonzero().squeeze(1), (~mine).nonzero().squeeze(1)
         out = torch.empty(ids.numel(), self.width, dtype=self.dtype, device=device)
-        out[mine.to(device)] = _gather(self.shard, local[mine], device)
-        out[remote.to(device)] = fetched.to(device, non_blocking=True)
+        self.exchange.fetch(self.servers[owner[away]], local[away], into=(out, away))
+        out.index_copy_(0, here.to(device), _gather(self.shard, local[here], device))
         return out
 
     def layout_state(self) -> dict:

@@ -39,7 +39,8 @@ Serve = Callable[[Tensor], Tensor]  # the keys other ranks asked of this one -> 
 
 
 def exchange_rows(dest: Tensor, keys: Tensor, serve: Serve, row_shape: tuple[int, ...], dtype: torch.dtype,
-                  world_size: int, device: torch.device, group=None, active: bool = True) -> tuple[Tensor, bool]:
+                  world_size: int, device: torch.device, group=None, active: bool = True,
+                  into: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, bool]:
     """One round: the rows of `keys` from the ranks `dest` names, in the order of `keys`. Collective over `group`.
 
     Args:
@@ -48,9 +49,11 @@ def exchange_rows(dest: Tensor, keys: Tensor, serve: Serve, row_shape: tuple[int
         serve: this rank's answer to the keys the others sent it (rows of `row_shape` and `dtype`).
         device: where the exchange's buffers live: the group's (the CPU for gloo, this rank's GPU for NCCL).
         active: whether this rank still has requests of its own this session (RowExchange's sessions).
+        into: (out, places): write the row of keys[i] to out[places[i]] (on out's device) and return out, instead
+            of a tensor of its own: one copy of the received rows, not two.
 
     Returns:
-        The rows (on `device`) and whether every rank was inactive in this round.
+        The rows (on `device`, or `into`'s out) and whether every rank was inactive in this round.
     """
     dest = dest.to("cpu", torch.long)
     order = torch.argsort(dest, stable=True)
@@ -67,15 +70,17 @@ def exchange_rows(dest: Tensor, keys: Tensor, serve: Serve, row_shape: tuple[int
     dist.all_to_all_single(wanted, send_keys.to(device), recv_split, send_split, group=group)
     reply = serve(wanted).to(device, dtype).reshape(-1, *row_shape)
     row_numel = math.prod(row_shape)
+    out, places = into if into is not None else (torch.empty(dest.numel(), *row_shape, dtype=dtype, device=device),
+                                                 torch.arange(dest.numel()))
     if not row_numel:  # rows of no values: nothing to move
-        return torch.empty(dest.numel(), *row_shape, dtype=dtype, device=device), everyone_done
+        return out, everyone_done
     # The rows travel as bytes: the same bits whatever the dtype (gloo and NCCL both move uint8).
     raw = reply.contiguous().reshape(-1, row_numel).view(torch.uint8)
     got = torch.empty(dest.numel(), raw.size(1), dtype=torch.uint8, device=device)
     dist.all_to_all_single(got, raw, send_split, recv_split, group=group)
-    out = torch.empty_like(got)
-    out[order.to(device)] = got
-    return out.view(dtype).reshape(-1, *row_shape), everyone_done
+    rows = got.view(dtype).reshape(-1, *row_shape).to(out.device, non_blocking=True)
+    out.index_copy_(0, places.to("cpu", torch.long)[order].to(out.device), rows)  # back in the asked order
+    return out, everyone_done
 
 
 class RowExchange:
@@ -100,7 +105,7 @@ class RowExchange:
         """What this rank answers with in every round: its rows, their shape and dtype (alike on every rank)."""
         self._serving = (serve, tuple(row_shape), dtype)
 
-    def _round(self, dest: Tensor, keys: Tensor, active: bool) -> tuple[Tensor, bool]:
+    def _round(self, dest: Tensor, keys: Tensor, active: bool, into=None) -> tuple[Tensor, bool]:
         if self._serving is None:
             raise RuntimeError("RowExchange: serve_with() was not called before the first round")
         if not self._round_lock.acquire(blocking=False):
@@ -108,15 +113,17 @@ class RowExchange:
         try:
             serve, row_shape, dtype = self._serving
             self.rounds += 1
-            return exchange_rows(dest, keys, serve, row_shape, dtype, self.world_size, self.device, self.group, active)
+            return exchange_rows(dest, keys, serve, row_shape, dtype, self.world_size, self.device, self.group, active,
+                                 into)
         finally:
             self._round_lock.release()
 
-    def fetch(self, dest: Tensor, keys: Tensor) -> Tensor:
-        """The rows of `keys` from ranks `dest` (one round, this rank active), on the exchange's device."""
+    def fetch(self, dest: Tensor, keys: Tensor, into: tuple[Tensor, Tensor] | None = None) -> Tensor:
+        """The rows of `keys` from ranks `dest` (one round, this rank active), on the exchange's device (or written
+        into `into`: exchange_rows)."""
         if self._released:
             raise RuntimeError("RowExchange: a fetch after release() in the same session")
-        rows, _ = self._round(dest, keys, active=True)
+        rows, _ = self._round(dest, keys, active=True, into=into)
         return rows
 
     def _answer_until_all_done(self) -> None:
