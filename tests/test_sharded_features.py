@@ -238,3 +238,23 @@ gpu_ranks = GlooRanks(_gpu_work, "sharded-gpu")
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU: rows fetched onto the batch's device")
 def test_rows_are_fetched_onto_the_gpu(tmp_path_factory):
     assert all(r["same"] for r in gpu_ranks(tmp_path_factory, 2))
+
+
+@pytest.mark.parametrize("damage", ["missing", "short"])
+def test_a_shard_file_missing_or_of_another_size_is_refused_naming_node_and_file(tmp_path, damage):
+    from train.errors import UserError
+    from train.graph.sharing.shared_graph import map_tensors, write_tensors
+
+    shard = torch.randn(40, 12)
+    write_tensors(tmp_path, {"x": shard, "y": torch.zeros(80, dtype=torch.long)}, {})
+    assert torch.equal(map_tensors(tmp_path, node=1)["x"], shard)
+    path = tmp_path / "x.bin"
+    if damage == "missing":
+        path.unlink()
+    else:
+        path.write_bytes(path.read_bytes()[:-48])  # a row short
+    with pytest.raises(UserError) as refused:
+        map_tensors(tmp_path, node=1)
+    said = str(refused.value)
+    assert said.startswith(f"node 1: {path} ") and ("missing" in said if damage == "missing" else
+                                                    "holds 1872 bytes" in said and "1920 bytes" in said), said

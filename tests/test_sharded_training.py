@@ -98,3 +98,9 @@ def test_a_node_lost_mid_epoch_ends_the_other_within_the_timeout_naming_it(tmp_p
     assert codes[1] == -signal.SIGKILL and codes[0] not in (0, None), ranks.tail()
     assert ended < timeout, ended
     assert "rank 1 stopped answering without reporting an error" in text, text[-3000:]
+
+
+def test_sharded_on_one_node_is_allowed_and_says_it_changes_nothing(tmp_path):
+    job = run_local_job([*UNEVEN, "trainer.epochs=1", "data.features=sharded", f"output.dir={tmp_path / 'run'}"], 1)
+    assert job.returncodes == [0], job.outputs[0][-3000:]
+    assert job.outputs[0].count("data.features=sharded on one node changes nothing") == 1, job.outputs[0][-3000:]
