@@ -136,7 +136,7 @@ ranks = GlooRanks(_work, "sharded")
 node_ranks = GlooRanks(_node_work, "sharded-nodes")
 
 
-@pytest.mark.parametrize("world", [2, 3, 4])
+@pytest.mark.parametrize("world", [2, 3, pytest.param(4, marks=pytest.mark.long)])  # 4 ranks: half a minute of CPU
 @pytest.mark.parametrize("case", ["homogeneous", "bfloat16", "typed"])
 def test_rows_fetched_equal_the_replicated_gather_bit_for_bit(tmp_path_factory, world, case):
     results = [r[case] for r in ranks(tmp_path_factory, world)]
@@ -161,6 +161,7 @@ def test_evaluations_read_sharded_rows_and_give_the_figures_of_a_copy_per_node(t
         assert sharded == per_node
 
 
+@pytest.mark.long  # 4 ranks: half a minute of CPU
 def test_each_nodes_segment_holds_its_share_of_the_rows(tmp_path_factory):
     import os
     import shutil
