@@ -1,9 +1,10 @@
 """Training with data.features=sharded (issue 40) ends with the weights of a copy per node, bit for bit.
 
 Real `python -m train fit` ranks over gloo, each posing as a node (tests/harness/localjob.py): uneven epochs (one rank
-has a batch more, and Join), the prefetch thread and the serial path, the exact evaluation every epoch; a link task,
-a typed graph with edge types and a graph with edge features (`long`: they cost a minute of CPU each). A resume with
-another layout is refused, naming both. The 2-node cluster case the lead runs at merge:
+has a batch more, and Join), the prefetch thread and the serial path, the exact evaluation every epoch; a link task
+(exact and sampled evaluation), a feature-only model, a typed graph with edge types and a graph with edge features
+(`long`: about 15 s of CPU each). A resume with another layout is refused, naming both; a node lost mid-epoch ends
+the other, named; sharded on one node says it changes nothing. The 2-node cluster case the lead runs at merge:
 `tests/test_sharded_training.py::test_two_nodes_sharded_train_the_weights_of_a_copy_per_node`.
 """
 
@@ -23,6 +24,9 @@ CASES = {
     "typed graph": ["fit", "--config", "hetero-synthetic", "model.name=rgcn", "data.num_nodes=900",
                     "trainer.epochs=2", "model.hidden=16"],
     "edge features": ["fit", "--config", "synthetic-edges", "data.num_nodes=900", "trainer.epochs=2"],
+    "sampled link evaluation": ["fit", "--config", "tiny", "task.name=link", "data.num_nodes=600",
+                                "trainer.epochs=1", "eval.mode=sampled"],
+    "feature-only model": [*UNEVEN, "model.name=mlp", "trainer.epochs=1"],
 }
 
 
@@ -67,7 +71,7 @@ def test_a_resume_with_another_feature_layout_is_refused_naming_both(node_task, 
 
 
 @pytest.mark.long
-@pytest.mark.parametrize("name", ["link task", "typed graph", "edge features"])
+@pytest.mark.parametrize("name", [name for name in CASES if name != "node task"])
 def test_other_tasks_and_graphs_sharded_train_the_weights_of_a_copy_per_node(tmp_path, name):
     node, _job, _out = _run(tmp_path, name, CASES[name], "node")
     sharded, _job, _out = _run(tmp_path, name, CASES[name], "sharded")
