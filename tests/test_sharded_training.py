@@ -15,6 +15,7 @@ import json
 import pytest
 
 from tests.harness.localjob import final_summary, run_local_job
+from train.errors import EXIT_USER_ERROR
 
 # 2135 nodes, 60 % training: 1281 seeds, 641 and 640 a rank in batches of 128: 6 batches on rank 0, 5 on rank 1
 UNEVEN = ["fit", "--config", "tiny", "data.num_nodes=2135", "trainer.epochs=2"]
@@ -61,9 +62,12 @@ def test_sharded_batches_fetched_serially_train_the_same_weights(node_task):
 def test_a_resume_with_another_feature_layout_is_refused_naming_both(node_task, tmp_path):
     _summary, _job, out = node_task["sharded"]
     job = run_local_job([*UNEVEN, "trainer.epochs=3", "data.features=node", f"output.dir={out}"], 2, nodes=2,
-                        timeout=300)
-    assert job.returncodes != [0, 0]
+                        timeout=60)  # a refusal takes seconds
     text = "\n".join(job.outputs)
+    # Each rank refuses with exit status 2. Now and then one hangs after printing it, in a destructor as main()
+    # returns (the same with any refusal at resume, data.seed=7 say, at 2f4205f too): killed here, not hidden.
+    assert EXIT_USER_ERROR in job.returncodes, text[-3000:]
+    assert all(output.count("was written with data.features=sharded") == 1 for output in job.outputs)
     assert "data.features=sharded: features striped over 2 node(s)" in text, text[-3000:]
     assert "a copy of the features per node (data.features=node)" in text
     assert "Traceback" not in text
