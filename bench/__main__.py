@@ -10,7 +10,7 @@ import importlib
 import sys
 import time
 
-BENCHES = ("memory", "evalmem", "evalchunks", "plan", "sampler", "training", "accuracy", "gpu")
+BENCHES = ("memory", "evalmem", "evalchunks", "plan", "sampler", "training", "accuracy", "gpu", "sharded")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -53,6 +53,14 @@ def graph_csc(data: Data) -> CSC | None:
     return data.__dict__.get("csc")
 
 
+FEATURES = "features"  # the plain attribute that keeps a graph's feature store (train/graph/sharing/feature_store.py)
+
+
+def graph_features(data):
+    """The feature store kept beside `data` (None: none attached; its x is then every row)."""
+    return getattr(data, "__dict__", {}).get(FEATURES)
+
+
 EDGE_ROWS = "edge_rows"  # the plain attribute that keeps a graph's EdgeRows: attach_edge_rows and its readers
 
 
@@ -212,7 +220,8 @@ class Homogeneous(GraphForm):
         return int(graph.num_nodes)
 
     def feature_width(self, graph: Data) -> int:
-        return int(graph.num_features)
+        store = graph_features(graph)  # where the features are sharded, the Data holds none
+        return store.width if store is not None else int(graph.num_features)
 
     def num_classes(self, graph: Data) -> int:
         return num_outputs(graph.y) if graph.y is not None else 0  # no labels: a graph for link prediction only
@@ -225,7 +234,9 @@ class Homogeneous(GraphForm):
         return nodes if nodes is not None else torch.empty(0, dtype=torch.long)
 
     def features(self, graph: Data, nodes: Tensor) -> Tensor:
-        return graph.x[nodes]
+        """Through the graph's feature store where it has one (collective where the features are sharded)."""
+        store = graph_features(graph)
+        return store.rows(nodes, nodes.device) if store is not None else graph.x[nodes]
 
     def labels(self, graph: Data, nodes: Tensor) -> Tensor:
         return graph.y[nodes]
@@ -320,8 +331,8 @@ class Homogeneous(GraphForm):
         return attach_csc(data, (tensors["colptr"], tensors["row"], None))
 
     def feature_batch(self, graph: Data, nodes: Tensor) -> Data:
-        return Data(x=graph.x[nodes], y=graph.y[nodes], n_id=nodes, edge_index=torch.empty(2, 0, dtype=torch.long),
-                    batch_size=nodes.numel())
+        return Data(x=self.features(graph, nodes), y=graph.y[nodes], n_id=nodes,
+                    edge_index=torch.empty(2, 0, dtype=torch.long), batch_size=nodes.numel())
 
     def tiny(self, num_nodes: int, features: int, generator: torch.Generator) -> Data:
         edge_index = torch.randint(0, num_nodes, (2, num_nodes * 4), generator=generator)

@@ -37,7 +37,8 @@ from train.cluster.distenv import DistEnv
 from train.config import Config, declared
 from train.errors import UserError
 from train.files import dir_problem, file_problem
-from train.graph.form import form_of
+from train.graph.form import form_of, graph_features
+from train.graph.sharing.ownership import check_same_layout
 from train.graph.sharing.shared_graph import num_edges
 from train.loop.rank0_writes import written_by_rank0
 from train.storage.faults import StorageError
@@ -48,6 +49,7 @@ FORMAT_VERSION = 1
 CHECKPOINT_DIR = "checkpoints"
 NAME_RE = re.compile(r"^ckpt-e(\d{6})-s(\d{8})\.pt$")
 CORRUPT_SUFFIX = ".corrupt"
+LAYOUT = "feature_layout"  # the fingerprint's key for the features' ownership (None: a copy per node)
 
 # Config keys that change what the model is or what it is trained on: a checkpoint made with
 # other values cannot be continued (shapes differ, or the remaining steps would see other
@@ -228,6 +230,8 @@ def check_resumable(payload: dict, path: Path, config: dict, fingerprint: dict, 
     """
     incompatible, allowed = config_differences(payload["config"], config)
     incompatible += model_differences(payload.get("model_spec"), model)
+    if payload["data"].get(LAYOUT) != fingerprint.get(LAYOUT):
+        check_same_layout(payload["data"].get(LAYOUT), fingerprint.get(LAYOUT), f"checkpoint {path}")
     graph = [(f"graph {key}", payload["data"].get(key), value) for key, value in fingerprint.items()
              if payload["data"].get(key) != value]
     if incompatible or graph:
@@ -276,10 +280,12 @@ class Stateful(Protocol):
 def graph_fingerprint(data) -> dict:
     """What identifies the graph a model was trained on, beyond the config."""
     form = form_of(data)
+    store = graph_features(data)
     return {
         "num_nodes": form.num_nodes(data), "num_edges": num_edges(data),
         "num_features": form.feature_width(data), "num_classes": form.num_classes(data),
         **{f"num_{split}": int(form.split_nodes(data, split).numel()) for split in ("train", "val", "test")},
+        LAYOUT: store.layout_state() if store is not None else None,  # who owns which feature row (sharded)
     }
 
 

@@ -32,7 +32,9 @@ A feature-only model (PyG's MLP) is evaluated on each node's own features in eit
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 import torch.distributed as dist
@@ -46,6 +48,8 @@ from train.graph.form import form_of
 from train.graph.sampling.device_plan import SamplingPlan, gather_pinned
 from train.graph.sampling.in_edges import ChunkCost, in_edge_batch, in_edge_chunks, in_edge_positions
 from train.graph.seeds import derive_seed, rank_shard, shard_sizes
+from train.graph.sharing.feature_store import GraphFeatures, features_of
+from train.graph.sharing.row_exchange import exchange_rows
 from train.graph.sharing.shared_graph import csc_targets, graph_csc
 from train.loop.targets import SPLITS, Tally, Targets, targets_for
 from train.models import LayerWise, ModelStep, edge_inputs, hop_counts, layerwise
@@ -84,9 +88,10 @@ def _feature_tallies(model, data, config, env, device, targets: Targets) -> dict
     form = form_of(data)
     for split in SPLITS:
         nodes = rank_shard(form.split_nodes(data, split), env.rank, env.world_size)
-        for chunk in nodes.split(config.sampler.eval_batch_size):
-            logits = model(form.features(data, chunk).to(device))
-            targets.add(tallies[split], logits, form.labels(data, chunk))
+        with features_of(data).session():  # ranks' shares differ: sharded rows are fetched until all are done
+            for chunk in nodes.split(config.sampler.eval_batch_size):
+                logits = model(form.features(data, chunk).to(device))
+                targets.add(tallies[split], logits, form.labels(data, chunk))
     return tallies
 
 
@@ -97,11 +102,12 @@ def _sampled_tallies(model, data, config, env, device, sampling, targets: Target
         nodes = rank_shard(form_of(data).split_nodes(data, split), env.rank, env.world_size)
         loader = sampling.loader(nodes, eval_fanouts(config), batch_size,
                                  seed=derive_seed(config.trainer.seed, 2, number))  # the training sampler
-        for batch in loader:
-            batch = sampling.complete(batch, device).to(device, non_blocking=True)
-            logits = model(batch.x, batch.edge_index, *hop_counts(batch, config.model),
-                           **edge_inputs(batch))[: batch.batch_size]
-            targets.add(tallies[split], logits, batch.y[: batch.batch_size])
+        with sampling.fetch_session():  # ranks' shares differ: sharded rows are fetched until all are done
+            for batch in loader:
+                batch = sampling.complete(batch, device).to(device, non_blocking=True)
+                logits = model(batch.x, batch.edge_index, *hop_counts(batch, config.model),
+                               **edge_inputs(batch))[: batch.batch_size]
+                targets.add(tallies[split], logits, batch.y[: batch.batch_size])
     return tallies
 
 
@@ -126,25 +132,13 @@ class RowOwners:
 def fetch_rows(ids: Tensor, mine: Tensor, my_start: int, owners: RowOwners, device: torch.device) -> Tensor:
     """Rows `ids` of a layer sharded over the ranks (this rank holds `mine`, from row `my_start`).
 
-    Collective: every rank calls it the same number of times, with its own (maybe empty) `ids`.
-    Two all_to_all exchanges: the ids each owner must send, then the rows.
+    Collective: every rank calls it the same number of times, with its own (maybe empty) `ids`: one round of
+    train/graph/sharing/row_exchange.py (the ids each owner must send, then the rows), on the default group.
     """
     ids = ids.cpu()  # the owners' bounds are on the host
-    owner = owners.owner(ids)
-    order = torch.argsort(owner, stable=True)
-    send_ids = ids[order]
-    send_counts = torch.bincount(owner, minlength=owners.world_size)
-    recv_counts = torch.empty_like(send_counts, device=device)
-    dist.all_to_all_single(recv_counts, send_counts.to(device))
-    recv_counts = recv_counts.cpu()
-    wanted = torch.empty(int(recv_counts.sum()), dtype=torch.long, device=device)
-    dist.all_to_all_single(wanted, send_ids.to(device), recv_counts.tolist(), send_counts.tolist())
-    reply = mine[(wanted - my_start).to(mine.device)].to(device)
-    got = torch.empty(ids.numel(), mine.size(1), dtype=mine.dtype, device=device)
-    dist.all_to_all_single(got, reply, send_counts.tolist(), recv_counts.tolist())
-    out = torch.empty_like(got)
-    out[order.to(device)] = got
-    return out
+    rows, _ = exchange_rows(owners.owner(ids), ids, lambda wanted: mine[(wanted - my_start).to(mine.device)],
+                            tuple(mine.shape[1:]), mine.dtype, owners.world_size, device)
+    return rows
 
 
 def _edge_chunks(csc, edge_index: Tensor | None, chunk: int):
@@ -204,16 +198,32 @@ class GraphAt:
     there too when the features are there (sampler.device=cuda with the graph on the GPU), else on the host."""
 
     csc: tuple
-    x: Tensor  # the features the first layer reads, where they are
+    x: Tensor | None  # the features the first layer reads, where they are (None: sharded, fetched by `features`)
     rows: torch.device  # where each layer's rows are kept
     edges: EdgeRows | None = None  # the edges' features and weights by CSC position (None: the graph has none)
     node_type: Tensor | None = None  # a typed graph's node types, where the features are: a relational model's input
+    features: GraphFeatures | None = None  # the graph's store, through which sharded rows are fetched
 
     @classmethod
     def of(cls, data: Data, sampling: SamplingPlan) -> "GraphAt":
+        store = features_of(data)
+        if sampling.fetched is not None:  # sharded: the node types and labels are placed as the features would be
+            source = sampling.data if sampling.host_features is None else data
+            return cls(sampling.csc, None, source.y.device if source.y is not None else sampling.device,
+                       sampling.edges, getattr(source, "node_type", None), store)
         features_on_device = sampling.host_features is None and sampling.data.x is not None
         source = sampling.data if features_on_device else data  # the node types are placed with the features
-        return cls(sampling.csc, source.x, source.x.device, sampling.edges, getattr(source, "node_type", None))
+        return cls(sampling.csc, source.x, source.x.device, sampling.edges, getattr(source, "node_type", None), store)
+
+    @property
+    def width(self) -> int:
+        return self.x.size(1) if self.x is not None else self.features.width
+
+    def first_rows(self, n_id: Tensor, device: torch.device) -> Tensor:
+        """The features of `n_id`: gathered where every row is here, else fetched (collective, in a session)."""
+        if self.x is None:
+            return self.features.rows(n_id, device)
+        return _gather(self.x, n_id, device)  # every rank holds the whole feature matrix (shared per node)
 
     def read(self, api: LayerWise) -> list[str]:
         """The edge values the model reads that the graph has (and a relational model's `edge_type`)."""
@@ -258,7 +268,7 @@ def _layer_rows(api: LayerWise, index: int, graph: GraphAt, nodes: Tensor, batch
     `degree`: every node's in-degree in the whole graph, for a layer that reads its sources' degrees."""
     colptr, row = graph.csc[0], graph.csc[1]
     nodes = nodes.to(colptr.device)  # once, not per chunk
-    in_width = graph.x.size(1) if index == 0 else api.widths[index - 1]
+    in_width = graph.width if index == 0 else api.widths[index - 1]
     cost = ChunkCost.for_layer(in_width, api.widths[index])
     bounds = in_edge_chunks(colptr, nodes, batch_size, cost)
     rounds = torch.tensor([len(bounds) - 1], device=device)
@@ -301,10 +311,7 @@ class LayerWisePass:
         my_start = int(owners.starts[env.rank])
         self.world_size, self.owners, self.my_start = env.world_size, owners, my_start
 
-        def from_features(n_id: Tensor) -> Tensor:
-            return _gather(self.graph.x, n_id, device)  # every rank holds the whole feature matrix (shared per node)
-
-        inputs = from_features
+        inputs = partial(self.graph.first_rows, device=device)
         self.kept: Tensor | None = None
         for index in range(api.num_layers - 1):
             mine = self._rows(index, owners.rows(env.rank), inputs)
@@ -328,8 +335,12 @@ class LayerWisePass:
         return self.degrees.get(kind)
 
     def _rows(self, index: int, nodes: Tensor, inputs) -> Tensor:
-        return _layer_rows(self.api, index, self.graph, nodes, self.batch_size, self.device, inputs,
-                           self.degree_for(index))
+        # The first layer reads the features: sharded, they are fetched in rounds every rank makes (agreed by
+        # _layer_rows), ended together by the session
+        session = self.graph.features.session() if index == 0 else contextlib.nullcontext()
+        with session:
+            return _layer_rows(self.api, index, self.graph, nodes, self.batch_size, self.device, inputs,
+                               self.degree_for(index))
 
     def kept_rows(self, nodes: Tensor) -> Tensor:
         """The kept hidden layer's rows of `nodes` (any of the graph's); collective, as `last_rows`."""

@@ -10,6 +10,7 @@ around it (process group, run directory, checkpoints, stop and finish) is train/
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import time
 from dataclasses import dataclass, field
@@ -209,6 +210,15 @@ class Trainer:
     def batches(self, seeds: torch.Tensor, epoch: int):
         return self.task.batches(seeds, epoch, self.sampling, self.step, self.timer)
 
+    def fetched_batches(self, batches, count: int):
+        """The epoch's `count` batches, then `release_fetches`: where each batch's rows are fetched from the other
+        nodes (data.features=sharded), this rank then answers the others' fetches on a thread of the exchange, so
+        its own thread is free to shadow DDP's all-reduce under Join while ranks with more batches go on. The
+        fetches are issued by the one thread that runs these batches (the prefetch thread, or this one), the
+        answers by the exchange's thread after it; the epoch's session ends them on every rank alike."""
+        yield from itertools.islice(batches, max(count, 0))
+        self.sampling.release_fetches()
+
     def prefetch_depth(self) -> int:
         """Batches prepared ahead (sampler.prefetch), or 0 where the sampler draws from the step's generator."""
         cfg = self.config.sampler
@@ -231,8 +241,9 @@ class Trainer:
         total = self.steps_in_epoch(epoch)
         shard = self.epoch_shard(epoch)[self.state.step * self.config.sampler.batch_size :]
         stats = self.state.stats
-        with Join([self.ddp, *self.joinables]), \
-                Prefetcher(self.batches(shard, epoch), self.prefetch_depth(), self.device) as batches:
+        batches = self.fetched_batches(self.batches(shard, epoch), total - self.state.step)
+        with self.sampling.fetch_session(), Join([self.ddp, *self.joinables]), \
+                Prefetcher(batches, self.prefetch_depth(), self.device) as batches:
             for batch in self.timer.iterate(batches, "sample"):  # ranks may have one batch more or less than others
                 if self.state.step >= total:
                     break

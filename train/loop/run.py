@@ -38,7 +38,9 @@ from train.graph.datasets.kinds import DATASETS
 from train.graph.datasets.loading import load_graph, prepare_dataset
 from train.graph.datasets.synthetic import GENERATOR_KEYS
 from train.graph.form import form_of
-from train.graph.sharing.shared_graph import obtain_shared_or_private, shared_graphs
+from train.graph.sampling.device_plan import FEATURE_DTYPES
+from train.graph.sharing.feature_shards import obtain_graph_with_features
+from train.graph.sharing.shared_graph import shared_graphs
 from train.loop.checkpoint import CHECKPOINT_DIR, Checkpointer, graph_fingerprint, list_checkpoints
 from train.loop.failure_report import announce, default_store, report_failure, tell_once, wait_for_reports
 from train.loop.fit import FitResult, Trainer
@@ -52,6 +54,7 @@ from train.loop.stop_signals import STOP_SIGNALS, STOPPED, StopSignals, leave_in
 from train.loop.tasks import prepared_graph
 from train.models import batch_norms, graph_edge_values
 from train.plan.memory_figures import plan_figures
+from train.plan.sharded import node_layout
 from train.storage.faults import StorageError, StorageFault, storage_message
 from train.storage.writes import atomic_write, atomic_write_text, guarded
 
@@ -78,7 +81,8 @@ def obtain_graph(config: Config, env: DistEnv) -> Data:
 
     data.share=node: each node's local rank 0 loads it (and a link task splits its edges: graph_loader) and the
     node's ranks map that one copy (train/graph/sharing/shared_graph.py); process: every rank loads its own. `data.csc`
-    holds the sampler's CSC.
+    holds the sampler's CSC. data.features=sharded: that copy holds the node's own feature rows only, the others'
+    fetched (train/graph/sharing/feature_shards.py).
     All ranks meet after preparing and again after loading, under data.load_timeout_seconds: a node that
     loads minutes after the others keeps them waiting there, not in the default group's next collective
     (DDP's first broadcast), whose dist.collective_timeout_seconds would end the job.
@@ -91,7 +95,10 @@ def obtain_graph(config: Config, env: DistEnv) -> Data:
         all_meet()
         data, fault = None, None
         try:
-            data = obtain_shared_or_private(config.data, env, graph_loader(config, env))
+            data = obtain_graph_with_features(config.data, env, graph_loader(config, env),
+                                              node_layout(config, env, gpus=dist.get_backend() == "nccl"),
+                                              collective_timeout_seconds=config.dist.collective_timeout_seconds,
+                                              dtype=FEATURE_DTYPES[config.data.feature_dtype])
         except StorageError as exc:
             fault = exc.fault
         all_meet(fault)

@@ -14,6 +14,7 @@ the job at its slowest rank's pace, so one rank sampling on the CPU (a stray pro
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from train.errors import UserError
 from train.graph.edge_rows import EdgeRows, gather_pinned
 from train.graph.form import CSC, form_of
 from train.graph.sampling.samplers import make_node_loader, make_node_sampler
+from train.graph.sharing.feature_store import GraphFeatures, features_of
 from train.graph.sharing.shared_graph import gib
 from train.graph.typed_csc import TypedSegments
 
@@ -249,6 +251,9 @@ class SamplingPlan:
     edges: EdgeRows | None = None  # the edges' values and ids, where the features are (None: the graph has none)
     segments: TypedSegments | None = None  # a typed graph's typed CSC, where the CSC is: k drawn per edge type
     host_nodes: dict[str, Tensor] = field(default_factory=dict)  # per-node tensors gathered with host_features
+    # data.features=sharded: each batch's x fetched through the graph's store (train/graph/sharing/feature_store.py),
+    # a collective every rank makes in the same order, inside `fetch_session`
+    fetched: GraphFeatures | None = None
     _samplers: dict = field(default_factory=dict, repr=False, compare=False)  # built on first use, then reused
 
     def loader(self, seeds: Tensor, num_neighbors: Sequence[int], batch_size: int, *, seed: int | None,
@@ -266,16 +271,30 @@ class SamplingPlan:
         return self._samplers["batches"]
 
     def complete(self, batch: Data, device: torch.device) -> Data:
-        """Add the features when they stay on the host: pinned gather, then a non-blocking copy."""
+        """Add the features where the loader did not gather them: fetched through the graph's store (sharded: a
+        collective), or gathered on the host into pinned memory and copied without blocking."""
+        if self.fetched is not None:
+            batch.x = self.fetched.rows(batch.n_id, device)
         if self.host_features is None:
             return batch
         index = batch.n_id.to("cpu")
         x, y = self.host_features
-        batch.x = gather_pinned(x, index).to(device, non_blocking=True)
+        if x is not None:
+            batch.x = gather_pinned(x, index).to(device, non_blocking=True)
         batch.y = gather_pinned(y, index).to(device, non_blocking=True)
         for name, values in self.host_nodes.items():
             batch[name] = gather_pinned(values, index).to(device, non_blocking=True)
         return batch
+
+    def fetch_session(self):
+        """Around a run of batches whose number may differ between ranks (an epoch, an evaluation split): where
+        each batch's rows are fetched, every rank ends it together (row_exchange.RowExchange); else nothing."""
+        return self.fetched.session() if self.fetched is not None else contextlib.nullcontext()
+
+    def release_fetches(self) -> None:
+        """This rank's batches of the session are done: it keeps answering the others' fetches on a thread."""
+        if self.fetched is not None:
+            self.fetched.release()
 
 
 def batch_source(device: torch.device, *, x: Tensor | None = None, y: Tensor | None = None,
@@ -285,8 +304,10 @@ def batch_source(device: torch.device, *, x: Tensor | None = None, y: Tensor | N
     structure is the CSC, sampled apart; PyG's loader builds each batch's edge_index from the sample and reads only
     the device of the graph's (torch_geometric/loader/utils.py filter_edge_store_)."""
     placeholder = torch.empty(2, 0, dtype=torch.long, device=device)
-    if x is None:
+    if x is None and y is None:
         return Data(edge_index=placeholder, num_nodes=num_nodes)
+    if x is None:  # sharded features: fetched per batch (SamplingPlan.complete), the labels gathered here
+        return Data(y=y, edge_index=placeholder, num_nodes=num_nodes, **(nodes or {}))
     return Data(x=x, y=y, edge_index=placeholder, **(nodes or {}))
 
 
@@ -306,10 +327,13 @@ def plan_sampling(data: Data, config: SamplerConfig, device: torch.device,
     form = form_of(data)
     csc, edges = form.structure(data), form.edge_rows(data)
     segments, nodes = form.segments(data), form.node_values(data)
-    on_host = batch_source(torch.device("cpu"), x=data.x, y=data.y, nodes=nodes)
+    store = features_of(data)
+    x = store.whole()  # None: sharded, each batch's rows fetched (never the whole matrix on a GPU)
+    fetched = store if x is None else None
+    on_host = batch_source(torch.device("cpu"), x=x, y=data.y, nodes=nodes, num_nodes=data.num_nodes)
     cpu_plan = SamplingPlan(torch.device("cpu"), on_host, csc, None,
                             pin_memory=config.pin_memory and device.type == "cuda", num_workers=config.num_workers,
-                            edges=edges, segments=segments)
+                            edges=edges, segments=segments, fetched=fetched)
     if config.device == "cpu":
         return cpu_plan
     if device.type != "cuda":
@@ -327,8 +351,8 @@ def plan_sampling(data: Data, config: SamplerConfig, device: torch.device,
     structure = gpu_structure_bytes(colptr.numel() - 1, row.numel(), perm is not None, row.element_size())
     structure += segments.nbytes if segments is not None else 0
     labels = data.y.nbytes // max(data.num_nodes, 1) if data.y is not None else 0
-    features = gpu_feature_bytes(data.num_nodes, data.num_features, feature_dtype, edges.nbytes if edges else 0,
-                                 labels)
+    features = gpu_feature_bytes(data.num_nodes, store.width if x is not None else 0, feature_dtype,
+                                 edges.nbytes if edges else 0, labels)
     features += sum(t.nbytes for t in nodes.values())
     placement = gpu_placement(structure, features, free_gpu.bytes, working_bytes, with_features=with_features)
     auto = config.device == "auto"
@@ -340,11 +364,12 @@ def plan_sampling(data: Data, config: SamplerConfig, device: torch.device,
     gpu_csc = tuple(t.to(device) if t is not None else None for t in csc)
     gpu_segments = segments.to(device) if segments is not None else None
     if placement.features:
-        on_gpu = batch_source(device, x=features_to_device(data.x, device, FEATURE_DTYPES[feature_dtype]),
-                              y=data.y.to(device),
+        on_gpu = batch_source(device, x=features_to_device(x, device, FEATURE_DTYPES[feature_dtype])
+                              if x is not None else None,
+                              y=data.y.to(device) if data.y is not None else None, num_nodes=data.num_nodes,
                               nodes={name: t.to(device) for name, t in nodes.items()})
         return SamplingPlan(device, on_gpu, gpu_csc, None, False, 0, note, each_rank=auto,
-                            edges=edges.to(device) if edges else None, segments=gpu_segments)
+                            edges=edges.to(device) if edges else None, segments=gpu_segments, fetched=fetched)
     structure_only = batch_source(device, num_nodes=data.num_nodes)
-    return SamplingPlan(device, structure_only, gpu_csc, (data.x, data.y), False, 0, note, edges=edges,
-                        segments=gpu_segments, host_nodes=nodes)
+    return SamplingPlan(device, structure_only, gpu_csc, (x, data.y), False, 0, note, edges=edges,
+                        segments=gpu_segments, host_nodes=nodes, fetched=fetched)

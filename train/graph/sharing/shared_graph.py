@@ -156,18 +156,36 @@ def write_tensors(directory: Path, tensors: Mapping[str, "Tensor | Callable[[], 
     return manifest
 
 
-def _regular_file(directory: Path, name: str) -> Path:
+def _regular_file(directory: Path, name: str, node: int | None = None) -> Path:
     """directory/name, when it is a regular file of this user (not a link): what map_tensors may open."""
     path = directory / name
-    found = os.lstat(path)
+    try:
+        found = os.lstat(path)
+    except FileNotFoundError:
+        raise UserError(f"{_on_node(node)}{path} is missing from the node's shared graph; it was removed while the "
+                        "job ran (something cleaning /dev/shm?): start the job again.") from None
     if not stat.S_ISREG(found.st_mode) or found.st_uid != os.getuid():
         raise UserError(f"{path} is not a regular file of this user; the node's shared graph was tampered with.")
     return path
 
 
-def map_tensors(directory: Path) -> dict[str, Tensor]:
-    """Map every tensor of a segment private and read-only in effect: an in-place write raises."""
-    manifest = json.loads(_regular_file(directory, MANIFEST).read_text())
+def _on_node(node: int | None) -> str:
+    return "" if node is None else f"node {node}: "
+
+
+def _check_size(path: Path, entry: dict, nbytes: int, node: int | None) -> None:
+    """A file of the segment holds the bytes its manifest says: a truncated or replaced file is refused, named."""
+    found = path.stat().st_size
+    if found != nbytes:
+        raise UserError(f"{_on_node(node)}{path} holds {found} bytes, but the manifest says {entry['dtype']} of shape "
+                        f"{entry['shape']}: {nbytes} bytes; the node's shared graph was truncated or changed: start "
+                        "the job again.")
+
+
+def map_tensors(directory: Path, node: int | None = None) -> dict[str, Tensor]:
+    """Map every tensor of a segment private and read-only in effect: an in-place write raises. A file missing or
+    of another size than its manifest says is refused, naming `node` and the file."""
+    manifest = json.loads(_regular_file(directory, MANIFEST, node).read_text())
     if manifest.get("format") != FORMAT:
         raise UserError(f"{directory / MANIFEST} has format {manifest.get('format')!r}, expected {FORMAT}.")
     out = {}
@@ -181,7 +199,8 @@ def map_tensors(directory: Path) -> dict[str, Tensor]:
             if numel == 0:
                 out[name] = torch.empty(shape, dtype=dtype)
             else:
-                path = _regular_file(directory, entry["file"])
+                path = _regular_file(directory, entry["file"], node)
+                _check_size(path, entry, numel * dtype.itemsize, node)
                 flat = torch.from_file(str(path), shared=False, size=numel, dtype=dtype)
                 out[name] = flat.view(shape)
     return out
@@ -281,7 +300,7 @@ def share_graph(config: DataConfig, env: DistEnv, load: Callable[[DataConfig], D
             raise StorageError(payload)
         if kind != "ok":  # its error, which it prints: this rank points to it
             raise AnotherRanksError(payload, leader)
-        tensors = map_tensors(Path(payload))
+        tensors = map_tensors(Path(payload), env.node_rank)
         dist.barrier(group=group)  # every rank of the node has mapped the files
         if segment is not None and not config.share_keep:
             segment.remove()  # the mappings stay valid; the memory goes with the last of them

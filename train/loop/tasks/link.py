@@ -21,6 +21,7 @@ AUC and AP over all ranks' pairs, and MRR and Hits@K where the split gives each 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 
 import torch
@@ -189,6 +190,14 @@ class LinkTask(Task):
         """(scores on the host, labels, ranked positives) of each chunk of this rank's share of split `number`."""
         split = getattr(self.split, SPLITS[number])
         parts, positives = self._parts(split), split.positives
+        # sampled: the ranks' shares differ, so sharded rows are fetched until all are done (the exact pass agrees
+        # its rounds and ends its own sessions)
+        with sampling.fetch_session() if exact is None else contextlib.nullcontext():
+            yield from self._chunk_scores(step, head, sampling, number, exact, split, parts, positives)
+
+    def _chunk_scores(self, step: ModelStep, head: nn.Module, sampling: SamplingPlan, number: int,
+                      exact: LayerWisePass | None, split: EdgeSplit, parts: list[Tensor],
+                      positives: Tensor) -> Iterator[tuple[Tensor, Tensor, int]]:
         for start in range(self._rounds(parts, exact)):
             if start >= len(parts):
                 exact.last_rows(torch.empty(0, dtype=torch.long))
