@@ -138,9 +138,10 @@ def raise_first(*faults: StorageFault | None) -> None:
 def graph_loader(config: Config, env: DistEnv) -> Callable[[DataConfig], Data]:
     """How the process that loads the graph (a node's local rank 0, or each process) loads it: `load_graph` under
     this job's data root, then what the task makes of it (tasks.prepared_graph: a link task's edge split), so the
-    node shares the graph its ranks train on."""
+    node shares the graph its ranks train on. With `owned` (data.features=sharded, a kind that reads its own rows:
+    train/graph/sharing/feature_shards.py), x holds only those rows (load_graph)."""
     load = late_loader(config.data, env, partial(load_graph, data_dir=env.data_dir))
-    return lambda data_config: prepared_graph(config, load(data_config))
+    return lambda data_config, owned=None: prepared_graph(config, load(data_config, owned=owned))
 
 
 def late_loader(config: DataConfig, env: DistEnv, load: Callable[[DataConfig], Data]) -> Callable[[DataConfig], Data]:
@@ -148,9 +149,9 @@ def late_loader(config: DataConfig, env: DistEnv, load: Callable[[DataConfig], D
     if config.load_delay_seconds <= 0 or env.node_rank != config.load_delay_node:
         return load
 
-    def late(data_config: DataConfig) -> Data:
+    def late(data_config: DataConfig, **kwargs) -> Data:
         time.sleep(config.load_delay_seconds)
-        return load(data_config)
+        return load(data_config, **kwargs)
 
     return late
 

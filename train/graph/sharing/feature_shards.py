@@ -23,6 +23,7 @@ from torch_geometric.data import Data
 from train.cluster.distenv import DistEnv
 from train.config import DataConfig
 from train.errors import UserError
+from train.graph.datasets.lookup import dataset_kind
 from train.graph.form import graph_csc
 from train.graph.sharing.feature_layout import LayoutChoice
 from train.graph.sharing.feature_store import ShardedFeatures, attach_features, servers_of
@@ -42,6 +43,20 @@ def ownership_of(data: Data, parts: int) -> Ownership:
     csc = graph_csc(data)
     num_nodes = int(csc[0].numel()) - 1 if csc is not None else int(data.num_nodes)
     return Ownership(parts, num_nodes)
+
+
+def planned_ownership(config: DataConfig, parts: int) -> Ownership | None:
+    """The ownership a loader that reads only its own rows is given before it loads, from the graph's size as its
+    kind knows it without loading (published, computed, or from the files' headers); None for a kind whose graph
+    is loaded whole and then cut (a downloaded set: train/graph/datasets/loading.py own_rows_of). A size that
+    differs from the graph loaded is refused by `keep_own_rows`, naming both."""
+    kind = dataset_kind(config)
+    if kind.in_data_root:
+        return None
+    size = kind.plan_size(config)
+    if size.meta is not None:
+        return Ownership.of_types(parts, dict(zip(size.meta.node_types, size.meta.counts)))
+    return Ownership(parts, size.nodes)
 
 
 def mark_own_rows(data: Data, ownership: Ownership, part: int) -> Data:
@@ -87,7 +102,15 @@ def sharded_graph(config: DataConfig, env: DistEnv, load: Callable[[DataConfig],
     parts, part = len(nodes), nodes.index(env.node_rank)
     backend = dist.get_backend()
     group = fetch_group(collective_timeout_seconds, backend)  # before loading: every rank reaches it alike
-    data = obtain_shared_or_private(config, env, lambda c: keep_own_rows(load(c), parts, part, dtype))
+    planned = planned_ownership(config, parts)
+
+    def load_node(data_config: DataConfig) -> Data:
+        if planned is None:  # a downloaded set: loaded whole, then cut
+            return keep_own_rows(load(data_config), parts, part, dtype)
+        own = load(data_config, owned=planned.type_slices(part))  # never the whole matrix, not even while loading
+        return keep_own_rows(mark_own_rows(own, planned, part), parts, part, dtype)
+
+    data = obtain_shared_or_private(config, env, load_node)
     ownership = ownership_of(data, parts)
     shard = data.x
     _check_shard(shard, ownership, part)
