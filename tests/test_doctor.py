@@ -497,3 +497,26 @@ def test_ranks_that_chose_different_backends_fail_naming_them(template):
     records = [record(template, 0, backend="nccl"), record(template, 1, backend="gloo")]
     (level, message), = [lf for lf in levels(checks.run_checks(records, 2), "contract") if "backends" in lf[1]]
     assert level == findings.FAIL and "nccl" in message and "gloo" in message and "rank 1" in message
+
+
+def test_a_gpu_rank_records_its_free_memory_or_why_the_gpu_cannot_be_used(monkeypatch):
+    """inspect_device on a stand-in GPU (none on this machine): torch's own calls answer as a GPU node's would."""
+    import torch
+
+    env = resolve({"WORLD_SIZE": "1", "RANK": "0", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+                   "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"})
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(rank_record, "gpu_identity", lambda index: {"index": index, "name": "NVIDIA H100",
+                                                                    "memory": 80 << 30, "uuid": "GPU-0"})
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda index: (70 << 30, 80 << 30))
+    seen = rank_record.inspect_device(env, "nccl")
+    assert seen.type == "cuda" and seen.free == 70 << 30 and seen.error is None
+
+    def busy(index):
+        raise RuntimeError("CUDA error: CUDA-capable device(s) is/are busy or unavailable\nCompile with ...")
+
+    monkeypatch.setattr(torch.cuda, "mem_get_info", busy)
+    refused = rank_record.inspect_device(env, "nccl")
+    assert refused.error == "cuda:0 cannot be used: CUDA error: CUDA-capable device(s) is/are busy or unavailable"
+    assert levels(checks.check_devices([minimal_record(device=refused)]), "devices")[0] == (
+        findings.FAIL, f"rank 0 on n1: {refused.error}")
