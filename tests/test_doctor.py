@@ -19,8 +19,10 @@ from tests.harness.doctor_records import changed, minimal_record
 from tests.harness.jobscript import run_job_script
 from train.cluster.distenv import free_port, resolve
 from train.config import load_config
-from train.doctor import checks, findings, probes, rank_record
-from train.doctor.records import Device, Network, RankRecord, Shm
+from train.doctor import checks, findings, hcas, probes, rank_record
+from train.doctor.links import Transport, check_transport, judge_bandwidth, nccl_transport
+from train.doctor.records import Device, Hca, Links, Network, RankRecord, Shm
+from train.doctor.table import format_table
 
 ROOT = Path(__file__).resolve().parents[1]
 _CLEARED = ("SLURM_", "TORCHELASTIC_", "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
@@ -81,6 +83,13 @@ def test_healthy_setup_passes_and_measures_bandwidth(tmp_path, world):
     else:
         assert row.group(3) == "n/a"
     assert re.search(r"barrier latency: \d+ us", out)
+    # the run's other collectives, each as the run makes it: the evaluation's all-to-all, the node groups' split
+    assert re.search(rf"^ok\s+all2all\s+all_to_all_single of 1 MiB a rank over {world} rank\(s\): [\d.]+ ms", out,
+                     re.M), out
+    assert re.search(r"^ok\s+groups\s+the node groups' split \(1 gloo group\(s\)", out, re.M), out
+    assert re.search(r"^node \S+: CPUs per rank \d+; GPU free memory: no GPU; between nodes NCCL would use TCP over",
+                     out, re.M), out
+    assert re.search(r"^ok\s+transport\s+gloo over TCP between ranks", out, re.M), out
     assert all(not o.strip() for _, o in results[1:])  # only rank 0 prints
 
 
@@ -195,10 +204,13 @@ def record(template, rank, host="n1", local_rank=None, node_rank=0, world=2, per
 
 def test_a_record_travels_through_the_store_as_json_and_comes_back_equal(template):
     """Each rank's record is typed (train/doctor/records.py); the store carries it as JSON (rendezvous.py)."""
-    sent = record(template, 1, device=Device(type="cuda", index=0, uuid="GPU-1", cpus=[1], ncpus=1),
-                  shm=Shm("/dev/shm", 1 << 30, 1 << 29, need=1 << 20))
+    sent = record(template, 1, device=Device(type="cuda", index=0, uuid="GPU-1", cpus=[1], ncpus=1, free=3 << 30),
+                  shm=Shm("/dev/shm", 1 << 30, 1 << 29, need=1 << 20),
+                  links=Links(hcas=[Hca("mlx5_0:1", 200.0)], devices=True, iface="ib0", iface_mbps=100000,
+                              ib_hca="mlx5"))
     received = RankRecord.from_json(json.loads(json.dumps(sent.to_json())))
     assert received == sent and isinstance(received.device, Device) and received.shm.need == 1 << 20
+    assert isinstance(received.links.hcas[0], Hca) and received.device.free == 3 << 30
 
 
 def levels(findings, check):
@@ -212,7 +224,7 @@ def test_healthy_records_pass(template):
 
 def test_two_ranks_on_one_gpu_name_the_ranks_and_the_fix(template):
     gpu = Device(type="cuda", index=0, name="NVIDIA H100", memory=80 << 30, bus_id="0000:19:00.0", uuid="GPU-aaaa",
-                 cpus=[0], ncpus=1, threads=1)
+                 cpus=[0], ncpus=16, threads=1)  # ncpus: CPUS_PER_TASK=16
     records = [record(template, r, host="n1" if r < 2 else "n2", node_rank=r // 2, world=4,
                       device=replace(gpu, uuid=f"GPU-{r}", cpus=[r]) if r < 2 else replace(gpu, cpus=[r]),
                       variables={"CUDA_VISIBLE_DEVICES": "0"})
@@ -398,3 +410,113 @@ def test_make_doctor_runs_torchrun_locally(tmp_path):
     assert "torchrun --standalone --nproc-per-node=2 -m train doctor --config tiny" in proc.stdout
     assert "ok    contract  2 rank(s) on 1 node(s)" in proc.stdout and "all checks passed" in proc.stdout
     assert re.search(r"^64 KiB\s+[\d.]+ ms\s+[\d.]+ GB/s\s+[\d.]+ GB/s", proc.stdout, re.M)
+
+
+# ---- what NCCL uses between nodes, CPUs and free memory per GPU rank (issue 42) --------------------------------
+def fake_sys(root: Path, ports: dict[str, tuple[str, str]], speed: str | None = "25000") -> Path:
+    """A /sys with InfiniBand ports ("mlx5_0:1" -> (state, rate)) and eth0's speed in Mb/s."""
+    for name, (state, rate) in ports.items():
+        device, port = name.split(":")
+        folder = root / "class" / "infiniband" / device / "ports" / port
+        folder.mkdir(parents=True)
+        (folder / "state").write_text(state + "\n")
+        (folder / "rate").write_text(rate + "\n")
+    if speed is not None:
+        (root / "class" / "net" / "eth0").mkdir(parents=True)
+        (root / "class" / "net" / "eth0" / "speed").write_text(speed + "\n")
+    return root
+
+
+def test_probe_links_reads_the_active_hcas_their_rate_and_the_interfaces_speed(tmp_path):
+    sys_root = fake_sys(tmp_path / "sys", {"mlx5_0:1": ("4: ACTIVE", "200 Gb/sec (4X HDR)"),
+                                           "mlx5_1:1": ("1: DOWN", "200 Gb/sec (4X HDR)"),
+                                           "mlx5_2:1": ("4: ACTIVE", "400 Gb/sec (4X NDR)")})
+    (tmp_path / "dev" / "infiniband").mkdir(parents=True)
+    links = hcas.probe_links({"NCCL_IB_HCA": "mlx5_0"}, "eth0", sys_root, tmp_path / "dev")
+    assert links.hcas == [Hca("mlx5_0:1", 200.0), Hca("mlx5_2:1", 400.0)]
+    assert links.devices and links.iface_mbps == 25000 and links.ib_hca == "mlx5_0"
+    bare = hcas.probe_links({}, "eth0", fake_sys(tmp_path / "bare", {}, speed="-1"), tmp_path / "nodev")
+    assert bare.hcas == [] and not bare.devices and bare.iface_mbps is None
+
+
+HCA = Hca("mlx5_0:1", 200.0)
+
+
+def nccl_records(template, links_of, nodes=2):
+    """Two ranks a node over `nodes` nodes, NCCL, each node's links given by links_of(node) (Links' fields)."""
+    return [record(template, r, host=f"n{r // 2}", node_rank=r // 2, world=2 * nodes, backend="nccl",
+                   links=Links(iface="eth0", iface_mbps=25000, **links_of(r // 2)))
+            for r in range(2 * nodes)]
+
+
+def test_the_transport_nccl_will_use_between_nodes(template):
+    ib = nccl_records(template, lambda n: {"hcas": [HCA, Hca("mlx5_1:1", 200.0)], "devices": True})
+    assert nccl_transport(ib).name == "IB" and nccl_transport(ib).link_gbs == 50.0
+    assert levels(check_transport(ib), "transport")[0][0] == findings.OK
+    unmounted = nccl_records(template, lambda n: {"hcas": [HCA], "devices": n == 0})  # node 1: no hook
+    found = nccl_transport(unmounted)
+    assert found.name == "Socket" and "n1: the node has HCAs (mlx5_0:1) but /dev/infiniband is not in" in found.why
+    (level, message), = levels(check_transport(unmounted), "transport")
+    assert level == findings.WARN and "ten times slower" in message and found.link_gbs == 25000 / 8000
+    narrowed = nccl_records(template, lambda n: {"hcas": [HCA, Hca("mlx5_1:1", 100.0)], "devices": True,
+                                                 "ib_hca": "^mlx5_0"})
+    assert nccl_transport(narrowed).link_gbs == 12.5  # NCCL_IB_HCA=^mlx5_0 leaves mlx5_1
+    forced = nccl_records(template, lambda n: {"hcas": [HCA], "devices": True, "nccl_net": "Socket"})
+    assert nccl_transport(forced).name == "Socket" and "NCCL_NET=Socket" in nccl_transport(forced).why
+    disabled = nccl_records(template, lambda n: {"hcas": [HCA], "devices": True, "ib_disable": True})
+    assert nccl_transport(disabled).name == "Socket"
+    assert nccl_transport(nccl_records(template, lambda n: {}, nodes=1)).name == "none"
+
+
+def test_the_all_reduce_is_judged_against_the_links(template):
+    ib = Transport("IB", "InfiniBand", 50.0)
+    fine = judge_bandwidth(40.0, ib)
+    assert fine.level == findings.OK and "80% of the 50.0 GB/s" in fine.message
+    slow = judge_bandwidth(2.5, ib)  # what TCP gives where IB was meant
+    assert slow.level == findings.WARN and "5% of the 50.0 GB/s" in slow.message and "NCCL_IB_HCA" in slow.message
+    assert judge_bandwidth(2.5, Transport("none", "one node", None)) is None
+    assert judge_bandwidth(None, ib) is None and judge_bandwidth(3.0, Transport("Socket", "TCP", None)) is None
+
+
+def test_a_gpu_rank_with_one_cpu_is_warned_and_free_gpu_memory_is_shown(template):
+    gpu = Device(type="cuda", index=0, name="NVIDIA H100", memory=80 << 30, free=15 << 30, bus_id="0000:19:00.0",
+                 cpus=[0], ncpus=1, threads=1)
+    records = [record(template, r, device=replace(gpu, index=r, uuid=f"GPU-{r}", cpus=[r], ncpus=1 if r else 16,
+                                                  free=(15 << 30) if r else (79 << 30)), backend="nccl")
+               for r in range(2)]
+    found = levels(checks.run_checks(records, 2), "devices")
+    assert (findings.WARN, "rank 1 on node n1 drive a GPU with one CPU each: the main thread, the prefetch thread, "
+            "NCCL's proxy thread and pinning take turns on it; give each task the node's CPUs / its GPUs "
+            "(CPUS_PER_TASK, or --cpus-per-task).") in found
+    table = format_table(records)
+    assert "cuda:1 NVIDIA H100 80 GiB (15 GiB free)" in table
+    assert "node n1: CPUs per rank 1/16; GPU free memory: rank 0 79 GiB, rank 1 15 GiB" in table
+
+
+def test_ranks_that_chose_different_backends_fail_naming_them(template):
+    records = [record(template, 0, backend="nccl"), record(template, 1, backend="gloo")]
+    (level, message), = [lf for lf in levels(checks.run_checks(records, 2), "contract") if "backends" in lf[1]]
+    assert level == findings.FAIL and "nccl" in message and "gloo" in message and "rank 1" in message
+
+
+def test_a_gpu_rank_records_its_free_memory_or_why_the_gpu_cannot_be_used(monkeypatch):
+    """inspect_device on a stand-in GPU (none on this machine): torch's own calls answer as a GPU node's would."""
+    import torch
+
+    env = resolve({"WORLD_SIZE": "1", "RANK": "0", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+                   "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"})
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(rank_record, "gpu_identity", lambda index: {"index": index, "name": "NVIDIA H100",
+                                                                    "memory": 80 << 30, "uuid": "GPU-0"})
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda index: (70 << 30, 80 << 30))
+    seen = rank_record.inspect_device(env, "nccl")
+    assert seen.type == "cuda" and seen.free == 70 << 30 and seen.error is None
+
+    def busy(index):
+        raise RuntimeError("CUDA error: CUDA-capable device(s) is/are busy or unavailable\nCompile with ...")
+
+    monkeypatch.setattr(torch.cuda, "mem_get_info", busy)
+    refused = rank_record.inspect_device(env, "nccl")
+    assert refused.error == "cuda:0 cannot be used: CUDA error: CUDA-capable device(s) is/are busy or unavailable"
+    assert levels(checks.check_devices([minimal_record(device=refused)]), "devices")[0] == (
+        findings.FAIL, f"rank 0 on n1: {refused.error}")

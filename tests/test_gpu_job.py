@@ -201,7 +201,7 @@ H200 = 143_771 * 2**20
 
 
 def _papers100m(*overrides: str):
-    from train.cli.plan import graph_size
+    from train.cli.plan_run import graph_size
     from train.config import load_config
 
     config = load_config("ogbn-papers100M", list(overrides))

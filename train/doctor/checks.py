@@ -20,6 +20,8 @@ from train.doctor.findings import (
     is_loopback,
     rank_list,
 )
+from train.doctor.gpu_ranks import check_gpu_ranks
+from train.doctor.links import check_transport
 from train.doctor.records import RankRecord
 from train.storage.faults import format_bytes
 
@@ -213,9 +215,8 @@ def check_network(records: list[RankRecord]) -> list[Finding]:
                                    f"{master_host}: set MASTER_ADDR to the first node's hostname."))
             elif backend == "gloo" and is_loopback(net.gloo_addr):
                 out.append(Finding(FAIL, "network", f"on node {host} the hostname resolves to {net.gloo_addr}, "
-                                   "so gloo "
-                                   f"would listen on loopback where other nodes cannot connect: set GLOO_SOCKET_IFNAME="
-                                   f"{route} (the interface that reaches the master)."))
+                                   "so gloo would listen on loopback where other nodes cannot connect: "
+                                   f"set GLOO_SOCKET_IFNAME={route} (the interface that reaches the master)."))
             elif backend == "nccl" and net.nccl_ifaces and all(n.startswith("lo") for n in net.nccl_ifaces):
                 out.append(Finding(FAIL, "network", f"on node {host} NCCL would use loopback "
                                    f"({', '.join(net.nccl_ifaces)}) "
@@ -287,12 +288,11 @@ def check_environment(records: list[RankRecord]) -> list[Finding]:
         v = r0.versions
         out.append(Finding(OK, "versions", f"python {v['python']}, torch {v['torch']}, torch_geometric "
                            f"{v.get('torch_geometric') or '-'}, pyg_lib {v.get('pyg_lib') or '-'} on every rank; "
-                           "dataset "
-                           f"{r0.data.name} {r0.data.state}; run dir {r0.run_dir.path} writable"))
+                           f"dataset {r0.data.name} {r0.data.state}; run dir {r0.run_dir.path} writable"))
     return out
 
 
 def run_checks(records: list[RankRecord], expected_world: int) -> list[Finding]:
     records = sorted(records, key=lambda r: (r.job.rank, r.host, r.pid))
-    return (check_contract(records, expected_world) + check_devices(records)
-            + check_network(records) + check_environment(records))
+    return (check_contract(records, expected_world) + check_devices(records) + check_gpu_ranks(records)
+            + check_network(records) + check_transport(records) + check_environment(records))

@@ -7,17 +7,18 @@ from __future__ import annotations
 import datetime
 import time
 
+import torch
+import torch.distributed as dist
+
 from train.cluster.distenv import DistEnv
 from train.doctor.findings import OK, Finding
+from train.graph.sharing.shared_graph import node_group
 from train.storage.faults import format_bytes
 
 ALL_TO_ALL_BYTES = 1 << 20  # what each rank sends in all (an evaluation chunk's rows are of this order)
 
 
 def _slowest(seconds: float, device) -> float:
-    import torch
-    import torch.distributed as dist
-
     worst = torch.tensor([seconds], dtype=torch.float64, device=device)
     dist.all_reduce(worst, op=dist.ReduceOp.MAX)
     return float(worst)
@@ -25,9 +26,6 @@ def _slowest(seconds: float, device) -> float:
 
 def time_all_to_all(nbytes: int, iters: int, device) -> float:
     """Mean seconds of one all_to_all_single of `nbytes` a rank in even splits (the slowest rank's), after a warm-up."""
-    import torch
-    import torch.distributed as dist
-
     world = dist.get_world_size()
     count = max(nbytes // 4 // world, 1) * world
     send = torch.ones(count, dtype=torch.float32, device=device)
@@ -46,10 +44,6 @@ def time_all_to_all(nbytes: int, iters: int, device) -> float:
 def time_node_groups(env: DistEnv, timeout: float, device) -> tuple[float, int]:
     """Seconds to split the ranks into their nodes' gloo groups as node sharing does, and a barrier in each
     (the slowest rank's); and this rank's group size."""
-    import torch.distributed as dist
-
-    from train.graph.sharing.shared_graph import node_group
-
     started = time.perf_counter()
     group, _leader, size = node_group(env, datetime.timedelta(seconds=timeout))
     dist.barrier(group=group)

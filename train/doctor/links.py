@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from train.doctor.findings import OK, WARN, Finding, by_host
+from train.doctor.records import Hca, Links, RankRecord
 
 # The all-reduce's bus bandwidth below this share of the links' is judged slow: NCCL's all-reduce reaches 80-95 %
 # of a link's line rate on large messages (nccl-tests' busbw on InfiniBand); a quarter leaves room for small
@@ -28,7 +29,7 @@ class Transport:
     link_gbs: float | None
 
 
-def selected_hcas(hcas: list[dict], spec: str | None) -> list[dict]:
+def selected_hcas(hcas: list[Hca], spec: str | None) -> list[Hca]:
     """The HCAs NCCL_IB_HCA lets NCCL use: a list of name prefixes ("mlx5_0,mlx5_1"; "=" exact names; "^" those
     excluded), each name optionally with ":port"; all when unset."""
     if not spec:
@@ -44,37 +45,37 @@ def selected_hcas(hcas: list[dict], spec: str | None) -> list[dict]:
                 return True
         return False
 
-    return [h for h in hcas if matches(h["name"]) != exclude]
+    return [h for h in hcas if matches(h.name) != exclude]
 
 
-def node_link(links: dict) -> tuple[str, str, float | None]:
+def node_link(links: Links) -> tuple[str, str, float | None]:
     """(transport, why, GB/s) of one node from its rank's probe_links."""
-    hcas = selected_hcas(links.get("hcas", []), links.get("ib_hca"))
-    iface, mbps = links.get("iface"), links.get("iface_mbps")
+    hcas = selected_hcas(links.hcas, links.ib_hca)
+    iface, mbps = links.iface, links.iface_mbps
     socket_gbs = mbps / 8000 if mbps and mbps > 0 else None
     socket_why = f"TCP over {iface or '?'}" + (f" at {mbps / 1000:g} Gb/s" if socket_gbs else "")
-    forced = (links.get("nccl_net") or "").strip()
+    forced = (links.nccl_net or "").strip()
     if forced:
         ib = forced.upper() == "IB"
-        return forced, f"NCCL_NET={forced}", (sum(h["gbps"] for h in hcas) / 8 or None) if ib else socket_gbs
-    if links.get("ib_disable"):
+        return forced, f"NCCL_NET={forced}", (sum(h.gbps for h in hcas) / 8 or None) if ib else socket_gbs
+    if links.ib_disable:
         return "Socket", f"NCCL_IB_DISABLE=1: {socket_why}", socket_gbs
-    if hcas and links.get("devices"):
-        names = ", ".join(f"{h['name']} {h['gbps']:g} Gb/s" for h in hcas)
-        return "IB", f"InfiniBand/RoCE: {names}", sum(h["gbps"] for h in hcas) / 8
+    if hcas and links.devices:
+        names = ", ".join(f"{h.name} {h.gbps:g} Gb/s" for h in hcas)
+        return "IB", f"InfiniBand/RoCE: {names}", sum(h.gbps for h in hcas) / 8
     if hcas:
-        return "Socket", (f"the node has HCAs ({', '.join(h['name'] for h in hcas)}) but /dev/infiniband is not in the "
+        return "Socket", (f"the node has HCAs ({', '.join(h.name for h in hcas)}) but /dev/infiniband is not in the "
                           f"container (enroot's 99-mellanox hook mounts it where MELLANOX_VISIBLE_DEVICES is set): "
                           f"{socket_why}"), socket_gbs
     return "Socket", socket_why, socket_gbs
 
 
-def nccl_transport(records: list[dict]) -> Transport:
+def nccl_transport(records: list[RankRecord]) -> Transport:
     """The transport between the job's nodes (the one node's ranks need none) and its slowest node's links."""
     hosts = by_host(records)
     if len(hosts) < 2:
         return Transport("none", "one node: NVLink or PCIe and shared memory, no network", None)
-    per_node = {host: node_link(rs[0].get("links") or {}) for host, rs in sorted(hosts.items())}
+    per_node = {host: node_link(rs[0].links) for host, rs in sorted(hosts.items())}
     names = {name for name, _, _ in per_node.values()}
     speeds = [gbs for _, _, gbs in per_node.values()]
     slowest = min(speeds) if all(s is not None for s in speeds) else None
@@ -86,15 +87,14 @@ def nccl_transport(records: list[dict]) -> Transport:
     return Transport("Socket", f"the nodes differ, so NCCL falls back to what all share: {said}", slowest)
 
 
-def check_transport(records: list[dict]) -> list[Finding]:
+def check_transport(records: list[RankRecord]) -> list[Finding]:
     """The transport NCCL will use between nodes: a warning where a node has HCAs that NCCL will not use."""
-    if not any(r["backend"] == "nccl" for r in records):
-        return [Finding(OK, "transport", f"{records[0]['backend']} over TCP between ranks (no NCCL)")]
+    if not any(r.backend == "nccl" for r in records):
+        return [Finding(OK, "transport", f"{records[0].backend} over TCP between ranks (no NCCL)")]
     transport = nccl_transport(records)
     link = f"; links {transport.link_gbs:.1f} GB/s a node" if transport.link_gbs else ""
     line = f"NCCL between nodes: {transport.name} ({transport.why}{link})"
-    wasted = transport.name == "Socket" and any(selected_hcas((r.get("links") or {}).get("hcas", []),
-                                                              (r.get("links") or {}).get("ib_hca")) for r in records)
+    wasted = transport.name == "Socket" and any(selected_hcas(r.links.hcas, r.links.ib_hca) for r in records)
     if wasted:
         return [Finding(WARN, "transport", line + ": ten times slower or worse than the HCAs; see docs/cluster.md "
                         "(InfiniBand)")]

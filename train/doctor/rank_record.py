@@ -20,6 +20,7 @@ from train.cluster.distenv import DistEnv
 from train.cluster.torch_gpus import gpu_identity, torch_gpu_view
 from train.config import Config, DataConfig
 from train.doctor.findings import interface_of, is_loopback, nccl_interfaces
+from train.doctor.hcas import probe_links
 from train.doctor.probes import (
     can_bind,
     driver_version,
@@ -74,10 +75,15 @@ def inspect_device(env: DistEnv, backend: str) -> Device:
                                     env.local_world_size)
     except UserError as exc:
         return dataclasses.replace(out, error=str(exc))
-    return dataclasses.replace(out, **gpu_identity(index))
+    out = dataclasses.replace(out, **gpu_identity(index))
+    try:  # what the run will place its graph by (a stray process on the GPU shows here)
+        return dataclasses.replace(out, free=torch.cuda.mem_get_info(index)[0])
+    except RuntimeError as exc:  # e.g. busy or unavailable (compute mode exclusive, a fallen-off GPU)
+        return dataclasses.replace(out, error=f"cuda:{index} cannot be used: {str(exc).splitlines()[0]}")
 
 
 ENV_SHOWN = ("CUDA_VISIBLE_DEVICES", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "OMP_NUM_THREADS",
+             "NCCL_NET", "NCCL_IB_HCA", "MELLANOX_VISIBLE_DEVICES",
              "SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_CPUS_PER_TASK", "SLURM_GPUS_PER_TASK")
 
 
@@ -114,4 +120,5 @@ def collect_record(env: DistEnv, config: Config, backend: str, net: Network,
         job=env, host=hostname, pid=os.getpid(), backend=backend, device=inspect_device(env, backend), network=network,
         data=data, run_dir=probe_run_dir(config, env), shm=probe_share_dir(config.data, env, data.bytes),
         variables={k: environ[k] for k in ENV_SHOWN if environ.get(k)},
-        versions=versions, cpu_count=os.cpu_count() or 0, config_digest=digest)
+        versions=versions, cpu_count=os.cpu_count() or 0, config_digest=digest,
+        links=probe_links(environ, network.route_iface))

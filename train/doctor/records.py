@@ -24,6 +24,7 @@ class Device:
     memory: int | None = None
     bus_id: str | None = None
     uuid: str | None = None
+    free: int | None = None  # cuda: its free memory now (torch.cuda.mem_get_info): a stray process on it shows here
 
     def gpu_key(self) -> str:
         """What tells two ranks' GPUs apart: the UUID, else the PCI bus, else the index."""
@@ -47,6 +48,33 @@ class Network:
     def missing(self, variable: str) -> list[str]:
         """The interfaces `variable` (NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME) names that this node lacks."""
         return self.gloo_missing if variable == "GLOO_SOCKET_IFNAME" else []
+
+
+@dataclass(frozen=True)
+class Hca:
+    """One active InfiniBand/RoCE port ("mlx5_0:1") and its rate in Gb/s."""
+
+    name: str
+    gbps: float
+
+
+@dataclass(frozen=True)
+class Links:
+    """What NCCL could use between nodes, as one rank sees its node (train/doctor/hcas.py probes it,
+    train/doctor/links.py judges it)."""
+
+    hcas: list[Hca] = field(default_factory=list)  # the active ports
+    devices: bool = False  # whether the HCAs' device files are in the container (/dev/infiniband)
+    iface: str | None = None  # the interface that reaches the master, and its speed in Mb/s (None: unknown)
+    iface_mbps: int | None = None
+    nccl_net: str | None = None  # NCCL_NET, NCCL_IB_HCA, NCCL_IB_DISABLE=1: what steers NCCL's choice
+    ib_hca: str | None = None
+    ib_disable: bool = False
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> Links:
+        """The links `dataclasses.asdict` gave (its HCAs as dicts)."""
+        return cls(**{**raw, "hcas": [Hca(**h) for h in raw["hcas"]]})
 
 
 @dataclass(frozen=True)
@@ -97,6 +125,7 @@ class RankRecord:
     data: DataState
     run_dir: RunDir
     shm: Shm = field(default_factory=Shm)
+    links: Links = field(default_factory=Links)
     variables: dict[str, str] = field(default_factory=dict)  # the environment variables shown (probes.ENV_SHOWN)
     versions: dict[str, str | None] = field(default_factory=dict)  # python, torch, ..., cuda, nccl, driver
     cpu_count: int = 0
@@ -116,4 +145,5 @@ class RankRecord:
         job = raw["job"]  # JSON has no tuples: DistEnv's are made again
         job = DistEnv(**{**job, "node_tmpdirs": tuple(job["node_tmpdirs"]),
                          "gpu_allocation": tuple(map(tuple, job["gpu_allocation"]))})
-        return cls(**{**raw, "job": job, **{name: kind(**raw[name]) for name, kind in parts.items()}})
+        made = {name: kind(**raw[name]) for name, kind in parts.items()}
+        return cls(**{**raw, "job": job, **made, "links": Links.from_json(raw["links"])})  # nested: its HCAs

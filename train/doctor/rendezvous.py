@@ -17,7 +17,9 @@ import torch.distributed as dist
 from train.cluster.distenv import DistEnv
 from train.cluster.procgroup import choose_backend, select_device
 from train.doctor.checks import run_checks
-from train.doctor.findings import CPU_SIZES, FAIL, GPU_SIZES, Finding, failed, parse_sizes
+from train.doctor.exchanges import ALL_TO_ALL_BYTES, exchange_findings, time_all_to_all, time_node_groups
+from train.doctor.findings import CPU_SIZES, FAIL, GPU_SIZES, Finding, allreduce_bandwidth, failed, parse_sizes
+from train.doctor.links import Transport, judge_bandwidth, nccl_transport
 from train.doctor.probes import probe_connect, resolve_host
 from train.doctor.rank_record import collect_record
 from train.doctor.records import RankRecord
@@ -118,29 +120,39 @@ def time_collectives(sizes: list[int], iters: int, device, barriers: int = 20) -
     return rows, statistics.median(latencies)
 
 
-def bandwidth_phase(store, env: DistEnv, backend: str, sizes: list[int] | None, iters: int, timeout: float) -> int:
-
-
+def bandwidth_phase(store, env: DistEnv, backend: str, sizes: list[int] | None, iters: int, timeout: float,
+                    transport: Transport | None = None) -> int:
+    """The timed all-reduce and barrier, the all-to-all and the node groups' split over the real backend; rank 0
+    prints them and judges the all-reduce against the links between nodes (`transport`: links.nccl_transport)."""
     device = torch.device("cpu")
     if backend == "nccl":
         device = select_device(env, backend)
     sizes = sizes or parse_sizes(GPU_SIZES if backend == "nccl" else CPU_SIZES)
+    step = "the all-reduce"
     try:
         dist.init_process_group(backend, store=dist.PrefixStore("pg", store), rank=env.rank,
                                 world_size=env.world_size, timeout=datetime.timedelta(seconds=timeout),
                                 device_id=device if backend == "nccl" else None)
         try:
             rows, barrier = time_collectives(sizes, iters, device)
+            step = "the all-to-all (the exact evaluation's row exchange)"
+            all_to_all = time_all_to_all(ALL_TO_ALL_BYTES, iters, device)
+            step = "the node groups' split (node sharing)"
+            split, _size = time_node_groups(env, timeout, device)
         finally:
             dist.destroy_process_group()
     except (RuntimeError, OSError) as exc:
-        print(Finding(FAIL, "bandwidth", f"rank {env.rank}: the all-reduce over {backend} failed "
+        print(Finding(FAIL, "bandwidth", f"rank {env.rank}: {step} over {backend} failed "
                       f"({str(exc).splitlines()[0]}): "
                       "the ranks reached the master but not each other; check NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME "
                       "and firewalls between the nodes.").line(), file=sys.stderr, flush=True)
         return EXIT_FAILED
     if env.rank == 0:
         print(format_bandwidth(rows, env.world_size, backend, iters, barrier, 20), flush=True)
+        found = exchange_findings(all_to_all, ALL_TO_ALL_BYTES, split, env.num_nodes, env.world_size)
+        busbw = allreduce_bandwidth(*rows[-1], env.world_size)[1] if rows else None
+        judged = judge_bandwidth(busbw, transport) if transport is not None else None
+        print("\n".join(f.line() for f in [*found, *([judged] if judged else [])]), flush=True)
     return 0
 
 
@@ -163,7 +175,9 @@ def after_rendezvous(store, env: DistEnv, record: RankRecord, backend: str, size
 
     status = EXIT_FAILED
     if ok:
-        status = 0 if args.no_bandwidth else bandwidth_phase(store, env, backend, sizes, args.iters, args.timeout)
+        transport = nccl_transport(records) if env.rank == 0 and backend == "nccl" else None
+        status = 0 if args.no_bandwidth else bandwidth_phase(store, env, backend, sizes, args.iters, args.timeout,
+                                                             transport)
     if env.rank == 0:
         print(f"doctor: {'all checks passed' if status == 0 else 'FAILED (see the FAIL lines)'} "
               f"in {time.monotonic() - started:.1f} s", flush=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from train.doctor.findings import allreduce_bandwidth, by_host, format_cpus, rank_list
+from train.doctor.links import node_link
 from train.doctor.records import Device, RankRecord
 from train.storage.faults import format_bytes
 
@@ -18,7 +19,8 @@ def device_cell(dev: Device) -> str:
     if dev.error:
         return "ERROR"
     if dev.type == "cuda":
-        return f"cuda:{dev.index} {dev.name} {format_bytes(dev.memory)} {dev.bus_id}"
+        free = f" ({format_bytes(dev.free)} free)" if dev.free is not None else ""
+        return f"cuda:{dev.index} {dev.name} {format_bytes(dev.memory)}{free} {dev.bus_id}"
     return "cpu"
 
 
@@ -49,7 +51,18 @@ def format_table(records: list[RankRecord]) -> str:
         extras = " ".join(f"{k}={v}" for k, v in variables.items() if k.endswith("SOCKET_IFNAME"))
         lines.append(f"node {host}: {shm.path} {format_bytes(shm.free)} free of {format_bytes(shm.total)}"
                      f"; interfaces {', '.join(rs[0].network.interfaces)}{'; ' + extras if extras else ''}")
+        lines.append(f"node {host}: {node_resources(rs)}")
     return "\n".join(lines)
+
+
+def node_resources(rs: list[RankRecord]) -> str:
+    """One node's CPUs per rank, its GPUs' free memory, and the link NCCL would use from it."""
+    cpus = sorted({r.device.ncpus for r in rs})
+    gpus = [(r.job.rank, r.device) for r in rs if r.device.type == "cuda"]
+    free = ", ".join(f"rank {rank} {format_bytes(dev.free)}" for rank, dev in gpus) or "no GPU"
+    _name, why, gbs = node_link(rs[0].links)
+    return (f"CPUs per rank {'/'.join(map(str, cpus))}; GPU free memory: {free}; between nodes NCCL would use "
+            f"{why}{f' ({gbs:.1f} GB/s)' if gbs else ''}")
 
 
 def format_bandwidth(rows: list[tuple[int, float]], world_size: int, backend: str, iters: int,
