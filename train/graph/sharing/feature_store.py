@@ -54,7 +54,16 @@ class GraphFeatures(FeatureStore):
 
     @abstractmethod
     def rows(self, ids: Tensor, device: torch.device) -> Tensor:
-        """The features of `ids` (global node ids, in their order), on `device`. Collective where sharded."""
+        """The features of some nodes: the store's one question.
+
+        Args:
+            ids: global node ids (int64), in the order wanted; may repeat, may be empty.
+            device: where the rows go (the batch's device).
+
+        Returns:
+            [len(ids), width] rows in the store's dtype, in the order of `ids`. Collective where the rows are spread
+            over the nodes (sharded): every rank calls it as often as the others, inside a `session()`.
+        """
 
     def whole(self) -> Tensor | None:
         """The whole matrix where this process maps it (a loader's workers gather from it), else None."""
