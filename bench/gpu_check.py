@@ -47,6 +47,7 @@ import time
 import traceback
 from pathlib import Path
 
+from bench.gpu_exchange import check_exchanges
 from bench.gpu_forms import (  # noqa: F401 - Skip is this module's too (its checks raise it)
     Skip,
     check_dead_rank,
@@ -326,11 +327,13 @@ def check_products(args, budget: float) -> dict:
 CHECKS = {"env": check_env, "sampler": check_sampler, "training": check_training, "profile": check_profile,
           "products": check_products,
           "determinism": check_determinism, "feature_dtype": check_feature_dtype, "cuda_tests": check_cuda_tests,
-          "nccl": check_nccl, "pinned": check_pinned, "resume_layout": check_resume_layout,
+          "nccl": check_nccl, "exchanges": check_exchanges, "pinned": check_pinned,
+          "resume_layout": check_resume_layout,
           "shared_gpu": check_shared_gpu, "late_node": check_late_node, "dead_rank": check_dead_rank}
 # Seconds each check may take at most (the overall --budget caps them all together). On one H200 with 16 cores
 # the checks that run there (late_node and dead_rank need two GPUs) add up to well under the budget.
-LIMITS = {"env": 30, "cuda_tests": 150, "nccl": 60, "shared_gpu": 60, "resume_layout": 120, "late_node": 120,
+LIMITS = {"env": 30, "cuda_tests": 150, "nccl": 60, "exchanges": 60, "shared_gpu": 60, "resume_layout": 120,
+          "late_node": 120,
           "dead_rank": 100, "pinned": 30, "sampler": 90, "training": 150, "profile": 60, "products": 120,
           "determinism": 90,
           "feature_dtype": 80}

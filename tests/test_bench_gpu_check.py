@@ -50,6 +50,9 @@ def test_make_gpu_check_runs_on_cpu_and_writes_one_json(tmp_path):
     assert training["seeds_per_second"] > 0 and training["epoch_seconds"] > 0
     assert set(training["phase_seconds"]) >= {"sample", "gather", "copy", "compute", "allreduce", "eval", "other"}
     assert training["eval_seconds"] > 0 and 0 <= training["val_acc"] <= 1
+    exchanges = checks["exchanges"]  # over gloo here: the rows the fetch returns are the gather's
+    assert exchanges["status"] == "ok" and exchanges["backend"] == "gloo" and exchanges["rows_exact"] is True
+    assert exchanges["fetch_mib_per_s"] > 0 and exchanges["all_to_all_mib_per_s"] > 0
     profile = checks["profile"]  # the CPU run profiled: the step's and the prefetching thread's ops, no kernels
     assert profile["status"] == "ok" and profile["steps"] > 0 and profile["prefetch"] == 1, profile
     assert profile["host_ops"]["training"] > 0 and profile["host_ops"]["sampling"] > 0
