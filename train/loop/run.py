@@ -39,6 +39,7 @@ from train.graph.datasets.loading import load_graph, prepare_dataset
 from train.graph.datasets.synthetic import GENERATOR_KEYS
 from train.graph.form import form_of
 from train.graph.sampling.device_plan import FEATURE_DTYPES
+from train.graph.sharing.feature_layout import LayoutChoice, resolved_layout
 from train.graph.sharing.feature_shards import obtain_graph_with_features
 from train.graph.sharing.shared_graph import shared_graphs
 from train.loop.checkpoint import CHECKPOINT_DIR, Checkpointer, graph_fingerprint, list_checkpoints
@@ -96,13 +97,29 @@ def obtain_graph(config: Config, env: DistEnv) -> Data:
         data, fault = None, None
         try:
             data = obtain_graph_with_features(config.data, env, graph_loader(config, env),
-                                              node_layout(config, env, gpus=dist.get_backend() == "nccl"),
+                                              features_choice(config, env, gpus=dist.get_backend() == "nccl"),
                                               collective_timeout_seconds=config.dist.collective_timeout_seconds,
                                               dtype=FEATURE_DTYPES[config.data.feature_dtype])
         except StorageError as exc:
             fault = exc.fault
         all_meet(fault)
     return data
+
+
+def features_choice(config: Config, env: DistEnv, gpus: bool) -> LayoutChoice:
+    """data.features on this node: as asked, or for auto on several nodes the memory plan's decision against the
+    node's own limit (train/plan/sharded.py node_layout, the one the plan makes for `make submit`). A plan that
+    cannot be made keeps a copy per node and says why: the run's own checks then meet what stopped it."""
+    asked = config.data.features
+    if asked == "auto" and env.num_nodes > 1:
+        try:
+            return node_layout(config, env, gpus)
+        except UserError as exc:
+            return LayoutChoice("node", f"node: the memory plan could not be made ({exc}), so the features are not "
+                                        "sharded")
+    if asked == "auto":
+        return LayoutChoice("node", "node: one node, nothing to shard over")
+    return resolved_layout(asked, env.num_nodes, 0, 0, 0, 0, None, "")
 
 
 @contextlib.contextmanager

@@ -145,7 +145,7 @@ def obtain_graph_with_features(config: DataConfig, env: DistEnv, load: Callable[
     """The graph as `data.share` and `data.features` say: `choice` is the node's layout (train/plan/sharded.py
     node_layout decides auto from the node's limit, by the plan's figures), agreed over all ranks."""
     choice = agreed_layout(choice, env)
-    if env.is_main and (config.features == "auto" or choice.layout == "sharded"):
+    if env.is_main and (choice.layout == "sharded" or (config.features == "auto" and env.num_nodes > 1)):
         print(f"data.features: {choice.reason}", file=sys.stderr, flush=True)
     if choice.layout == "sharded" and env.world_size > 1 and env.num_nodes > 1:
         return sharded_graph(config, env, load, collective_timeout_seconds=collective_timeout_seconds, dtype=dtype)
