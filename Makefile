@@ -69,13 +69,13 @@ $(VENV)/.stamp: requirements.lock requirements-dev.lock
 setup: $(VENV)/.stamp ## Create the pinned local venv (.venv), idempotent
 
 # make run starts NPROC processes on this machine: a job's GPUS or NODES given to it is refused, naming what to
-# give instead, never ignored (each name with its value, quoted for the shell).
-job_counts = $(foreach v,GPUS NODES,$(if $(filter command line,$(origin $(v))),$(v) $(call quoted,$(call raw_value,$(v)))))
+# give instead, never ignored (the names given; their values reach the recipe in the environment, export_to below).
+job_counts = $(foreach v,GPUS NODES,$(if $(filter command line,$(origin $(v))),$(v)))
 
 run: check-run setup ## Train the default config on NPROC local processes (torchrun, gloo on CPU); CODE_DIR= your model's code
-	@set -- $(job_counts); if (( $$# )); then hint="make run NPROC=$$2"; \
-	[[ $$1 == GPUS ]] || hint="make submit $$1=$$2 runs a job on $$2 nodes"; \
-	echo "make run: error: $$1=$$2 is make submit's setting, not make run's: make run starts NPROC processes on this machine; $$hint." >&2; \
+	@set -- $(job_counts); if (( $$# )); then name=$$1 value=$${!1}; hint="make run NPROC=$$value"; \
+	[[ $$name == GPUS ]] || hint="make submit $$name=$$value runs a job on $$value nodes"; \
+	echo "make run: error: $$name=$$value is make submit's setting, not make run's: make run starts NPROC processes on this machine; $$hint." >&2; \
 	exit 2; fi
 	@$(call split,args,ARGS); \
 	"$$VENV/bin/python" -m login.launch --nproc "$$NPROC" --code-dir "$$CODE_DIR" fit $(config_args) "$${args[@]}"
@@ -118,6 +118,8 @@ $(call export_for,logs tail,LOG_DIR)
 # make help shows the value of every variable a target reads (the lists above); it reads none itself.
 SETTINGS := $(sort $(foreach list,$(filter %_VARS,$(.VARIABLES)),$($(list))))
 $(call export_to,help,$(SETTINGS))
+# make run: a job's GPUS or NODES, to name it in its refusal (job_counts)
+$(call export_to,run,GPUS NODES)
 # A variable given on the command line that no target reads and that is a typo of one (NODE=2, nodes=2) stops
 # make, naming the valid ones; any other (NCCL_DEBUG=INFO) is an environment variable for the programs it starts.
 quoted = '$(subst ','"'"',$(1))'
