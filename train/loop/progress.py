@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import sys
 
-from tqdm import tqdm
-
 from train.loop.records import EpochRecord, Sink, StepRecord
 
 
@@ -47,6 +45,8 @@ class ProgressDisplay(Sink):
                 print(step_line(record), flush=True)
             return
         if self.bar is None:
+            from tqdm import tqdm  # optional here: PyG's dependency, not this package's; a terminal's bar alone
+
             self.bar = tqdm(total=record.steps_in_epoch, initial=record.step - 1, desc=f"epoch {record.epoch}",
                             leave=False)
         self.bar.update(1)
