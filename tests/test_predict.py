@@ -27,41 +27,36 @@ def make(*words: str, timeout: float = 300) -> subprocess.CompletedProcess:
                           timeout=timeout)
 
 
-@pytest.fixture(scope="module")
-def predicted(tmp_path_factory) -> Path:
-    """A 2-rank run of the tiny config, then `make predict` of it on 2 ranks."""
-    run = tmp_path_factory.mktemp("predict") / "run"
-    trained = make("run", "CONFIG=tiny", f"ARGS=output.dir={run}")
-    assert trained.returncode == 0, trained.stdout + trained.stderr
-    p = make("predict", f"RUN={run}")
-    assert p.returncode == 0, p.stdout + p.stderr
+pytestmark = pytest.mark.long
+
+
+def trained_and_predicted(folder: Path, config: str, args: str) -> Path:
+    """`make run CONFIG=config ARGS=args` on 2 ranks into folder/run, then `make predict` of it on 2 ranks."""
+    run = folder / "run"
+    for words in (("run", f"CONFIG={config}", f"ARGS={args} output.dir={run}"), ("predict", f"RUN={run}")):
+        p = make(*words)
+        assert p.returncode == 0, p.stdout + p.stderr
     assert f"manifest {run}/predictions/manifest.json" in p.stdout, p.stdout
     return run
 
 
-pytestmark = pytest.mark.long
+@pytest.fixture(scope="module")
+def predicted(tmp_path_factory) -> Path:
+    """The tiny config's run and its rows."""
+    return trained_and_predicted(tmp_path_factory.mktemp("predict"), "tiny", "")
 
 
 @pytest.fixture(scope="module")
 def predicted_typed(tmp_path_factory) -> Path:
-    """A 2-rank R-GCN run of the typed synthetic graph (papers, authors, venues), then `make predict` of it."""
-    run = tmp_path_factory.mktemp("predict-typed") / "run"
-    for words in (("run", "CONFIG=hetero-synthetic", f"ARGS=model.name=rgcn trainer.epochs=1 output.dir={run}"),
-                  ("predict", f"RUN={run}")):
-        p = make(*words)
-        assert p.returncode == 0, p.stdout + p.stderr
-    return run
+    """An R-GCN run of the typed synthetic graph (papers, authors, venues) and its rows."""
+    return trained_and_predicted(tmp_path_factory.mktemp("predict-typed"), "hetero-synthetic",
+                                 "model.name=rgcn trainer.epochs=1")
 
 
 @pytest.fixture(scope="module")
 def predicted_link(tmp_path_factory) -> Path:
-    """A 2-rank link-prediction run of the tiny graph, then `make predict` of it."""
-    run = tmp_path_factory.mktemp("predict-link") / "run"
-    for words in (("run", "CONFIG=tiny", f"ARGS=task.name=link trainer.epochs=1 output.dir={run}"),
-                  ("predict", f"RUN={run}")):
-        p = make(*words)
-        assert p.returncode == 0, p.stdout + p.stderr
-    return run
+    """A link-prediction run of the tiny graph and its embeddings."""
+    return trained_and_predicted(tmp_path_factory.mktemp("predict-link"), "tiny", "task.name=link trainer.epochs=1")
 
 
 def test_the_rows_are_the_trained_models_full_graph_forward(predicted):
