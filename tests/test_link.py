@@ -201,7 +201,7 @@ def test_a_node_config_on_a_graph_for_link_prediction_only_is_refused(tmp_path):
 
 def test_the_memory_plan_counts_a_link_batchs_endpoints_and_its_evaluation_exact_or_sampled():
     from train.graph.datasets.kinds import dataset_kind
-    from train.plan.terms import batch_seeds, evaluation_sampled, gpu_working_bytes
+    from train.plan.terms import batch_seeds, evaluation_sampled, forward_bytes, gpu_working_bytes, sampled_hops
 
     size = dataset_kind("Cora").plan_size(load_config("cora-gcn").data)
     node = load_config("cora-gcn")
@@ -211,7 +211,12 @@ def test_the_memory_plan_counts_a_link_batchs_endpoints_and_its_evaluation_exact
     assert batch_seeds(sampled, evaluation=True) == 2 * sampled.sampler.eval_batch_size  # 2 endpoints per pair
     assert evaluation_sampled(sampled, size) and not evaluation_sampled(link, size)
     assert not evaluation_sampled(node, size)
-    assert gpu_working_bytes(link, size) > gpu_working_bytes(node, size)
+    def training_step(config):  # the training batch's term of the GPU's working set
+        hops = sampled_hops(batch_seeds(config), config.sampler.num_neighbors, size)
+        return forward_bytes(config, size, hops, backward=True)
+
+    assert training_step(link) > training_step(node)  # the link batch's endpoints and negatives
+    assert gpu_working_bytes(link, size) >= gpu_working_bytes(node, size)  # the larger of training and evaluation
 
 
 def test_an_epoch_record_keeps_a_tasks_further_figures_through_its_row():
