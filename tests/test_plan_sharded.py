@@ -225,7 +225,9 @@ def submit_igbh(tmp_path: Path, nodes: int, *knobs: str) -> subprocess.Completed
     bindir = tmp_path / f"bin{nodes}"
     standin_bin.install(bindir, "sinfo")  # answers from bindir/sinfo.table
     standin_bin.install(bindir, "sbatch")
-    (bindir / "sinfo.table").write_text("".join(f"big*|n{i}|128|gpu:h100:8|{2 * 2**20}|2-00:00:00\n"
+    # The GPUs' type is not named, so their memory is unknown: this test is the nodes' verdict. The GPU's own
+    # terms for MLPerf's R-GAT setting are upper bounds that exceed an 80 GB GPU (issue 43, item 3, open).
+    (bindir / "sinfo.table").write_text("".join(f"big*|n{i}|128|gpu:8|{2 * 2**20}|2-00:00:00\n"
                                                 for i in range(1, 9)))
     folder = tmp_path / "igbh"  # the files are not read: igbh-full is planned from its published sizes
     folder.mkdir(exist_ok=True)

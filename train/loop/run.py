@@ -97,13 +97,18 @@ def obtain_graph(config: Config, env: DistEnv) -> Data:
         data, fault = None, None
         try:
             data = obtain_graph_with_features(config.data, env, graph_loader(config, env),
-                                              features_choice(config, env, gpus=dist.get_backend() == "nccl"),
+                                              features_choice(config, env, gpus=on_gpus()),
                                               collective_timeout_seconds=config.dist.collective_timeout_seconds,
                                               dtype=FEATURE_DTYPES[config.data.feature_dtype])
         except StorageError as exc:
             fault = exc.fault
         all_meet(fault)
     return data
+
+
+def on_gpus() -> bool:
+    """Whether the ranks train on GPUs (the default group's backend is NCCL); none yet: a process of its own."""
+    return dist.is_initialized() and dist.get_backend() == "nccl"
 
 
 def features_choice(config: Config, env: DistEnv, gpus: bool) -> LayoutChoice:
