@@ -99,7 +99,8 @@ def obtain_graph(config: Config, env: DistEnv) -> Data:
             data = obtain_graph_with_features(config.data, env, graph_loader(config, env),
                                               features_choice(config, env, gpus=on_gpus()),
                                               collective_timeout_seconds=config.dist.collective_timeout_seconds,
-                                              dtype=FEATURE_DTYPES[config.data.feature_dtype])
+                                              dtype=FEATURE_DTYPES[config.data.feature_dtype],
+                                              load_own=own_rows_loader(config, env))
         except StorageError as exc:
             fault = exc.fault
         all_meet(fault)
@@ -160,10 +161,16 @@ def raise_first(*faults: StorageFault | None) -> None:
 def graph_loader(config: Config, env: DistEnv) -> Callable[[DataConfig], Data]:
     """How the process that loads the graph (a node's local rank 0, or each process) loads it: `load_graph` under
     this job's data root, then what the task makes of it (tasks.prepared_graph: a link task's edge split), so the
-    node shares the graph its ranks train on. With `owned` (data.features=sharded, a kind that reads its own rows:
-    train/graph/sharing/feature_shards.py), x holds only those rows (load_graph)."""
+    node shares the graph its ranks train on. `own_rows_loader`: the same, with x only the node's own rows."""
     load = late_loader(config.data, env, partial(load_graph, data_dir=env.data_dir))
-    return lambda data_config, owned=None: prepared_graph(config, load(data_config, owned=owned))
+    return lambda data_config: prepared_graph(config, load(data_config))
+
+
+def own_rows_loader(config: Config, env: DistEnv) -> Callable[[DataConfig, dict], Data]:
+    """`graph_loader` for data.features=sharded where the kind reads only a node's own rows
+    (train/graph/sharing/feature_shards.py): x holds only the rows `owned` names (load_graph's owned=)."""
+    load = late_loader(config.data, env, partial(load_graph, data_dir=env.data_dir))
+    return lambda data_config, owned: prepared_graph(config, load(data_config, owned=owned))
 
 
 def late_loader(config: DataConfig, env: DistEnv, load: Callable[[DataConfig], Data]) -> Callable[[DataConfig], Data]:

@@ -32,6 +32,7 @@ from train.graph.sharing.row_exchange import RowExchange, fetch_group
 from train.graph.sharing.shared_graph import obtain_shared_or_private
 from train.graph.typed_meta import graph_meta
 
+LoadOwn = Callable[[DataConfig, dict], Data]  # (data config, {node type: (its rows, their place)}) -> graph
 OWN_ROWS = "own_rows"  # the plain attribute of a graph whose x holds one node's rows: (ownership state, part)
 
 
@@ -93,7 +94,7 @@ def _check_shard(shard: torch.Tensor, ownership: Ownership, part: int) -> None:
 
 
 def sharded_graph(config: DataConfig, env: DistEnv, load: Callable[[DataConfig], Data], *,
-                  collective_timeout_seconds: float, dtype: torch.dtype) -> Data:
+                  collective_timeout_seconds: float, dtype: torch.dtype, load_own: LoadOwn | None = None) -> Data:
     """The graph with the structure one copy per node and the features sharded over the nodes. Collective over ALL
     ranks: the nodes are counted and the fetch's own group is made here, once."""
     node_of_rank: list = [None] * env.world_size
@@ -102,12 +103,12 @@ def sharded_graph(config: DataConfig, env: DistEnv, load: Callable[[DataConfig],
     parts, part = len(nodes), nodes.index(env.node_rank)
     backend = dist.get_backend()
     group = fetch_group(collective_timeout_seconds, backend)  # before loading: every rank reaches it alike
-    planned = planned_ownership(config, parts)
+    planned = planned_ownership(config, parts) if load_own is not None else None
 
     def load_node(data_config: DataConfig) -> Data:
-        if planned is None:  # a downloaded set: loaded whole, then cut
+        if planned is None:  # a downloaded set (or a loader of whole graphs): loaded whole, then cut
             return keep_own_rows(load(data_config), parts, part, dtype)
-        own = load(data_config, owned=planned.type_slices(part))  # never the whole matrix, not even while loading
+        own = load_own(data_config, planned.type_slices(part))  # never the whole matrix, not even while loading
         return keep_own_rows(mark_own_rows(own, planned, part), parts, part, dtype)
 
     data = obtain_shared_or_private(config, env, load_node)
@@ -141,12 +142,15 @@ def agreed_layout(choice: LayoutChoice, env: DistEnv) -> LayoutChoice:
 
 
 def obtain_graph_with_features(config: DataConfig, env: DistEnv, load: Callable[[DataConfig], Data],
-                               choice: LayoutChoice, *, collective_timeout_seconds: float, dtype: torch.dtype) -> Data:
+                               choice: LayoutChoice, *, collective_timeout_seconds: float, dtype: torch.dtype,
+                               load_own: LoadOwn | None = None) -> Data:
     """The graph as `data.share` and `data.features` say: `choice` is the node's layout (train/plan/sharded.py
-    node_layout decides auto from the node's limit, by the plan's figures), agreed over all ranks."""
+    node_layout decides auto from the node's limit, by the plan's figures), agreed over all ranks. `load_own(config,
+    owned)`: the graph with x only the rows `owned` (load_graph's owned=), where its kind can read only those."""
     choice = agreed_layout(choice, env)
     if env.is_main and (choice.layout == "sharded" or (config.features == "auto" and env.num_nodes > 1)):
         print(f"data.features: {choice.reason}", file=sys.stderr, flush=True)
     if choice.layout == "sharded" and env.world_size > 1 and env.num_nodes > 1:
-        return sharded_graph(config, env, load, collective_timeout_seconds=collective_timeout_seconds, dtype=dtype)
+        return sharded_graph(config, env, load, collective_timeout_seconds=collective_timeout_seconds, dtype=dtype,
+                             load_own=load_own)
     return obtain_shared_or_private(config, env, load)
