@@ -879,6 +879,7 @@ def test_the_cluster_is_asked_once_and_each_limit_checked_on_that_answer(sbatch_
     assert "TIME='2:00:00' is above the time limit of partition 'big' (1:00:00)" in p.stderr
     calls = (bindir / "sinfo.argv").read_text().splitlines()
     # one call for every limit; the dry run's memory plan, printed though the request is refused, asks for the
-    # partition's node memory alone
-    assert calls[0] == "-h -N -o %P|%N|%c|%G|%m|%l" and calls[1:] == ["--noheader --format=%m --partition=big"], calls
+    # partition's node memory and its GPU type alone (issue 42: the GPU's memory from the GRES type)
+    assert calls[0] == "-h -N -o %P|%N|%c|%G|%m|%l", calls
+    assert sorted(calls[1:]) == ["--noheader --format=%G --partition=big", "--noheader --format=%m --partition=big"]
     assert not record.exists()

@@ -289,7 +289,7 @@ def exact_eval_gpu_rows(config: Config, size: GraphSize, ranks: int) -> int:
     if evaluation_sampled(config, size):
         return 0
     kept, gathered, _work = full_eval_bytes(config, size, ranks)
-    if config.task.name == "link" or not any(size.split):
+    if task_row(config.task.name).seeds == "edges" or not any(size.split):
         return kept + gathered
     # A node task's last layer makes rows only for the split it scores (evaluate.py _full_tallies), not the shard.
     hidden = min(2, config.model.num_layers - 1) * math.ceil(size.nodes / ranks) * config.model.hidden * FLOAT

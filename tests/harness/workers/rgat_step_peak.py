@@ -3,16 +3,29 @@ relational model NAME on the whole typed citation graph (tests/harness/citation_
 in one batch, the most any sampled batch holds), in this fresh process. Prints one JSON line: the process's peak
 RSS before and after the step, in bytes, and the memory plan's training-batch term for that batch
 (train/plan/terms.py forward_bytes) (tests/test_rgat.py)."""
+import contextlib
 import json
 import os
 import resource
 import sys
+from pathlib import Path
 
 from train.heap import tune_heap
 
 
 def peak_rss() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+    """The process's peak RSS since the last `reset_peak` (VmHWM), in bytes."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024  # kB
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # no /proc: the peak since the start
+
+
+def reset_peak() -> None:
+    """The peak starts again from the RSS of now (Linux's clear_refs 5), so the step's own peak is read, not the
+    building of the graph before it (as bench/plan.py's probe reads a run's)."""
+    with contextlib.suppress(OSError):
+        Path("/proc/self/clear_refs").write_text("5")
 
 
 def main() -> None:
@@ -36,6 +49,7 @@ def main() -> None:
                                  meta=graph_meta(data)))
     optimizer = torch.optim.Adam(step.parameters(), lr=0.01)
     data.n_id = torch.arange(data.num_nodes)
+    reset_peak()
     before = peak_rss()
     papers = data.node_type == graph_meta(data).target_index
     out = step(data.x, data.edge_index, **edge_inputs(data))
