@@ -69,8 +69,9 @@ def check_input(command: str, rest: list[str], data_dir: str | None = None):
     if command == "predict":  # the run's own config, and its final weights there
         from train.loop.finished_run import read_record  # torch: the weights are read
 
-        config = predict_config(args)
-        read_record(run_path(args))
+        run = run_path(args)
+        config = predict_config(args, run)
+        read_record(run)
         return config
     config = config_of(args)  # before torch loads: a config error takes a moment
     if command == "fit":  # what every rank's preflight checks first that needs no rank (train/cli/preflight.py)

@@ -38,33 +38,32 @@ def run_path(args) -> Path:
     return newest
 
 
-def predict_config(args) -> Config:
-    """The run's config (RUN/config.yaml) with the overrides predict allows; others refused by name."""
+def predict_config(args, run: Path) -> Config:
+    """The config of `run` (its config.yaml; `run_path`) with the overrides predict allows; others refused by
+    name."""
     refused = [item for item in args.overrides if not item.startswith(OVERRIDABLE)]
     if refused:
         raise UserError(f"predict cannot change {', '.join(refused)}: the model, task and training are the run's. "
                         f"It takes data.* (another graph of the same shape), sampler.eval_batch_size, "
                         f"sampler.device and dist.*.")
-    path = run_path(args) / "config.yaml"
+    path = run / "config.yaml"
     if not path.is_file():
-        raise UserError(f"RUN={str(run_path(args))!r} holds no config.yaml: give a finished run's directory "
+        raise UserError(f"RUN={str(run)!r} holds no config.yaml: give a finished run's directory "
                         "(runs/<id>).")
     return load_config(str(path), args.overrides, "RUN")
 
 
-def out_dir(args) -> Path:
-    return Path(args.out) if args.out else run_path(args) / "predictions"
-
-
 def main(args) -> int:
-    config = predict_config(args)
+    run = run_path(args)  # once: without --run-dir, the newest run of runs/ as it is now
+    config = predict_config(args, run)
+    out = Path(args.out) if args.out else run / "predictions"
     env = resolve(os.environ, command=command_line())
     from train.loop.predict import run_predict  # torch and PyG, once the input is known to be good
 
-    manifest = run_predict(config, env, run_path(args), out_dir(args), args.layer)
+    manifest = run_predict(config, env, run, out, args.layer)
     if env.is_main:
         for name, meta in manifest["files"].items():
-            print(f"wrote {out_dir(args) / name}: {meta['dtype']} {'x'.join(map(str, meta['shape']))}, "
-                  f"{meta['holds']}", flush=True)
-        print(f"manifest {out_dir(args) / 'manifest.json'}", flush=True)
+            print(f"wrote {out / name}: {meta['dtype']} {'x'.join(map(str, meta['shape']))}, {meta['holds']}",
+                  flush=True)
+        print(f"manifest {out / 'manifest.json'}", flush=True)
     return 0

@@ -307,23 +307,25 @@ class LayerWisePass:
         self.graph = GraphAt.of(data, sampling)
         self.batch_size = config.sampler.eval_batch_size
         self.degrees: dict[str, Tensor] = {}  # by which in-edges count, computed once per pass
-        owners = RowOwners(form_of(data).num_nodes(data), env.world_size)
-        my_start = int(owners.starts[env.rank])
-        self.world_size, self.owners, self.my_start = env.world_size, owners, my_start
+        self.world_size = env.world_size
+        self.owners = RowOwners(form_of(data).num_nodes(data), env.world_size)
+        self.my_start = int(self.owners.starts[env.rank])
 
         inputs = partial(self.graph.first_rows, device=device)
         self.kept: Tensor | None = None
         for index in range(api.num_layers - 1):
-            mine = self._rows(index, owners.rows(env.rank), inputs)
+            mine = self._rows(index, self.owners.rows(env.rank), inputs)
             if index == keep_layer:
                 self.kept = mine
-
-            def inputs(n_id: Tensor, shard=mine) -> Tensor:
-                if env.world_size == 1:  # every row is this rank's
-                    return _gather(shard, n_id, device)
-                return fetch_rows(n_id, shard, my_start, owners, device)
-
+            inputs = partial(self.shard_rows, mine)
         self.inputs = inputs  # the last hidden layer's rows (or the features), wherever they are
+
+    def shard_rows(self, shard: Tensor, n_id: Tensor) -> Tensor:
+        """Rows `n_id` of a layer whose rows each rank holds its shard of (this rank's: `shard`); collective where
+        there are several ranks (their owners send them)."""
+        if self.world_size == 1:  # every row is this rank's
+            return _gather(shard, n_id, self.device)
+        return fetch_rows(n_id, shard, self.my_start, self.owners, self.device)
 
     def degree_for(self, index: int) -> Tensor | None:
         """Every node's in-degree in the whole graph where layer `index` reads its sources' (GCN), once per kind."""
@@ -344,9 +346,7 @@ class LayerWisePass:
 
     def kept_rows(self, nodes: Tensor) -> Tensor:
         """The kept hidden layer's rows of `nodes` (any of the graph's); collective, as `last_rows`."""
-        if self.world_size == 1:
-            return _gather(self.kept, nodes, self.device)
-        return fetch_rows(nodes, self.kept, self.my_start, self.owners, self.device)
+        return self.shard_rows(self.kept, nodes)
 
     def last_rows(self, nodes: Tensor) -> Tensor:
         """The last layer's rows of `nodes` (any of the graph's, in their order), where the layers' rows are kept."""

@@ -162,13 +162,13 @@ def graph_loader(config: Config, env: DistEnv) -> Callable[[DataConfig], Data]:
     """How the process that loads the graph (a node's local rank 0, or each process) loads it: `load_graph` under
     this job's data root, then what the task makes of it (tasks.prepared_graph: a link task's edge split), so the
     node shares the graph its ranks train on. `own_rows_loader`: the same, with x only the node's own rows."""
-    load = late_loader(config.data, env, partial(load_graph, data_dir=env.data_dir))
-    return lambda data_config: prepared_graph(config, load(data_config))
+    load = own_rows_loader(config, env)
+    return lambda data_config: load(data_config, None)
 
 
 def own_rows_loader(config: Config, env: DistEnv) -> Callable[[DataConfig, dict], Data]:
     """`graph_loader` for data.features=sharded where the kind reads only a node's own rows
-    (train/graph/sharing/feature_shards.py): x holds only the rows `owned` names (load_graph's owned=)."""
+    (train/graph/sharing/feature_shards.py): x holds only the rows `owned` names (load_graph's owned=; None: all)."""
     load = late_loader(config.data, env, partial(load_graph, data_dir=env.data_dir))
     return lambda data_config, owned: prepared_graph(config, load(data_config, owned=owned))
 
