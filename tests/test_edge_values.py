@@ -27,7 +27,7 @@ from train.errors import UserError
 from train.graph.datasets.kinds import dataset_kind
 from train.graph.datasets.loading import load_graph
 from train.graph.edge_rows import EdgeRows
-from train.graph.form import HOMOGENEOUS
+from train.graph.form import HOMOGENEOUS, graph_csc
 from train.graph.sampling.device_plan import GPU_HEADROOM, batch_source, gpu_structure_bytes, plan_sampling
 from train.graph.sampling.samplers import FusedNeighborSampler, TorchNeighborSampler, make_node_loader
 from train.graph.sharing.shared_graph import graph_from_tensors, graph_tensors
@@ -150,7 +150,7 @@ def test_fit_refuses_an_edge_attr_of_another_row_count_in_words_and_writes_nothi
 def test_the_node_shared_graph_keeps_edge_values_once_in_csc_order_with_the_perm():
     data = graph_data()
     shared = shared_copy(data)
-    colptr, row, perm = shared.csc
+    colptr, row, perm = graph_csc(shared)
     rows = HOMOGENEOUS.edge_rows(shared)
     assert perm is None and rows.csc_order and set(rows.values) == {"edge_attr", "edge_weight"}
     assert "edge_attr" not in shared and shared.edge_index is None  # beside the CSC, not in the Data's store
@@ -202,7 +202,7 @@ def test_each_sampled_edge_carries_its_own_rows_and_id(sampler_class, share):
     graph = data if share == "process" else shared_copy(data)
     HOMOGENEOUS.structure(graph)
     edges = HOMOGENEOUS.edge_rows(graph)
-    sampler = sampler_class(graph, [4, 3], csc=graph.csc)
+    sampler = sampler_class(graph, [4, 3], csc=graph_csc(graph))
     source = batch_source(torch.device("cpu"), x=graph.x, y=graph.y)
     seeds = torch.randperm(N, generator=torch.Generator().manual_seed(3))
     loader = make_node_loader(source, seeds, [4, 3], 32, sampler=sampler, seed=5, edges=edges, num_workers=0)

@@ -24,7 +24,7 @@ from train.graph.datasets.hetero_files import read_hetero
 from train.graph.datasets.igbh import IGBH_TYPES, igbh_full
 from train.graph.datasets.kinds import DATASETS
 from train.graph.datasets.loading import load_graph
-from train.graph.form import HETEROGENEOUS, form_of, graph_meta
+from train.graph.form import HETEROGENEOUS, form_of, graph_csc, graph_meta
 from train.graph.sampling.device_plan import plan_sampling
 from train.graph.sampling.samplers import FusedNeighborSampler, TorchNeighborSampler
 from train.graph.sharing.shared_graph import graph_from_tensors, graph_tensors
@@ -144,7 +144,7 @@ def test_the_sampler_draws_k_per_edge_type_uniformly_without_replacement(sampler
     _node, _row, col, edge, _, _ = sampler._sample(torch.zeros(draws, dtype=torch.long),
                                                    torch.Generator().manual_seed(5))
     assert torch.equal(col, torch.arange(draws).repeat_interleave(10))  # 4 + 2 + 4 edges each, grouped by copy
-    ids = data.csc[2][edge].view(draws, 10)
+    ids = graph_csc(data)[2][edge].view(draws, 10)
     for drawn in ids[:50]:
         assert Counter(data.edge_type[drawn].tolist()) == {0: 4, 1: 2, 2: 4}  # min(k, degree) of each type
         assert drawn.unique().numel() == 10  # without replacement
@@ -365,7 +365,7 @@ def test_cuda_sampling_of_a_typed_graph_draws_per_edge_type_and_carries_its_type
 
     shared = shared_copy(typed_graph(small_hetero(3), "paper"))
     device = torch.device("cuda", torch.cuda.current_device())
-    colptr, row, _perm = shared.csc
+    colptr, row, _perm = graph_csc(shared)
     structure = gpu_structure_bytes(46, row.numel(), with_perm=False, csc_index_bytes=row.element_size())
     structure += HETEROGENEOUS.segments(shared).nbytes
     free = None if features_fit else int((structure + 64) / (1 - GPU_HEADROOM)) + 1

@@ -235,13 +235,14 @@ def test_edge_dim_must_be_the_graphs_edge_feature_width():
 
 
 def test_the_graphs_edge_values_are_read_through_the_forms_accessor(monkeypatch):
-    """graph_edge_values reads the rows kept beside the CSC as attach_edge_rows keeps them, whatever the attribute's
-    name: renamed, they are still found (read by name elsewhere, they would silently read as none)."""
+    """graph_edge_values reads the rows kept beside the CSC as attach_edge_rows keeps them, whatever the side's
+    attribute is named: renamed, they are still found (read by name elsewhere, they would silently read as none)."""
     import train.graph.form as form
+    import train.graph.side as side
 
-    monkeypatch.setattr(form, "EDGE_ROWS", "renamed_edge_rows")
+    monkeypatch.setattr(side, "SIDE", "renamed_side")
     kept = attach_edge_rows(Data(), EdgeRows({"edge_weight": torch.ones(5)}, torch.arange(5), csc_order=True))
-    assert "edge_rows" not in kept.__dict__ and form.edge_rows_attached(kept)
+    assert "graph_side" not in kept.__dict__ and form.edge_rows_attached(kept)
     assert torch.equal(graph_edge_values(kept)["edge_weight"], torch.ones(5))
     assert graph_edge_values(Data(edge_attr=torch.zeros(5, 4))).keys() == {"edge_attr"}  # the graph's own
     assert graph_edge_values(attach_edge_rows(Data(), None)) == {}  # a graph without edge values

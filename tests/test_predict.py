@@ -16,6 +16,7 @@ import torch
 import train
 from train.graph.datasets.loading import load_graph
 from train.graph.link_split import split_on_loading
+from train.graph.typed_meta import graph_meta
 
 ROOT = Path(__file__).resolve().parents[1]
 SESSION_VARS = ("PYTHONPATH", "OMP_NUM_THREADS", "MAKEFLAGS", "MFLAGS", "MAKELEVEL")
@@ -120,7 +121,7 @@ def test_a_typed_runs_rows_are_its_target_types_whole_graph_forward(predicted_ty
     """Row i is the target type's node i (the papers), as the relational model's full-graph forward gives it."""
     config, model = train.load_run(predicted_typed)
     data = load_graph(config.data)
-    meta = data.hetero_meta
+    meta = graph_meta(data)
     start = meta.offsets[meta.target_index]
     papers = torch.arange(start, start + meta.counts[meta.target_index])
     with torch.no_grad():

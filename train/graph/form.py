@@ -27,6 +27,7 @@ from torch_geometric.data import Data, HeteroData
 from train.graph.edge_rows import EDGE_TYPE, EDGE_VALUES, EdgeRows, edge_values
 from train.graph.labels import is_multilabel, num_outputs
 from train.graph.link_fields import LINK_FIELDS, pos_edges_key
+from train.graph.side import UNSET, keep, side_of
 from train.graph.sizes import GraphSize
 from train.graph.typed_csc import TypedSegments, build_csc, build_typed_csc
 from train.graph.typed_graph import typed_graph
@@ -40,49 +41,39 @@ Shared = dict[str, "Tensor | Callable[[], Tensor]"]  # in write order; a callabl
 # ---- the CSC travels beside the Data, not inside it ---------------------------------------------
 
 def attach_csc(data: Data, csc: CSC) -> Data:
-    """Keep the sampler's ``(colptr, row, perm)`` on `data` as a plain Python attribute.
-
-    Outside Data's store on purpose: PyG copies the store into every batch, and
-    ``batch.to()`` / ``pin_memory()`` would then move or pin the whole CSC each step.
-    """
-    object.__setattr__(data, "csc", csc)
-    return data
+    """Keep the sampler's ``(colptr, row, perm)`` beside `data` (train/graph/side.py: outside Data's store, which
+    PyG copies into every batch and ``batch.to()`` / ``pin_memory()`` would move or pin each step)."""
+    return keep(data, csc=csc)
 
 
 def graph_csc(data: Data) -> CSC | None:
-    return data.__dict__.get("csc")
-
-
-FEATURES = "features"  # the plain attribute that keeps a graph's feature store (train/graph/sharing/feature_store.py)
+    return side_of(data).csc
 
 
 def graph_features(data):
     """The feature store kept beside `data` (None: none attached; its x is then every row)."""
-    return getattr(data, "__dict__", {}).get(FEATURES)
-
-
-EDGE_ROWS = "edge_rows"  # the plain attribute that keeps a graph's EdgeRows: attach_edge_rows and its readers
+    return side_of(data).features
 
 
 def attach_edge_rows(data: Data, rows: EdgeRows | None) -> Data:
     """Keep the edges' values and ids (train/graph/edge_rows.py) beside the CSC, outside Data's store (as the CSC)."""
-    object.__setattr__(data, EDGE_ROWS, rows)
-    return data
+    return keep(data, edge_rows=rows)
 
 
 def edge_rows_attached(data) -> bool:
     """Whether attach_edge_rows has run on `data` (it may have kept None: a graph without edge values)."""
-    return EDGE_ROWS in getattr(data, "__dict__", {})
+    return side_of(data).edge_rows is not UNSET
 
 
 def graph_edge_rows(data) -> EdgeRows | None:
     """The EdgeRows attach_edge_rows kept beside `data`'s CSC (None: none kept, or not attached yet)."""
-    return getattr(data, "__dict__", {}).get(EDGE_ROWS)
+    rows = side_of(data).edge_rows
+    return None if rows is UNSET else rows
 
 
 def graph_segments(data) -> TypedSegments | None:
     """The typed CSC's segments kept beside a typed graph (None: untyped, or its CSC not built yet)."""
-    return getattr(data, "__dict__", {}).get("segments")
+    return side_of(data).segments
 
 
 def csc_index_dtype(num_nodes: int, num_edges: int) -> torch.dtype:
@@ -383,8 +374,7 @@ class Heterogeneous(Homogeneous):
         csc = graph_csc(graph)
         if csc is None:
             csc, segments = build_typed_csc(graph.edge_index, graph.edge_type, graph_meta(graph))
-            attach_csc(graph, csc)
-            object.__setattr__(graph, "segments", segments)
+            keep(graph, csc=csc, segments=segments)
         return csc
 
     def segments(self, graph: Data) -> TypedSegments:
@@ -420,7 +410,7 @@ class Heterogeneous(Homogeneous):
                     **{split: tensors[split] for split in SPLITS})
         values = {name: tensors[name] for name in EDGE_VALUES if name in tensors}
         attach_edge_rows(data, EdgeRows(values, tensors["perm"], csc_order=True, types=tensors[EDGE_TYPE]))
-        object.__setattr__(data, "segments", TypedSegments.of_meta(meta, tensors[RELATION_PTR]))
+        keep(data, segments=TypedSegments.of_meta(meta, tensors[RELATION_PTR]))
         attach_meta(data, meta)
         return attach_csc(data, (tensors["colptr"], tensors["row"], None))
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from train.errors import UserError
+from train.graph.side import keep, side_of
 
 EdgeType = tuple[str, str, str]  # (source type, relation, destination type), as PyG names an edge type
 
@@ -69,13 +70,12 @@ class HeteroMeta:
 def attach_meta(data, meta: HeteroMeta):
     """Keep a heterogeneous graph's `HeteroMeta` on its typed `Data`, outside Data's store (as its CSC: PyG copies
     the store into every batch); train/graph/form.py's heterogeneous form reads it back."""
-    object.__setattr__(data, "hetero_meta", meta)
-    return data
+    return keep(data, meta=meta)
 
 
 def graph_meta(data) -> HeteroMeta | None:
     """The `HeteroMeta` of a typed graph (None: a homogeneous graph): what the models build x_dict from."""
-    return getattr(data, "__dict__", {}).get("hetero_meta")
+    return side_of(data).meta
 
 
 def check_target(node_types: tuple[str, ...], target: str, source: str) -> None:

@@ -81,9 +81,9 @@ def obtain_graph(config: Config, env: DistEnv) -> Data:
     """Exactly one process prepares (downloads/processes) a dataset; the others wait, then load.
 
     data.share=node: each node's local rank 0 loads it (and a link task splits its edges: graph_loader) and the
-    node's ranks map that one copy (train/graph/sharing/shared_graph.py); process: every rank loads its own. `data.csc`
-    holds the sampler's CSC. data.features=sharded: that copy holds the node's own feature rows only, the others'
-    fetched (train/graph/sharing/feature_shards.py).
+    node's ranks map that one copy (train/graph/sharing/shared_graph.py); process: every rank loads its own.
+    `graph_csc(data)` holds the sampler's CSC. data.features=sharded: that copy holds the node's own feature rows
+    only, the others' fetched (train/graph/sharing/feature_shards.py).
     All ranks meet after preparing and again after loading, under data.load_timeout_seconds: a node that
     loads minutes after the others keeps them waiting there, not in the default group's next collective
     (DDP's first broadcast), whose dist.collective_timeout_seconds would end the job.

@@ -6,7 +6,7 @@ import atexit
 
 import torch
 
-from train.graph.form import graph_edge_rows, graph_meta
+from train.graph.form import graph_csc, graph_edge_rows, graph_meta
 from train.graph.sharing.shared_graph import csc_targets
 from train.loop import fit
 
@@ -16,7 +16,7 @@ original_batches = fit.Trainer.batches
 
 def batches(self, seeds, epoch):
     data, meta = self.data, graph_meta(self.data)
-    colptr, row, _perm = data.csc
+    colptr, row, _perm = graph_csc(data)
     rows = graph_edge_rows(data)
     edge_type = rows.in_csc_order("edge_type")
     position = {int(e): p for p, e in enumerate(rows.perm.tolist())}  # the user's edge id -> CSC position

@@ -15,6 +15,7 @@ import torch_geometric.typing
 
 from train.config import DataConfig, SamplerConfig
 from train.graph.datasets.loading import synthetic_graph
+from train.graph.form import graph_csc
 from train.graph.sampling.device_plan import plan_sampling
 from train.graph.sampling.samplers import _SeededNeighborSampler
 from train.graph.sharing.shared_graph import graph_from_tensors, graph_tensors, map_tensors, write_tensors
@@ -29,7 +30,7 @@ def main() -> None:
         tensors, _size = graph_tensors(synthetic_graph(config))
         write_tensors(Path(folder), tensors, {})
         shared = graph_from_tensors(map_tensors(Path(folder)))
-    assert shared.edge_index is None and shared.csc[0].dtype == shared.csc[1].dtype == torch.int32
+    assert shared.edge_index is None and graph_csc(shared)[0].dtype == graph_csc(shared)[1].dtype == torch.int32
     plan = plan_sampling(shared, SamplerConfig(), torch.device("cpu"))
     seeds = torch.arange(0, 600, 3)
     batches = 0

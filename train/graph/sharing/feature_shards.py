@@ -30,10 +30,10 @@ from train.graph.sharing.feature_store import ShardedFeatures, attach_features, 
 from train.graph.sharing.ownership import Ownership
 from train.graph.sharing.row_exchange import RowExchange, fetch_group
 from train.graph.sharing.shared_graph import obtain_shared_or_private
+from train.graph.side import keep, side_of
 from train.graph.typed_meta import graph_meta
 
 LoadOwn = Callable[[DataConfig, dict], Data]  # (data config, {node type: (its rows, their place)}) -> graph
-OWN_ROWS = "own_rows"  # the plain attribute of a graph whose x holds one node's rows: (ownership state, part)
 
 
 def ownership_of(data: Data, parts: int) -> Ownership:
@@ -63,15 +63,14 @@ def planned_ownership(config: DataConfig, parts: int) -> Ownership | None:
 def mark_own_rows(data: Data, ownership: Ownership, part: int) -> Data:
     """For a loader that read only node `part`'s rows into `data.x` (in Ownership's local order): say so, so that
     `keep_own_rows` keeps them as they are. `data.num_nodes` must then be set (x no longer counts the nodes)."""
-    object.__setattr__(data, OWN_ROWS, (ownership.state_dict(), part))
-    return data
+    return keep(data, own_rows=(ownership.state_dict(), part))
 
 
 def keep_own_rows(data: Data, parts: int, part: int, dtype: torch.dtype) -> Data:
     """`data` with only node `part`'s feature rows in x, in `dtype` (data.feature_dtype); num_nodes set, as x no
     longer counts the nodes. A graph marked by `mark_own_rows` is checked, not cut again."""
     ownership = ownership_of(data, parts)
-    marked = getattr(data, "__dict__", {}).get(OWN_ROWS)
+    marked = side_of(data).own_rows
     if marked is not None:
         if marked != (ownership.state_dict(), part):
             raise UserError(f"the loader read the rows of {marked}, but node {part} owns those of "

@@ -27,9 +27,9 @@ from torch import Tensor
 from torch_geometric.data import FeatureStore, TensorAttr
 
 from train.graph.edge_rows import gather_pinned
-from train.graph.form import FEATURES
 from train.graph.sharing.ownership import Ownership
 from train.graph.sharing.row_exchange import RowExchange
+from train.graph.side import keep, side_of
 
 ATTR = "x"  # the one tensor a graph's store holds (a typed graph's x holds every type's rows: typed_graph.py)
 
@@ -200,13 +200,13 @@ def servers_of(node_of_rank: list[int], rank: int) -> Tensor:
 
 def attach_features(data, store: GraphFeatures):
     """Keep `store` beside `data` (outside its store: batches must not copy it)."""
-    object.__setattr__(data, FEATURES, store)
-    return data
+    return keep(data, features=store)
 
 
 def features_of(data) -> GraphFeatures:
     """The graph's feature store: the one attached, else a `NodeFeatures` of its x (attached for the next reader)."""
-    store = getattr(data, "__dict__", {}).get(FEATURES)
+    store = side_of(data).features
     if store is None:
-        store = attach_features(data, NodeFeatures(data.x)).__dict__[FEATURES]
+        store = NodeFeatures(data.x)
+        attach_features(data, store)
     return store

@@ -316,7 +316,7 @@ def share_graph(config: DataConfig, env: DistEnv, load: Callable[[DataConfig], D
 
 def obtain_shared_or_private(config: DataConfig, env: DistEnv,
                              load: Callable[[DataConfig], Data] | None = None) -> Data:
-    """The graph as `data.share` says; `data.csc` holds the sampler's CSC either way."""
+    """The graph as `data.share` says; `graph_csc(data)` is the sampler's CSC either way."""
     load = load or _loader(env)
     if config.share == "node":
         return share_graph(config, env, load)
