@@ -255,7 +255,8 @@ fi
 # ---- the memory plan: what a node, a rank and a GPU will hold, against what they have -----------
 # `python -m train plan` (train/cli/plan.py), once the request is otherwise valid; its table is printed
 # (stdout), and a plan that cannot fit is refused with its numbers. It needs torch and PyG here. Its figures
-# (a rank's peak, a node's memory) go to the job as PYG_MEMORY_PLAN: the job names them if a rank is killed.
+# (a rank's peak, a node's memory) go to the job as PYG_MEMORY_PLAN: the job names them if a rank is killed,
+# and data.features=auto weighs that node memory as the plan did (train/cluster/memory_limit.py).
 memory_plan_figures=
 memory_plan() {
     local err status=0 figures

@@ -252,3 +252,41 @@ def test_a_completing_jobs_partial_node_list_is_waited_out():
     times = iter([0.0, 61.0])
     with pytest.raises(TimeoutError, match="job 4 still COMPLETING after 60 s"):
         settled_info(lambda: {"JobId": "4", "JobState": "COMPLETING"}, 60, clock=lambda: next(times), sleep=naps.append)
+
+
+def test_job_memory_reads_procs_status_maps_and_stat():
+    """tests/harness/job_memory.py's parsers, on /proc's own text: kB fields as bytes, each mapping's size and file
+    (a deleted one's path without the mark), CPU with the reaped children's, a Python's `-m train fit` only."""
+    from tests.harness.job_memory import cpu_seconds, kib_fields, mappings, training_command
+
+    status = "Name:\tpython\nVmHWM:\t  1024 kB\nRssAnon:\t   8 kB\nThreads:\t4\n"
+    assert kib_fields(status, ("VmHWM", "RssAnon", "RssShmem")) == {"VmHWM": 2**20, "RssAnon": 8192}
+    maps = ("7f0000000000-7f0000400000 r--s 00000000 00:1a 42 /dev/shm/pyg-train-u0/pyg-train-j5-p1-n0-u0/x.bin "
+            "(deleted)\n7f0000400000-7f0000401000 rw-p 00000000 00:00 0 \n"
+            "7f0000401000-7f0000402000 rw-p 00000000 00:00 0\n")
+    assert mappings(maps) == [(4 * 2**20, "/dev/shm/pyg-train-u0/pyg-train-j5-p1-n0-u0/x.bin"), (4096, ""),
+                              (4096, "")]
+    stat = "123 (pt main thread) S 1 123 123 0 -1 4194560 10 0 0 0 250 50 100 100 20 0 1 0 5"
+    assert cpu_seconds(stat, 100) == 5.0
+    assert training_command("/venv/bin/python\0-m\0train\0fit\0--config\0tiny\0")
+    assert not training_command("srun\0--label\0/venv/bin/python\0-m\0train\0fit\0")
+
+
+def test_a_scaled_igbh_keeps_igbhs_types_relations_and_degree_ratios(tmp_path):
+    """tests/harness/igbh_files.py write_igbh_scaled: IGBH-full's counts times the fraction (every type at least one
+    node), 1024-wide features, and each relation's edges per node as IGBH-full's."""
+    import numpy as np
+
+    from tests.harness.igbh_files import IGBH_EDGES, scaled_counts, write_igbh_scaled
+    from train.graph.datasets.igbh import igbh_full
+
+    counts, edges = scaled_counts(1e-3)
+    assert counts == {"paper": 269_346, "author": 277_221, "institute": 27, "fos": 713}
+    assert sum(counts.values()) == 547_307 and edges["cites"] == 3_996_442
+    assert abs(edges["cites"] / counts["paper"] - IGBH_EDGES["cites"] / igbh_full().meta.counts[0]) < 1e-3
+    written = write_igbh_scaled(tmp_path / "igbh", 5e-6)
+    assert written == scaled_counts(5e-6)[0] and written["institute"] == 1
+    x = np.load(tmp_path / "igbh" / "processed" / "fos" / "node_feat.npy", mmap_mode="r")
+    assert x.shape == (written["fos"], 1024) and x.dtype == np.float32
+    cites = np.load(tmp_path / "igbh" / "processed" / "paper__cites__paper" / "edge_index.npy")
+    assert cites.shape == (scaled_counts(5e-6)[1]["cites"], 2) and cites.max() < written["paper"]

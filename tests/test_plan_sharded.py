@@ -20,6 +20,7 @@ from train.cluster.distenv import job_facts, resolve
 from train.cluster.memory_limit import cgroup_limit_bytes, node_limit
 from train.config import load_config
 from train.graph.sharing.feature_layout import resolved_layout
+from train.loop.killed_rank import MemoryFigures, figures_text
 from train.plan.sharded import (
     FETCH_ON_GPU,
     SHARDED,
@@ -112,6 +113,23 @@ def test_slurm_s_mem_is_a_fact_of_the_job():
     facts, sources = job_facts({"SLURM_MEM_PER_NODE": "64G"})
     assert facts["mem_per_node"] is None and "not a number of MB" in sources["mem_per_node"]
     assert job_facts({})[0]["mem_per_node"] is None
+
+
+def test_the_plans_node_memory_make_submit_hands_the_job_is_a_fact_and_a_limit(tmp_path):
+    """PYG_MEMORY_PLAN (make submit's figures, as figures_text writes them) holds the node's memory the plan weighed
+    (sinfo's): the run reads it, and it binds where it is the smallest; unknown to the plan ('-'), it is no limit."""
+    planned = 2000 * 2**20
+    text = figures_text(MemoryFigures(rank_peak=GIB, node_memory=planned, shared_graph=0))
+    facts, sources = job_facts({"PYG_MEMORY_PLAN": text})
+    assert facts["planned_node_memory"] == planned and sources["planned_node_memory"] == "PYG_MEMORY_PLAN"
+    facts, sources = job_facts({"PYG_MEMORY_PLAN": figures_text(MemoryFigures(rank_peak=GIB))})
+    assert facts["planned_node_memory"] is None and "unknown" in sources["planned_node_memory"]
+    assert job_facts({})[0]["planned_node_memory"] is None
+    source = "the node's memory by sinfo, as make submit's plan weighed it (PYG_MEMORY_PLAN)"
+    none = tmp_path / "none"
+    assert node_limit(None, none, tmp_path, physical=24 * GIB, planned=planned) == (planned, source)
+    assert node_limit(1000, none, tmp_path, physical=24 * GIB, planned=planned)[0] == 1000 * 2**20  # --mem smaller
+    assert node_limit(None, none, tmp_path, physical=GIB, planned=planned) == (GIB, "the node's memory")
 
 
 # ---- the plan's figures ------------------------------------------------------------------------------
@@ -207,6 +225,27 @@ def test_a_running_node_takes_the_layout_from_its_own_job_and_limit():
     limit, source = node_limit(mem_mb)  # this machine's cgroup, were it smaller still, would bind instead
     assert limit <= mem_mb * 2**20
     assert choice.layout == "sharded" and f"the node's limit is {limit / GIB:,.1f} GiB ({source})" in choice.reason
+
+
+def test_a_running_node_without_mem_weighs_the_node_memory_the_plan_weighed():
+    """No --mem and no cgroup, a node that declares less memory to SLURM (sinfo) than it has: make submit's plan
+    shards from sinfo's figure, and so does the run, from the same figure in PYG_MEMORY_PLAN (without it, the run
+    would weigh the physical memory, keep a copy per node and need more than the node's declared memory)."""
+    config, loaded, plan = wide_plan(2, 4)
+    layout_of(plan, config, loaded, None, "unknown")
+    declared = int((plan.node_peak + plan.rows[SHARDED]["peak"]) / 2)
+    planned = layout_of(plan, config, loaded, declared, "sinfo: smallest node")
+    env = resolve({"SLURM_JOB_ID": "7", "SLURM_PROCID": "0", "SLURM_NTASKS": "4", "SLURM_LOCALID": "0",
+                   "SLURM_NODEID": "0", "SLURM_JOB_NUM_NODES": "2", "SLURM_TASKS_PER_NODE": "2(x2)",
+                   "SLURM_JOB_NODELIST": "n[1-2]", "SLURM_STEP_NODELIST": "n[1-2]", "SLURM_NNODES": "2",
+                   "SLURM_STEP_NUM_NODES": "2", "SLURM_STEP_NUM_TASKS": "4", "SLURM_STEP_TASKS_PER_NODE": "2(x2)",
+                   "MASTER_ADDR": "n1", "MASTER_PORT": "29500",
+                   "PYG_MEMORY_PLAN": figures_text(MemoryFigures(rank_peak=plan.rank_peak, node_memory=declared))})
+    choice = node_layout(config, env, gpus=False)
+    limit, source = node_limit(None, planned=declared)  # this machine's cgroup, were it smaller still, would bind
+    assert limit <= declared
+    assert planned.layout == choice.layout == "sharded"
+    assert f"the node's limit is {limit / GIB:,.1f} GiB ({source})" in choice.reason
 
 
 def test_what_is_needed_is_the_fewest_nodes_that_fit_sharded():

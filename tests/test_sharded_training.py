@@ -4,8 +4,8 @@ Real `python -m train fit` ranks over gloo, each posing as a node (tests/harness
 has a batch more, and Join), the prefetch thread and the serial path, the exact evaluation every epoch; a link task
 (exact and sampled evaluation), a feature-only model, a typed graph with edge types and a graph with edge features
 (`long`: about 15 s of CPU each). A resume with another layout is refused, naming both; a node lost mid-epoch ends
-the other, named; sharded on one node says it changes nothing. The 2-node cluster case the lead runs at merge:
-`tests/test_sharded_training.py::test_two_nodes_sharded_train_the_weights_of_a_copy_per_node`.
+the other, named; sharded on one node says it changes nothing. The same through `make submit` on the real SLURM test
+cluster, with each node's memory read from /proc: tests/test_sharded_slurm.py.
 """
 
 from __future__ import annotations

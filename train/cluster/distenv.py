@@ -95,6 +95,7 @@ class DistEnv:
     submission_id: str | None = None  # PYG_SUBMISSION_ID: one id for every requeue of a `make submit`
     gpu_allocation: tuple[tuple[str, str], ...] = ()  # SLURM's GPU variables that are set, as (name, value)
     mem_per_node: int | None = None  # SLURM_MEM_PER_NODE: the job's --mem in MB (0: the whole node)
+    planned_node_memory: int | None = None  # bytes: the node's memory make submit's plan weighed (PYG_MEMORY_PLAN)
     sources: Mapping[str, str] = field(default_factory=dict)
 
     @property

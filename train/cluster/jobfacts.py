@@ -27,7 +27,11 @@ VARIABLES: dict[str, tuple[str, ...]] = {
                        "SLURM_GPUS_PER_NODE", "SLURM_GPUS"),
     # SLURM's --mem in MB (0: the whole node): a limit data.features=auto weighs (train/cluster/memory_limit.py)
     "mem_per_node": ("SLURM_MEM_PER_NODE",),
+    # the node's memory as make submit's memory plan weighed it (sinfo's, or the smaller --mem): its figures'
+    # node_memory word (train/loop/killed_rank.py figures_text), a limit the run weighs as the plan did
+    "planned_node_memory": ("PYG_MEMORY_PLAN",),
 }
+PLANNED_NODE_MEMORY = "node_memory="  # the word of PYG_MEMORY_PLAN (figures_text) that holds it, in bytes
 
 
 def _restart_count(environ: Mapping[str, str], torchrun: bool) -> Fact:
@@ -59,6 +63,17 @@ def _mem_per_node(environ: Mapping[str, str], _torchrun: bool) -> Fact:
     return int(value), "SLURM_MEM_PER_NODE"
 
 
+def _planned_node_memory(environ: Mapping[str, str], _torchrun: bool) -> Fact:
+    words = environ.get("PYG_MEMORY_PLAN", "").split()
+    value = next((word.removeprefix(PLANNED_NODE_MEMORY) for word in words if word.startswith(PLANNED_NODE_MEMORY)),
+                 None)
+    if value is None:
+        return None, "unset"
+    if not value.isdigit() or not int(value):  # "-": the plan did not know the node's memory
+        return None, f"PYG_MEMORY_PLAN (the plan's node memory unknown: {value!r})"
+    return int(value), "PYG_MEMORY_PLAN"
+
+
 def _gpu_allocation(environ: Mapping[str, str], _torchrun: bool) -> Fact:
     names = VARIABLES["gpu_allocation"]
     found = tuple((name, environ[name].strip()) for name in names if environ.get(name, "").strip())
@@ -86,6 +101,7 @@ READERS: dict[str, Callable[[Mapping[str, str], bool], Fact]] = {
     "submission_id": _text("submission_id", strip=True),
     "gpu_allocation": _gpu_allocation,
     "mem_per_node": _mem_per_node,
+    "planned_node_memory": _planned_node_memory,
 }
 
 

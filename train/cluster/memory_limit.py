@@ -1,4 +1,5 @@
-"""How much memory this node's run may hold: the job's cgroup limit, SLURM's --mem, else the node's memory.
+"""How much memory this node's run may hold: the job's cgroup limit, SLURM's --mem, the node's memory as SLURM
+declares it (sinfo's, as make submit's plan weighed it), the node's physical memory: the smallest.
 
 The run's side of data.features=auto (train/graph/sharing/feature_layout.py); the plan's side asks sinfo
 (train/cli/plan.py node_memory). Standard library only: train/loop/killed_rank.py reads the node's memory from
@@ -67,21 +68,26 @@ def cgroup_limit_bytes(proc_cgroup: Path = PROC_CGROUP, root: Path = CGROUP_ROOT
 
 
 def node_limit(slurm_mem_mb: int | None, proc_cgroup: Path = PROC_CGROUP, root: Path = CGROUP_ROOT,
-               physical: int | None = None) -> tuple[int | None, str]:
+               physical: int | None = None, planned: int | None = None) -> tuple[int | None, str]:
     """(bytes, where it comes from) of what this node's run may hold: the smallest of the job's cgroup limit,
-    SLURM's --mem (SLURM_MEM_PER_NODE, in MB; 0 asks for the whole node) and the node's physical memory.
+    SLURM's --mem (SLURM_MEM_PER_NODE, in MB; 0 asks for the whole node), the node's memory make submit's plan
+    weighed (sinfo's RealMemory: where it is below the physical memory and no cgroup holds the job to it, the plan
+    would otherwise take a layout the run does not) and the node's physical memory.
 
     Args:
         slurm_mem_mb: SLURM_MEM_PER_NODE as the entry read it (train/cluster/jobfacts.py), None where unset.
         proc_cgroup, root: where this process's cgroup is named and where cgroups are mounted (tests give others).
         physical: the node's memory (None: asked of the system).
+        planned: bytes, the node's memory in make submit's plan (PYG_MEMORY_PLAN), None where there was none.
     Returns:
         (bytes or None where nothing is known, the source in words).
     """
     return smallest([(cgroup_limit_bytes(proc_cgroup, root), "the job's cgroup"),
                      (slurm_mem_mb * MIB if slurm_mem_mb else None, "SLURM's --mem (SLURM_MEM_PER_NODE)"),
+                     (planned, "the node's memory by sinfo, as make submit's plan weighed it (PYG_MEMORY_PLAN)"),
                      (physical if physical is not None else physical_memory_bytes(), "the node's memory")],
-                    "unknown: no cgroup limit, no SLURM --mem, and the system does not say its memory")
+                    "unknown: no cgroup limit, no SLURM --mem, no plan's node memory, and the system does not say "
+                    "its memory")
 
 
 def smallest(limits: list[tuple[int | None, str]], unknown: str) -> tuple[int | None, str]:

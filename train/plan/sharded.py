@@ -163,7 +163,8 @@ def node_layout(config: Config, env, gpus: bool) -> LayoutChoice:
     as the plan reads it (never loading it), weighed against this node's own limit. What the run calls; every node
     of a job takes the same layout where their limits agree (one limit per job: its --mem, its nodes' memory)."""
     loaded = dataset_kind(config.data).plan_size(config.data)
-    return run_layout(config, loaded, env.num_nodes, env.world_size, gpus, *node_limit(env.mem_per_node))
+    limit = node_limit(env.mem_per_node, planned=env.planned_node_memory)
+    return run_layout(config, loaded, env.num_nodes, env.world_size, gpus, *limit)
 
 
 def nodes_needed(plan: Plan, config: Config, loaded: GraphSize, limit: int) -> int | None:
