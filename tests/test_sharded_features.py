@@ -9,17 +9,15 @@ feature-only model's read sharded rows and give the figures of a copy per node.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
 
 from tests.harness.gloo_ranks import GlooRanks
+from tests.harness.sharded_rows import HOMOGENEOUS, NUM_NODES, fetches, homogeneous, sharded, typed_config
 from train.cluster.distenv import DistEnv
-from train.config import DataConfig, load_config
-
-NUM_NODES = 701
+from train.config import load_config
 
 
 def _env(rank: int, world: int, nodes: int) -> DistEnv:
@@ -27,51 +25,6 @@ def _env(rank: int, world: int, nodes: int) -> DistEnv:
     return DistEnv(world_size=world, rank=rank, local_rank=rank % per_node, local_world_size=per_node,
                    node_rank=rank // per_node, num_nodes=nodes, master_addr="127.0.0.1", master_port=1,
                    job_id=f"sharded-test-{world}-{nodes}")
-
-
-def _homogeneous(config: DataConfig):
-    from train.graph.datasets.loading import synthetic_graph
-
-    return synthetic_graph(config)
-
-
-HOMOGENEOUS = DataConfig(num_nodes=NUM_NODES, num_features=12, num_classes=5, avg_degree=6, features="sharded")
-
-
-def _typed_config():
-    return load_config("hetero-synthetic", ["data.num_nodes=600", "data.features=sharded"]).data
-
-
-def _sharded(config: DataConfig, load, env: DistEnv, dtype=torch.float32, share_dir: str = ""):
-    from train.graph.sharing.feature_layout import LayoutChoice
-    from train.graph.sharing.feature_shards import obtain_graph_with_features
-
-    config = replace(config, share_dir=share_dir, share_keep=bool(share_dir))
-    return obtain_graph_with_features(config, env, load, LayoutChoice(config.features, "as asked"),
-                                      collective_timeout_seconds=60, dtype=dtype)
-
-
-def _fetches(store, whole: torch.Tensor, rank: int) -> dict:
-    """Rank r makes r + 1 fetches of random ids (the last rank's first one empty): a session whose ranks fetch
-    different numbers of times, ended together; every row compared bit for bit with the replicated gather."""
-    generator = torch.Generator().manual_seed(rank)
-    same, asked = True, 0
-    with store.session():
-        for number in range(rank + 1):
-            count = 0 if number == 0 and rank == 1 else 37 * (number + 1)
-            ids = torch.randint(0, whole.size(0), (count,), generator=generator)
-            rows = store.rows(ids, torch.device("cpu"))
-            same &= rows.dtype == whole.dtype and torch.equal(rows, whole[ids])
-            asked += count
-        store.release()
-    ids = torch.randperm(whole.size(0), generator=generator)[:50]
-    with store.session():  # PyG's door: get_tensor, and multi_get_tensor in one round
-        one = store.get_tensor(group_name=None, attr_name="x", index=ids)
-        two = store.multi_get_tensor([{"group_name": None, "attr_name": "x", "index": ids[:20]},
-                                      {"group_name": None, "attr_name": "x", "index": ids[20:]}])
-    same &= torch.equal(one, whole[ids]) and torch.equal(torch.cat(two), whole[ids])
-    return {"same": bool(same), "asked": asked, "shard_rows": int(store.shard.size(0)),
-            "size": list(store.get_tensor_size(group_name=None, attr_name="x"))}
 
 
 def _evaluations(data, whole_data, rank: int, world: int) -> dict:
@@ -98,15 +51,14 @@ def _work(rank: int, world: int) -> dict:
 
     result = {}
     env = _env(rank, world, world)
-    data = _sharded(HOMOGENEOUS, _homogeneous, env)
-    whole = _homogeneous(HOMOGENEOUS)
-    result["homogeneous"] = _fetches(graph_features(data), whole.x, rank)
+    data = sharded(HOMOGENEOUS, homogeneous, env)
+    whole = homogeneous(HOMOGENEOUS)
+    result["homogeneous"] = fetches(graph_features(data), whole.x, rank)
     result["num_nodes"] = int(data.num_nodes)
-    half = _sharded(HOMOGENEOUS, _homogeneous, env, torch.bfloat16)
-    result["bfloat16"] = _fetches(graph_features(half), whole.x.bfloat16(), rank)
-    typed_config = _typed_config()
-    typed = _sharded(typed_config, load_graph, env)
-    result["typed"] = _fetches(graph_features(typed), load_graph(typed_config).x, rank)
+    half = sharded(HOMOGENEOUS, homogeneous, env, torch.bfloat16)
+    result["bfloat16"] = fetches(graph_features(half), whole.x.bfloat16(), rank)
+    typed = typed_config()
+    result["typed"] = fetches(graph_features(sharded(typed, load_graph, env)), load_graph(typed).x, rank)
     result["evaluations"] = _evaluations(data, whole, rank, world)
     return result
 
@@ -127,8 +79,8 @@ def _node_work(rank: int, world: int) -> dict:
     env = _env(rank, world, 2)
     share_dir = _share_dir(os.getppid()) / f"node{env.node_rank}"  # each node its own, as its own /dev/shm
     share_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    data = _sharded(HOMOGENEOUS, _homogeneous, env, share_dir=str(share_dir))
-    found = _fetches(graph_features(data), _homogeneous(HOMOGENEOUS).x, rank)
+    data = sharded(HOMOGENEOUS, homogeneous, env, share_dir=str(share_dir))
+    found = fetches(graph_features(data), homogeneous(HOMOGENEOUS).x, rank)
     segment = {p.name: p.stat().st_size for p in share_dir.rglob("*/*.bin")}
     torch.distributed.barrier()  # the writer keeps its files until it exits (data.share_keep): all have looked
     return {**found, "segment": segment}
@@ -191,7 +143,7 @@ def _lost_work(rank: int, world: int, port: int, out_dir: str) -> None:
     from train.graph.form import graph_features
 
     join_gloo(rank, world, port)
-    store = graph_features(_sharded(HOMOGENEOUS, _homogeneous, _env(rank, world, world)))
+    store = graph_features(sharded(HOMOGENEOUS, homogeneous, _env(rank, world, world)))
     ids = torch.arange(20)
     found = {}
     for how in ("fetch", "answer"):
@@ -227,8 +179,8 @@ def _gpu_work(rank: int, world: int) -> dict:
     exchange (gloo here; NCCL where the run's backend is), equal to the replicated gather made on the GPU."""
     from train.graph.form import graph_features
 
-    store = graph_features(_sharded(HOMOGENEOUS, _homogeneous, _env(rank, world, world)))
-    whole = _homogeneous(HOMOGENEOUS).x.cuda()
+    store = graph_features(sharded(HOMOGENEOUS, homogeneous, _env(rank, world, world)))
+    whole = homogeneous(HOMOGENEOUS).x.cuda()
     ids = torch.randperm(NUM_NODES, generator=torch.Generator().manual_seed(rank))[:100].cuda()
     with store.session():
         rows = store.rows(ids, torch.device("cuda"))

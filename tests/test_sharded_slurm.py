@@ -15,13 +15,21 @@ sharded run then holds, measured.
 Then a synthetic IGBH (IGBH's folder layout, four types, 1024-wide features, its relations and degree ratios,
 tests/harness/igbh_files.py) trains sharded on 2 nodes with the shipped configs/igbh-rgat.yaml to its end, at
 1/200,000 of IGBH-full (IGBH_FRACTION says why not 1/1000).
+
+And the rows fetched equal the replicated gather bit for bit on 2, 3 and 4 nodes, for a homogeneous and a typed graph:
+tests/harness/workers/sharded_rows.py (the check of tests/test_sharded_features.py, from tests/harness/sharded_rows.py)
+as one rank per node in three srun steps of one `salloc -N4`, each rank joining its group by the package's own
+rendezvous from SLURM's variables, nothing exported by hand.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import shlex
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -30,8 +38,9 @@ import pytest
 from tests.harness.igbh_files import write_igbh_scaled
 from tests.harness.job_memory import ProcessMemory, mib, ranks, segment_pattern, watch_memory, workers
 from tests.harness.localjob import final_summary
+from tests.harness.sharded_rows import NUM_NODES
 from tests.harness.slurm_conf import TERMINAL_STATES
-from train.cluster.distenv import port_for_job
+from train.cluster.distenv import TORCHRUN_VARS, port_for_job
 
 ROOT = Path(__file__).resolve().parents[1]
 pytest_plugins = ["tests.harness.conftest_slurm"]
@@ -224,3 +233,79 @@ def test_a_synthetic_igbh_trains_sharded_on_two_nodes_with_the_shipped_rgat_conf
     assert summary["dataset"] == "igbh" and summary["model"] == "hetero-gat" and summary["world_size"] == 2
     assert summary["epochs"] == 2 and summary["final_test_acc"] is not None  # the config's epochs, all of them
     assert SAME_WEIGHTS.format(out / "model.pt", summary["weights_sha256"][:16], 2) in text
+
+
+STEP_NODES = (2, 3, 4)  # one rank on each node; NUM_NODES rows are uneven over each (3 the issue's uneven case)
+ROWS_TIMEOUT = 180  # the allocation and its three steps take about 30 s on this 2-core machine
+
+
+@pytest.fixture(scope="module")
+def fetched_over_srun(slurm_cluster, tmp_path_factory, request) -> dict:
+    """`salloc -N4` running three srun steps in turn, of 2, 3 and 4 nodes, one rank per node
+    (tests/harness/workers/sharded_rows.py): {"job", "nodes": the allocation's, "text": salloc's output, "steps":
+    {nodes: [each rank's result, by rank]}}."""
+    tmp = tmp_path_factory.mktemp("sharded-rows")
+    outs = {nodes: tmp / f"{nodes}-nodes" for nodes in STEP_NODES}
+    steps = []
+    for nodes, out in outs.items():
+        out.mkdir()
+        steps.append(shlex.join(["srun", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1",
+                                 "--cpus-per-task=1", sys.executable, "-m", "tests.harness.workers.sharded_rows",
+                                 str(out)]))
+    started = time.monotonic()
+    r = slurm_cluster.run(["salloc", f"--nodes={max(STEP_NODES)}", f"--ntasks={max(STEP_NODES)}",
+                           "--cpus-per-task=1", "bash", "-c", " && ".join(steps)], cwd=ROOT, timeout=ROWS_TIMEOUT)
+    text = r.stdout + r.stderr
+    assert r.returncode == 0, text[-3000:]
+    job = re.search(r"Granted job allocation (\d+)", r.stderr).group(1)
+    found = {"job": job, "nodes": slurm_cluster.job_nodes(job), "text": text,
+             "steps": {nodes: [json.loads((out / f"{rank}.json").read_text()) for rank in range(nodes)]
+                       for nodes, out in outs.items()}}
+    cpu = sum(r["cpu_seconds"] for results in found["steps"].values() for r in results)
+    capman = request.config.pluginmanager.getplugin("capturemanager")
+    with capman.global_and_fixture_disabled():
+        print(f"\n[sharded] salloc -N{max(STEP_NODES)}, srun steps of {', '.join(map(str, STEP_NODES))} nodes: job "
+              f"{job} after {time.monotonic() - started:.1f} s, {cpu:.0f} CPU-s in its ranks", flush=True)
+        for nodes, results in found["steps"].items():
+            print(f"[sharded]   {nodes} nodes: " + "; ".join(
+                f"rank {r['env']['rank']} on {r['host']} holds {r['homogeneous']['shard_rows']} + "
+                f"{r['typed']['shard_rows']} typed rows" for r in results), flush=True)
+    return found
+
+
+@pytest.mark.parametrize("case", ["homogeneous", "typed"])
+@pytest.mark.parametrize("nodes", STEP_NODES)
+def test_rows_fetched_over_srun_equal_the_replicated_gather_bit_for_bit(fetched_over_srun, nodes, case):
+    """Each rank's fetches (a different number on each, through PyG's FeatureStore door too) equal the replicated
+    gather bit for bit; the node of part p holds its striped rows (row id % N == p; of each node type on its own where
+    typed), together every row once."""
+    results = fetched_over_srun["steps"][nodes]
+    assert all(r[case]["same"] for r in results), results
+    assert sum(r[case]["asked"] for r in results) > 0
+    shards = [r[case]["shard_rows"] for r in results]
+    total = results[0][case]["size"][0]
+    assert all(r[case]["size"] == results[0][case]["size"] for r in results)
+    assert sum(shards) == total and max(shards) - min(shards) <= 1, shards
+    if case == "homogeneous":
+        assert results[0][case]["size"] == [NUM_NODES, 12]
+        assert shards == [len(range(part, NUM_NODES, nodes)) for part in range(nodes)]
+        assert len(set(shards)) == 2  # uneven: NUM_NODES is no multiple of the nodes
+
+
+@pytest.mark.parametrize("nodes", STEP_NODES)
+def test_the_srun_steps_ranks_met_by_the_packages_rendezvous_from_slurms_variables(fetched_over_srun, nodes):
+    """One rank on each node of the step, gloo, placed and met by resolve() from SLURM's variables alone: the step's
+    world and rank, its first node the master, the job's port (port_for_job); no torchrun variable was read."""
+    results, job = fetched_over_srun["steps"][nodes], fetched_over_srun["job"]
+    envs = [r["env"] for r in results]
+    assert [e["rank"] for e in envs] == list(range(nodes))
+    hosts = {r["host"] for r in results}
+    assert len(hosts) == nodes and hosts <= set(fetched_over_srun["nodes"]), hosts
+    assert all(r["backend"] == "gloo" for r in results)
+    for env in envs:
+        assert (env["world_size"], env["num_nodes"], env["node_rank"], env["local_world_size"]) == \
+            (nodes, nodes, env["rank"], 1), env
+        assert env["launcher"] == "srun step" and env["job_id"] == job, env
+        assert (env["master_addr"], env["master_port"]) == (results[0]["host"], port_for_job(job)), env
+        assert not set(env["sources"].values()) & set(TORCHRUN_VARS), env["sources"]
+        assert env["sources"]["rank"] == "SLURM_PROCID" and env["sources"]["world_size"] == "SLURM_STEP_NUM_TASKS"
