@@ -46,6 +46,7 @@ from train.plan.model_terms import (
     edge_projection_width,
     ends_in_head,
     one_input,
+    relations,
     source_floats,
 )
 
@@ -177,16 +178,20 @@ def forward_bytes(config: Config, size: GraphSize, hops: Hops, backward: bool) -
         targets = sum(hops.nodes[:reach]) if trimmed else hops.total_nodes
         edges = sum(hops.edges[:reach]) if trimmed else hops.total_edges
         per_edge = edge_floats(config, size, width_in, width_out, index == last)
-        aggregated = 0 if graph and per_edge.transforms_first else width_in  # the targets' input-wide sums
-        total += targets * (aggregated + rows_factor * width_out) * FLOAT
+        sources = sum(hops.nodes[:reach + 1]) if trimmed else hops.total_nodes  # the rows it reads
+        split = relations(config, size, hops.nodes[0], targets, sources, hops.edges[0] if trimmed else 0, edges)
+        aggregated = 0 if graph and per_edge.transforms_first else split.aggregated * width_in  # input-wide sums
+        total += (aggregated + targets * rows_factor * width_out) * FLOAT
         if graph:
-            sources = sum(hops.nodes[:reach + 1]) if trimmed else hops.total_nodes  # the rows it reads
-            own = (edges * per_edge.kept + sources * source_floats(config, size, width_in, width_out, index == last)
-                   ) * FLOAT  # kept until the backward pass; without one, alive while the layer runs
+            per_source = source_floats(config, size, width_in, width_out, index == last)
+            transformed = split.transformed if backward else split.transformed_at_once
+            own = (split.edges * per_edge.kept + sources * per_source + transformed * width_out
+                   ) * FLOAT + split.index_bytes  # kept until the backward pass; without one, alive while it runs
             total += own if backward else 0
             twice = backward and (index or per_edge.weighted)  # and the passing rows' gradient
-            messages = max(messages, edges * per_edge.passing * FLOAT * (2 if twice else 1) + (0 if backward else own))
-    return total + messages + (STEP_FIXED_BYTES if backward else 0)
+            alive = split.passing * per_edge.passing * (2 if twice else 1) + split.summed * width_in
+            messages = max(messages, (alive + split.grouped * width_out) * FLOAT + (0 if backward else own))
+    return int(total + messages + (STEP_FIXED_BYTES if backward else 0))
 
 
 def host_batch_bytes(size: GraphSize, hops: Hops, pinned: bool) -> int:
