@@ -17,14 +17,15 @@ count, with its gradient in the backward pass). Read from the layers' own code:
 
 Layers that run one relation at a time (`Relations`): RGCNConv (PyG's loop over relations, where pyg-lib's
 segment_matmul is not used) and HeteroConv's (hetero-sage, hetero-gat). Only the largest relation's messages are alive
-at once, but each relation keeps its own aggregate for the backward pass: RGCNConv's mean per relation is a
-[targets, in] tensor (zero in the rows of other types) that its `h @ weight[r]` keeps; HeteroConv's SAGEConv keeps
-each relation's mean over its destination type's targets (for lin_l), and its GATConv each relation's transform of
-its source and destination types' rows; HeteroConv holds every relation's output and their stack at once as it sums
-them. A mean (SAGEConv's, RGCNConv's default aggr) holds its sum beside it while it divides
-(torch_geometric.utils.scatter). The relations' shares follow the batch's planned mix (train/plan/hops.py):
-the seeds draw the fanout per relation into the target type, later hops per relation into each type as the graph's
-nodes are mixed.
+at once, but each relation keeps its own aggregate for the backward pass: RGCNConv's mean per relation is a [targets,
+in] tensor (zero in the rows of other types) that its `h @ weight[r]` keeps; HeteroConv's SAGEConv keeps each
+relation's mean over its destination type's targets (for lin_l), and its GATConv each relation's transform of its
+source and destination types' rows; HeteroConv holds every relation's output and their stack at once as it sums them,
+and with PyG's trim_to_layer each layer outputs a row for every node it reads (`rows_of_last_hop`). A mean
+(SAGEConv's, RGCNConv's default aggr) holds its sum beside it while it divides (torch_geometric.utils.scatter). The
+relations' shares follow the batch's planned mix (train/plan/hops.py): the seeds draw the fanout per relation into the
+target type, later hops per relation into each type as the graph's nodes are mixed.
+
 A user's model is not read: its own intermediates are counted as SAGEConv's, and `python -m train plan` says so.
 """
 
@@ -119,6 +120,23 @@ def one_input(config: Config, size: GraphSize) -> bool:
     builtin = BUILTINS.get(config.model.name)
     relational = builtin is not None and builtin.module == "train.models.relational"
     return relational and size.meta is not None and 0 in size.meta.widths
+
+
+def rows_of_last_hop(config: Config, size: GraphSize) -> int:
+    """Hops beyond its targets' whose rows a trimmed layer still outputs: PyG's trim_to_layer (HeteroConv's, the
+    layer's trim) drops a hop's nodes only the layer after its edges, so each layer gives a row to every node it
+    reads (1); the relational models trim to the rows later layers read (0)."""
+    return 1 if size.meta is not None and config.model.name in HETERO_CONV else 0
+
+
+def typed_edge_ids(config: Config, size: GraphSize) -> int:
+    """int64 ids per edge a typed model keeps beside the batch's: a dict model's edge_index_dict (each relation's
+    edges in its types' local ids: train/models/hetero.py typed_dicts) and RGCNConv's per-relation edge_index
+    (masked_edge_index, kept for each relation's propagate), 2 each; 0 on an untyped graph or for R-GAT's layer."""
+    builtin = BUILTINS.get(config.model.name)
+    if size.meta is None or (builtin is not None and builtin.class_name == "RGAT"):
+        return 0
+    return 2
 
 
 def counts_own_intermediates(config: Config) -> bool:

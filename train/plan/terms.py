@@ -47,7 +47,9 @@ from train.plan.model_terms import (
     ends_in_head,
     one_input,
     relations,
+    rows_of_last_hop,
     source_floats,
+    typed_edge_ids,
 )
 
 GIB = 2**30
@@ -167,15 +169,17 @@ def forward_bytes(config: Config, size: GraphSize, hops: Hops, backward: bool) -
     graph = reads_graph(config)
     if not graph:
         hops = Hops(hops.nodes[:1], ())  # train/loop/tasks/node.py: the seeds' features, no neighbours
-    total = hops.total_nodes * size.features * FLOAT + hops.total_edges * (EDGE_IDS * INDEX + size.edge_floats * FLOAT)
+    total = hops.total_nodes * (size.features * FLOAT + size.type_bytes) + hops.total_edges * (
+        EDGE_IDS * INDEX + size.edge_floats * FLOAT + size.type_bytes)  # a typed batch's node_type and edge_type
     if size.meta is not None and graph:  # each type's input (train/models/hetero.py TypeInputs), and its gradient
         total += hops.total_nodes * widths[0][0] * FLOAT * (2 if backward and one_input(config, size) else 1)
+        total += hops.total_edges * typed_edge_ids(config, size) * INDEX
     messages = 0
     rows_factor = LAYER_ROWS if backward else NO_GRAD_ROWS
     for index, (width_in, width_out) in enumerate(widths):
         reach = last - index + 1  # the hops whose nodes are this layer's targets
         trimmed = model_trims(config, size) and graph
-        targets = sum(hops.nodes[:reach]) if trimmed else hops.total_nodes
+        targets = sum(hops.nodes[:reach + rows_of_last_hop(config, size)]) if trimmed else hops.total_nodes
         edges = sum(hops.edges[:reach]) if trimmed else hops.total_edges
         per_edge = edge_floats(config, size, width_in, width_out, index == last)
         sources = sum(hops.nodes[:reach + 1]) if trimmed else hops.total_nodes  # the rows it reads
