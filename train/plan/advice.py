@@ -72,10 +72,6 @@ class Change:
         ranks = job.ranks if self.nodes is None and self.per_node is None else nodes * per_node
         return replace(job, config=config, nodes=nodes, ranks=ranks)
 
-    def merged(self, other: Change) -> Change:
-        return Change(self.settings + tuple(s for s in other.settings if s[0] not in dict(self.settings)),
-                      self.nodes or other.nodes, self.per_node or other.per_node)
-
 
 def assess(job: Job) -> Assessed:
     """The job's plan against its node's and GPU's memory, its layout (the run's own decision) and its problems."""
