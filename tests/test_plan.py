@@ -90,7 +90,7 @@ def test_a_gpu_that_is_too_small_is_refused(tmp_path):
     # the run would not sample where it was asked to: said, and refused, not planned as if it would
     assert "sampler.device=cuda falls back to sampling on the CPU: the graph structure" in done.stderr
     assert ("but 0.00 GiB of the 0.50 GiB of free GPU memory is left beside the training and evaluation working "
-            "sets (2.82 GiB) and a 10% headroom") in done.stderr
+            "sets (2.90 GiB) and a 10% headroom") in done.stderr
 
 
 @pytest.mark.parametrize("gres, gib, how", [

@@ -12,14 +12,15 @@ from train.cluster.memory_limit import smallest
 from train.config import Config
 from train.errors import UserError
 from train.graph.datasets.lookup import dataset_kind
-from train.graph.sharing.feature_layout import LayoutChoice
 from train.loop.killed_rank import figures_text, memory_words
+from train.plan.advice import Job, advice_words, advise, assess
 from train.plan.gpu_models import partition_gpu_memory
+from train.plan.largest import peak_lines
 from train.plan.memory_figures import figures_of_plan
-from train.plan.sharded import SHARDED, gpu_need, layout_lines, layout_of, node_refusal
+from train.plan.sharded import SHARDED, layout_lines
 from train.plan.terms import GIB, GraphSize, Plan, make_plan, shared_graph_bytes
 
-__all__ = ["GraphSize", "Plan", "format_plan", "graph_size", "make_plan", "refusals", "shared_graph_bytes"]
+__all__ = ["GraphSize", "Plan", "format_plan", "graph_size", "make_plan", "shared_graph_bytes"]
 
 
 def graph_size(config: Config) -> GraphSize:
@@ -125,32 +126,13 @@ def format_plan(plan: Plan, config: Config) -> str:
         if not items or scope == SHARDED:  # printed beside the layout (layout_lines)
             continue
         for i, (item, value) in enumerate(items.items()):
-            lines.append(f"{('per ' + scope) if i == 0 else '':<9} {item:<56} {memory_words(value):>11}")
+            bound = "  (bound)" if item in plan.bounds else ""
+            lines.append(f"{('per ' + scope) if i == 0 else '':<9} {item:<56} {memory_words(value):>11}{bound}")
         if scope in capacity:
             cap, source = capacity[scope]
             lines.append(f"{'':<9} {'a ' + scope + ' has':<56} {memory_words(cap) if cap else '?':>11}  ({source})")
     lines += plan.notes
     return "\n".join(lines)
-
-
-def refusals(plan: Plan, config: Config, loaded: GraphSize, choice: LayoutChoice) -> list[str]:
-    """What does not fit: a node in the layout data.features takes (`choice`), a GPU, sampler.device=cuda."""
-    found = []
-    if (node := node_refusal(plan, config, loaded, choice)) is not None:
-        found.append(node)
-    if plan.fallback:
-        found.append(plan.fallback + " Ask for what the run would do (sampler.device=cpu), or use GPUs with more "
-                     "memory")
-    (cap, source), need = plan.gpu_capacity, gpu_need(plan, choice)
-    if cap is not None and plan.rows["GPU"] and need > cap:
-        found.append(f"a GPU needs {memory_words(need)} but has {memory_words(cap)} ({source}): lower "
-                     "sampler.batch_size, the fanouts or model.hidden, or keep the graph on the host "
-                     "(sampler.device=cpu)")
-    return found
-
-
-
-
 
 
 def verdict(plan: Plan, gpus: bool) -> str:
@@ -170,18 +152,17 @@ def print_plan(config: Config, args, ranks: int) -> int:
         gpu_capacity = (None, f"unknown: {args.node_memory_unknown}; give --gpu-memory GiB (make submit: GPU_MEMORY)")
     else:
         gpu_capacity = gpu_memory(args.gpu_memory, args.partition)
-    loaded = graph_size(config)
-    plan = make_plan(config, loaded, args.nodes, ranks, gpus=not args.cpu, gpu_bytes=gpu_capacity[0])
     node = (None, f"unknown: {args.node_memory_unknown}; give --node-memory GiB") \
         if args.node_memory_unknown else node_memory(args.partition, args.node_memory)
-    plan.node_capacity = smallest([node, (args.mem_mb * 2**20 if args.mem_mb else None, "MEM: the job's --mem")],
-                                  node[1])
-    plan.gpu_capacity = gpu_capacity
-    choice = layout_of(plan, config, loaded, *plan.node_capacity)  # the run's own decision (run_layout)
-    print(format_plan(plan, config) + "\n" + "\n".join(layout_lines(plan, choice)), flush=True)
-    found = refusals(plan, config, loaded, choice)
-    if found:
-        raise UserError("this plan does not fit: " + "; ".join(found) + ".")
+    node_capacity = smallest([node, (args.mem_mb * 2**20 if args.mem_mb else None, "MEM: the job's --mem")], node[1])
+    job = Job(config, graph_size(config), args.nodes, ranks, not args.cpu, node_capacity, gpu_capacity)
+    now = assess(job)  # the layout taken is the run's own decision (run_layout)
+    plan = now.plan
+    print("\n".join([format_plan(plan, config), *layout_lines(plan, now.choice), *peak_lines(plan, now.choice)]),
+          flush=True)
+    if now.problems:
+        raise UserError(f"this plan does not fit: {'; '.join(now.problems.values())}. "
+                        f"{advice_words(job, advise(job, now))}.")
     print(verdict(plan, gpus=not args.cpu), flush=True)
     if args.figures_file:
         Path(args.figures_file).write_text(figures_text(figures_of_plan(plan, plan.node_capacity[0])) + "\n")

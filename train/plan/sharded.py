@@ -19,7 +19,7 @@ from train.graph.datasets.lookup import dataset_kind
 from train.graph.sharing.feature_layout import LayoutChoice, resolved_layout
 from train.graph.sharing.segments import shares_graph
 from train.graph.sizes import FLOAT, INDEX, GraphSize
-from train.loop.killed_rank import NODE_MEMORY_REMEDIES, memory_words
+from train.loop.killed_rank import memory_words
 from train.plan.held import loader_kind, loading_bytes, shared_graph_bytes
 from train.plan.hops import batch_seeds, full_neighbourhood, sampled_hops
 from train.plan.terms import (
@@ -204,31 +204,28 @@ def layout_lines(plan: Plan, choice: LayoutChoice) -> list[str]:
 
 
 def node_refusal(plan: Plan, config: Config, loaded: GraphSize, choice: LayoutChoice) -> str | None:
-    """Why a node of the plan's capacity cannot hold the job in the layout it takes, with the other layout's need
-    and what would fit (how many nodes, sharded); None where it fits or the capacity is unknown."""
+    """Why a node of the plan's capacity cannot hold the job in the layout it takes: its need, whether more nodes
+    would hold less (not with a copy of the graph on each), and the other layout's need; None where it fits or the
+    capacity is unknown. What would fit is the advice's (train/plan/advice.py), each change checked."""
     cap, source = plan.node_capacity
     sharded, copy = plan.rows[SHARDED]["peak"], plan.node_peak
     peak = sharded if choice.layout == SHARDED else copy
     if cap is None or peak <= cap:
         return None
     over = f"{plan.nodes} node(s)"
-    how = f"with a copy of the features on each ({memory_words(sharded)} sharded over {over})"
     if plan.nodes == 1:
         how = "on one node, where sharding the features changes nothing"
     elif choice.layout == SHARDED:
         how = f"with the features sharded over {over} ({memory_words(copy)} with a copy on each)"
-    needed = nodes_needed(plan, config, loaded, cap)
-    if needed is None:
-        floor = sharded_rows(plan, config, loaded, MOST_NODES)["peak"]
-        what = (f"no number of nodes fits sharded: what is not sharded (the structure, its loading, "
-                f"{plan.ranks_per_node} rank(s)) needs {memory_words(floor)} a node")
-    elif needed > plan.nodes:
-        what = (f"sharded, {needed} nodes of {plan.ranks_per_node} rank(s) would fit (NODES={needed}, "
-                f"{needed * plan.ranks_per_node} ranks; data.features=auto or sharded)")
     else:
-        what = "data.features=sharded (or auto) fits"
-    return f"a node needs {memory_words(peak)} at its peak but has {memory_words(cap)} ({source}), {how}; {what}; " \
-           f"else {NODE_MEMORY_REMEDIES}"
+        how = (f"with a copy of the features on each: every node holds the whole graph, so more nodes do not help "
+               f"({memory_words(sharded)} sharded over {over})")
+    said = f"a node needs {memory_words(peak)} at its peak but has {memory_words(cap)} ({source}), {how}"
+    if plan.nodes > 1 and nodes_needed(plan, config, loaded, cap) is None:
+        floor = sharded_rows(plan, config, loaded, MOST_NODES)["peak"]
+        said += (f"; no number of nodes fits sharded: what is not sharded (the structure, its loading, "
+                 f"{plan.ranks_per_node} rank(s)) needs {memory_words(floor)} a node")
+    return said
 
 
 def gpu_need(plan: Plan, choice: LayoutChoice) -> int:

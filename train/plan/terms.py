@@ -46,7 +46,10 @@ from train.plan.model_terms import (
     edge_projection_width,
     ends_in_head,
     one_input,
+    relations,
+    rows_of_last_hop,
     source_floats,
+    typed_edge_ids,
 )
 
 GIB = 2**30
@@ -89,6 +92,11 @@ CPU_STEPS_GROWTH = 1.3
 # rounded and split less wastefully (fragmentation, not measured here: a quarter more is assumed).
 PINNED_ROUNDING = 2.0
 CUDA_CACHE_SLACK = 1.25
+# The rows sized by a sampled batch (train/plan/hops.py): upper bounds, not estimates, as Hops counts each hop's
+# nodes at the whole fanout per relation with none deduplicated (Plan.bounds; the table labels them).
+TRAINING_BATCH = "training batch"
+SAMPLED_EVALUATION = "evaluation: one sampled batch"
+EVALUATION_WORK = "evaluation working set"
 
 
 def graph_size_of(data) -> GraphSize:
@@ -161,27 +169,33 @@ def forward_bytes(config: Config, size: GraphSize, hops: Hops, backward: bool) -
     graph = reads_graph(config)
     if not graph:
         hops = Hops(hops.nodes[:1], ())  # train/loop/tasks/node.py: the seeds' features, no neighbours
-    total = hops.total_nodes * size.features * FLOAT + hops.total_edges * (EDGE_IDS * INDEX + size.edge_floats * FLOAT)
+    total = hops.total_nodes * (size.features * FLOAT + size.type_bytes) + hops.total_edges * (
+        EDGE_IDS * INDEX + size.edge_floats * FLOAT + size.type_bytes)  # a typed batch's node_type and edge_type
     if size.meta is not None and graph:  # each type's input (train/models/hetero.py TypeInputs), and its gradient
         total += hops.total_nodes * widths[0][0] * FLOAT * (2 if backward and one_input(config, size) else 1)
+        total += hops.total_edges * typed_edge_ids(config, size) * INDEX
     messages = 0
     rows_factor = LAYER_ROWS if backward else NO_GRAD_ROWS
     for index, (width_in, width_out) in enumerate(widths):
         reach = last - index + 1  # the hops whose nodes are this layer's targets
         trimmed = model_trims(config, size) and graph
-        targets = sum(hops.nodes[:reach]) if trimmed else hops.total_nodes
+        targets = sum(hops.nodes[:reach + rows_of_last_hop(config, size)]) if trimmed else hops.total_nodes
         edges = sum(hops.edges[:reach]) if trimmed else hops.total_edges
         per_edge = edge_floats(config, size, width_in, width_out, index == last)
-        aggregated = 0 if graph and per_edge.transforms_first else width_in  # the targets' input-wide sums
-        total += targets * (aggregated + rows_factor * width_out) * FLOAT
+        sources = sum(hops.nodes[:reach + 1]) if trimmed else hops.total_nodes  # the rows it reads
+        split = relations(config, size, hops.nodes[0], targets, sources, hops.edges[0] if trimmed else 0, edges)
+        aggregated = 0 if graph and per_edge.transforms_first else split.aggregated * width_in  # input-wide sums
+        total += (aggregated + targets * rows_factor * width_out) * FLOAT
         if graph:
-            sources = sum(hops.nodes[:reach + 1]) if trimmed else hops.total_nodes  # the rows it reads
-            own = (edges * per_edge.kept + sources * source_floats(config, size, width_in, width_out, index == last)
-                   ) * FLOAT  # kept until the backward pass; without one, alive while the layer runs
+            per_source = source_floats(config, size, width_in, width_out, index == last)
+            transformed = split.transformed if backward else split.transformed_at_once
+            own = (split.edges * per_edge.kept + sources * per_source + transformed * width_out
+                   ) * FLOAT + split.index_bytes  # kept until the backward pass; without one, alive while it runs
             total += own if backward else 0
             twice = backward and (index or per_edge.weighted)  # and the passing rows' gradient
-            messages = max(messages, edges * per_edge.passing * FLOAT * (2 if twice else 1) + (0 if backward else own))
-    return total + messages + (STEP_FIXED_BYTES if backward else 0)
+            alive = split.passing * per_edge.passing * (2 if twice else 1) + split.summed * width_in
+            messages = max(messages, (alive + split.grouped * width_out) * FLOAT + (0 if backward else own))
+    return int(total + messages + (STEP_FIXED_BYTES if backward else 0))
 
 
 def host_batch_bytes(size: GraphSize, hops: Hops, pinned: bool) -> int:
@@ -245,6 +259,7 @@ class Plan:
     sampling: str = "cpu"  # where batches are sampled: cpu or cuda (the graph structure on the GPU)
     placement: object = None  # sampler.device auto or cuda on a GPU of known memory: the run's Placement
     fallback: str = ""  # why sampler.device=cuda would sample on the CPU ("" when it would not)
+    bounds: set[str] = field(default_factory=set)  # the rows (any scope) that are upper bounds: a sampled batch's
 
     @property
     def node_peak(self) -> int:
@@ -368,7 +383,7 @@ def evaluation_bytes(setting: Setting, size: GraphSize) -> tuple[str, int, int]:
         fanouts = list(config.eval.fanouts or config.sampler.num_neighbors)
         hops = sampled_hops(batch_seeds(config, evaluation=True), fanouts, size)
         work = forward_bytes(config, size, hops, backward=False)
-        label = "evaluation: one sampled batch" + ("" if config.eval.mode == "sampled" else " (no per-layer API)")
+        label = SAMPLED_EVALUATION + ("" if config.eval.mode == "sampled" else " (no per-layer API)")
         if not setting.gpus:
             return label, work, 0
         return label, batch_host_bytes(setting, size, hops), work
@@ -392,7 +407,7 @@ def rank_rows(setting: Setting, size: GraphSize, train_hops: Hops, evaluation: t
             "model, gradients, Adam state": 0 if gpus else model_bytes(config, size),
             f"graph and CSC of its own ({own})": 0 if setting.sharing else private_graph_bytes(size),
             "sampler's node map": 0 if setting.gpu_sampling else size.nodes * INDEX,
-            "training batch" + ("" if gpus else ": features, activations, gradients"): training,
+            TRAINING_BATCH + ("" if gpus else ": features, activations, gradients"): training,
             label: eval_host}
     rows = {k: v for k, v in rows.items() if v}
     # Evaluation runs on top of what the heap kept of training (pinned batches stay cached whole).
@@ -440,6 +455,8 @@ def make_plan(config: Config, size: GraphSize, nodes: int, ranks: int, gpus: boo
                           "intermediates per edge as SAGEConv's (one input row per edge); a model that keeps more per "
                           "edge (attention per head, projected edge features) needs more than planned.")
     plan.rows = {"node": node_rows(setting, size, rank), "rank": rank, "GPU": gpu if gpus else {}}
+    sampled = (TRAINING_BATCH,) + ((SAMPLED_EVALUATION, EVALUATION_WORK) if evaluation_sampled(config, size) else ())
+    plan.bounds = {item for rows in plan.rows.values() for item in rows if item.startswith(sampled)}
     placement = setting.placement
     plan.sampling, plan.placement = ("cuda" if setting.gpu_sampling else "cpu"), placement
     if asked:
@@ -464,13 +481,13 @@ def gpu_rows(setting: Setting, size: GraphSize, train: int, evaluation: int) -> 
         if setting.features_on_gpu:
             rows[f"features ({setting.config.data.feature_dtype}) and labels (they fit)"] = gpu_feature_bytes_of(
                 setting.config, size, setting.sharing)
-    rows["training batch: features, activations, gradients"] = train
+    rows[TRAINING_BATCH + ": features, activations, gradients"] = train
     copy = feature_copy_bytes(size.nodes, size.features, setting.config.data.feature_dtype) \
         if setting.features_on_gpu else 0
     if copy:  # before the first batch, the features' last chunk beside them (device_plan.features_to_device)
         rows[f"while placing the features: a float32 chunk, made {setting.config.data.feature_dtype} there"] = copy
     if evaluation:
-        rows["evaluation working set" + (" with its layer rows (kept where the features are)"
+        rows[EVALUATION_WORK + (" with its layer rows (kept where the features are)"
                                          if setting.features_on_gpu and not evaluation_sampled(setting.config, size)
                                          else "")] = evaluation
     work = max(train, evaluation, copy)

@@ -7,8 +7,12 @@ come from the run's sampler (train/graph/sampling/device_plan.py). Per model: a 
 gradients and Adam's state (the plan counts those in the model's own term), then one measured step: the batch
 sampled, forward, backward and the optimizer's step, its peak RSS growth read as bench/plan.py's probe reads a run's
 (VmHWM reset before it, through /proc/self/clear_refs). With the run's heap a step's large tensors go back to the
-system when it ends, so each model's peak is its own. Prints one JSON line per model: {"model", "measured",
-"planned"} in bytes, `planned` the plan's training-batch term (train/plan/terms.py forward_bytes)."""
+system when it ends; its tensors below the heap's mmap threshold (8 MiB) go back to glibc's arena, which keeps them
+(measured: 109 MiB of hetero-gat's first step, whose relations' tensors are small), so the arena is trimmed
+(malloc_trim) before the measured step: else it reuses them and its growth misses them. Each model's peak is its
+own. Prints one JSON line per model: {"model", "measured", "planned"} in bytes, `planned` the plan's training-batch
+term (train/plan/terms.py forward_bytes)."""
+import ctypes
 import gc
 import json
 import os
@@ -74,6 +78,7 @@ def measure(config, spec: str, data, sampling) -> dict:
 
     one_step(step, optimizer, lambda: batches(train_nodes[:batch_size], 0))
     gc.collect()
+    ctypes.CDLL("libc.so.6").malloc_trim(0)  # what the first step freed into the arena goes back (the docstring)
     probe = Probe()
     seeds = train_nodes[batch_size: 2 * batch_size]
     nodes, edges = probe.measure("step", lambda: one_step(step, optimizer, lambda: batches(seeds, 1)))
