@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# `make submit` / `make srun`: check the request, then submit jobs/train.sbatch with sbatch, or
-# print the equivalent direct srun lines for an interactive allocation.
+# `make submit` / `make srun` / `make sweep`: check the request, then submit jobs/train.sbatch with sbatch (a sweep:
+# as one job array, an element per point and seed of its grid), or print the equivalent direct srun lines for an
+# interactive allocation.
 #
-# Usage: jobs/submit.sh [submit|srun]     (make passes every setting as an environment variable)
+# Usage: jobs/submit.sh [submit|srun|sweep]     (make passes every setting as an environment variable)
 #
 # The settings (NODES, GPUS, CONFIG, IMAGE, TIME, ...): their defaults, shapes, sbatch options and
 # documentation have one home, the table jobs/knobs.md (`make help` lists them; jobs/lib/knobs.sh reads it);
@@ -13,7 +14,9 @@
 # Every check runs before sbatch, the same with DRY_RUN=1; each problem found names the bad value and what
 # is valid; then it exits 2 and submits nothing. Cheap and certain checks come first (shapes, files), then
 # the cluster's limits (sinfo), last the memory plan (`python -m train plan`): one that cannot fit is
-# refused the same way. A dry run prints the plan whenever the counts, the config and the model's code are valid,
+# refused the same way. A sweep (SWEEP, SEEDS, MAX_PARALLEL) checks its grid as well: every key a setting, every
+# value and every element's config valid (login/sweep.py), the array within the cluster's MaxArraySize; each
+# element's plan is made, and the largest decides whether the sweep fits. A dry run prints the plan whenever the counts, the config and the model's code are valid,
 # even where another check failed (a real submit: where only the dataset is missing): a dataset not downloaded yet
 # is planned from its published size.
 # shellcheck disable=SC2153 # the settings are set by knob_defaults (jobs/lib/knobs.sh)
@@ -21,9 +24,9 @@ set -euo pipefail
 
 mode=${1:-submit}
 case $mode in
-submit | srun) prog=${PYG_PROG:-make $mode} ;; # PYG_PROG: make doctor, which submits the doctor's job
+submit | srun | sweep) prog=${PYG_PROG:-make $mode} ;; # PYG_PROG: make doctor, which submits the doctor's job
 *)
-    printf 'usage: %s [submit|srun]\n' "$0" >&2
+    printf 'usage: %s [submit|srun|sweep]\n' "$0" >&2
     exit 2
     ;;
 esac
@@ -50,6 +53,15 @@ if [[ $GPUS == 0 ]]; then # the number of tasks; a CPU-only cluster is asked for
     SHAPE_FAILED[GPUS]=1
 fi
 check_shapes "${checked[@]}" DRY_RUN
+# The sweep's settings are make sweep's: elsewhere a value given is refused, never ignored.
+if [[ $mode != sweep ]]; then
+    for name in SWEEP SEEDS MAX_PARALLEL; do
+        [[ -z ${!name} || ($name == SEEDS && ${!name} == "${KNOB_DEFAULT[SEEDS]}") ]] ||
+            problem "$(shown "$name" "${!name}") is make sweep's setting (a job array of the grid SWEEP, SEEDS runs per point): make sweep $name=... submits it; make $mode runs one configuration."
+    done
+elif [[ $DOCTOR == only ]]; then
+    problem "DOCTOR=only runs the doctor alone, with nothing to sweep: make doctor checks the nodes; DOCTOR=1 runs it before each element's training."
+fi
 
 per_node=1
 nodes_ok=0
@@ -166,6 +178,48 @@ else
     plan_ready=0
 fi
 
+# The sweep's grid (make sweep): each element's config checked as ARGS was, the array against MaxArraySize
+# (login/sweep.py); the elements' overrides go to a list file, a line each, that each element reads its line of
+# (jobs/train.sbatch). Checked once ARGS is valid: a grid on a broken config would only repeat its refusal.
+sweep_list='' array_spec='' sweep_elements=()
+sweep_check() {
+    local max_size said status=0 kind line
+    local -a sized=()
+    max_size=$(max_array_size)
+    if [[ -n $max_size ]]; then
+        sized=(--max-array-size "$max_size")
+    else
+        say "note: scontrol show config did not say the cluster's MaxArraySize: the array's size was not checked."
+    fi
+    [[ -z $MAX_PARALLEL ]] || sized+=(--max-parallel "$MAX_PARALLEL")
+    sweep_list=$(mktemp)
+    said=$(PYTHONPATH=$root "$check_py" -m login.sweep --config "$config_arg" --sweep "$SWEEP" --seeds "$SEEDS" \
+        --list-file "$sweep_list" "${sized[@]}" -- "${check_args[@]}" 2>&1) || status=$?
+    if ((status == 2)); then
+        while IFS= read -r line; do problem "$line"; done <<<"$said"
+        return 0
+    elif ((status != 0)); then
+        problem "the sweep could not be checked ($check_py -m login.sweep: status $status): ${said##*$'\n'}"
+        return 0
+    fi
+    while IFS= read -r line; do
+        kind=${line%%:*} line=${line#*:}
+        case $kind in
+        array) array_spec=$line ;;
+        element) sweep_elements+=("$line") ;;
+        note) say "note: $line" ;;
+        esac
+    done <<<"$said"
+}
+trap '[[ -z $sweep_list ]] || rm -f "$sweep_list"' EXIT
+if [[ $mode == sweep ]]; then
+    if [[ -n $config_arg ]] && shape_ok ARGS && shape_ok SWEEP && shape_ok SEEDS && shape_ok MAX_PARALLEL &&
+        ((${#PROBLEMS[@]} == 0)); then
+        sweep_check
+    fi
+    [[ -n $array_spec ]] || plan_ready=0
+fi
+
 # The user's code folder (CODE_DIR): it exists, and the model the config names imports from it and passes
 # its contract where the job will run it (jobs/lib/code_dir.sh).
 if shape_ok CODE_DIR && [[ -n $CODE_DIR ]]; then
@@ -224,7 +278,7 @@ cpu_warning() {
 }
 job_partition=$PARTITION # the partition the memory plan asks about: the default one, where sinfo names it
 unreachable=             # sinfo's first error line, where no controller answers
-if [[ $mode == submit ]] && ((nodes_ok)) && shape_ok CPUS_PER_TASK && shape_ok GPUS_PER_TASK && shape_ok PARTITION; then
+if [[ $mode != srun ]] && ((nodes_ok)) && shape_ok CPUS_PER_TASK && shape_ok GPUS_PER_TASK && shape_ok PARTITION; then
     if ! command -v sinfo >/dev/null 2>&1; then
         say "note: sinfo is not on PATH: the partition, the node count, CPUs, GPUs and memory per node and the time limit were not checked against the cluster."
         cpu_warning
@@ -266,6 +320,7 @@ memory_plan() {
     [[ -z $unreachable ]] || plan_args+=(--node-memory-unknown "sinfo could not answer, see above")
     # MEM: what the job's cgroup will hold it to, weighed as the run weighs it (data.features=auto)
     [[ -z $MEM ]] || ! shape_ok MEM || plan_args+=(--mem-mb "$(memory_mb "$MEM")")
+    [[ $mode != sweep ]] || plan_args+=(--sweep-file "$sweep_list") # each element's plan; the largest decides
     if ! "$check_py" -c 'import importlib.util as u, sys; sys.exit(not all(map(u.find_spec, sys.argv[1:])))' \
         torch torch_geometric yaml >/dev/null 2>&1; then
         say "note: $check_py cannot import torch and torch_geometric: the memory plan was not made ('make setup' builds .venv)."
@@ -281,7 +336,9 @@ memory_plan() {
         # files (your own graph's): one message, below
         say "note: no memory plan: it reads the dataset's files, which are not there (see below)."
     elif ((status == 2)); then
-        problem "memory plan for CONFIG='$CONFIG' ARGS='$ARGS' NODES=$NODES GPUS=$GPUS: ${err#error: }"
+        local swept=''
+        [[ $mode != sweep ]] || swept=" SWEEP='$SWEEP' SEEDS=$SEEDS"
+        problem "memory plan for CONFIG='$CONFIG' ARGS='$ARGS'$swept NODES=$NODES GPUS=$GPUS: ${err#error: }"
     elif ((status != 0)); then
         say "note: the memory plan failed (status $status), so it was not checked: ${err##*$'\n'}"
     fi
@@ -333,7 +390,7 @@ prepare_wheels() {
 # and its command line.
 print_steps() {
     local to=1
-    [[ $mode == submit ]] || to=2
+    [[ $mode != srun ]] || to=2
     if ((${#INSTALL_STEP[@]})); then
         echo "# install the project into the image, one task per node, into a named container the next steps reuse (INSTALL_PROJECT=$INSTALL_PROJECT):" >&"$to"
         quote "${INSTALL_STEP[@]}"
@@ -367,11 +424,20 @@ read -r -a sbatch_extra <<<"$SBATCH_ARGS"
 # Unique to this submission and kept by every requeue of it (the job's saved environment): its run
 # directory records it, so another job with the same id never resumes it (train/loop/rundir.py).
 submission=$(date -u +%Y%m%dT%H%M%SZ)-$(od -An -N6 -tx1 /dev/urandom | tr -d ' \n')
-sbatch_cmd=(sbatch --parsable --export=ALL --chdir="$root" --output="$LOG_DIR/%x-%j.log"
+output=$LOG_DIR/%x-%j.log
+array=()
+if [[ $mode == sweep ]]; then # one array: an element per line of the list file, its log %A_%a (jobs/train.sbatch)
+    output=$LOG_DIR/%x-%A_%a.log
+    array=(--array="$array_spec")
+fi
+sbatch_cmd=(sbatch --parsable --export=ALL --chdir="$root" --output="$output" "${array[@]}"
     "${resources[@]}" "${sbatch_extra[@]}" "$script")
 # The settings of jobs/train.sbatch (the rows whose job column says yes) travel in the environment:
 # --export=ALL (as the seed), also where a site sets SBATCH_EXPORT=NONE.
 job_env=(PROJECT_DIR="$root" PYG_SUBMISSION_ID="$submission")
+# a sweep's list file, beside the logs: each element reads its line (jobs/train.sbatch), make report the whole
+sweep_file=$LOG_DIR/sweep-$submission.list
+[[ $mode != sweep ]] || job_env+=(PYG_SWEEP_FILE="$sweep_file")
 [[ -z $memory_plan_figures ]] || job_env+=(PYG_MEMORY_PLAN="$memory_plan_figures") # train/cli/killed.py reads it
 while read -r name; do job_env+=("$name=${!name}"); done < <(knobs_to_job)
 
@@ -383,6 +449,10 @@ if [[ -n $DRY_RUN ]]; then
     echo "# The job's steps, as ${script#"$root"/} will run them (JOBID: the id sbatch gives the job):"
     job_steps "$NODES" "$CPUS_PER_TASK" JOBID
     print_steps
+    if [[ $mode == sweep ]]; then
+        echo "# The sweep: ${#sweep_elements[@]} elements, one job array (--array=$array_spec); each element adds its line of $sweep_file to ARGS, and output.dir=runs/ARRAYID_INDEX (its log: $LOG_DIR/$JOB_NAME-ARRAYID_INDEX.log):"
+        printf '%s\n' "${sweep_elements[@]}"
+    fi
     echo "# The job script: $script (each step's line is also printed in the job's log)"
     max_restarts=$(PYTHONPATH=$root "$check_py" -m login.config_check --value trainer.max_restarts "$CONFIG" \
         "${args[@]}" 2>/dev/null) || max_restarts=
@@ -393,6 +463,10 @@ fi
 command -v sbatch >/dev/null 2>&1 || refuse "sbatch is not on PATH: run this on a SLURM login node (or use DRY_RUN=1 to see the command); nothing was submitted."
 prepare_wheels
 mkdir -p "$LOG_DIR" # SLURM does not create the output folder: without it the log is lost
+if [[ $mode == sweep ]]; then
+    mv -- "$sweep_list" "$sweep_file"
+    sweep_list=
+fi
 if ! reply=$(env "${job_env[@]}" "${sbatch_cmd[@]}"); then
     error "sbatch refused the job (its message is above); the command was:"
     quote "${sbatch_cmd[@]}" >&2
@@ -400,6 +474,20 @@ if ! reply=$(env "${job_env[@]}" "${sbatch_cmd[@]}"); then
 fi
 job_id=${reply%%;*}
 [[ $job_id =~ ^[0-9]+$ ]] || die "sbatch printed $(printf %q "$reply"), not a job id"
+if [[ $mode == sweep ]]; then
+    # make report SWEEP=<array id> finds the list by the array's id (train/sweep.py list_link)
+    ln -sfn -- "${sweep_file##*/}" "$LOG_DIR/sweep-$job_id.list"
+    log=$LOG_DIR/$JOB_NAME-${job_id}_0.log
+    printf '%s\n' "$(cd "$LOG_DIR" && pwd)/${log##*/}" >"$LOG_DIR/.last-submitted" # make logs: the first element
+    echo "Submitted sweep $job_id: ${#sweep_elements[@]} elements (--array=$array_spec), each on $NODES node(s) with $GPUS task(s), config $CONFIG, image $IMAGE"
+    echo "logs:   $LOG_DIR/$JOB_NAME-${job_id}_INDEX.log (INDEX 0 to $((${#sweep_elements[@]} - 1)))"
+    echo "runs:   runs/${job_id}_INDEX"
+    report_log_dir= # make report reads LOG_DIR too: named where it is not the default
+    [[ $LOG_DIR == "$root/${KNOB_DEFAULT[LOG_DIR]}" ]] || report_log_dir=" LOG_DIR=$(quote "$LOG_DIR")"
+    echo "report: make report SWEEP=$job_id$report_log_dir"
+    echo "status: squeue -j $job_id    cancel: scancel $job_id"
+    exit 0
+fi
 log=$LOG_DIR/$JOB_NAME-$job_id.log
 # make logs / make tail follow this job, even while it is pending and has no log yet (jobs/lib/latest_log.sh)
 printf '%s\n' "$(cd "$LOG_DIR" && pwd)/${log##*/}" >"$LOG_DIR/.last-submitted"

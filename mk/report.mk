@@ -25,9 +25,10 @@ else
 		--timeout "$$DOCTOR_TIMEOUT" "$${args[@]}"
 endif
 
-report: check-report setup ## Draw RUN/curves.png and print the run's summary (default: the newest run); RUNS='a b': side by side
-	@$(call split,runs,RUNS); run=(); [[ -z $$RUN ]] || run=("$$RUN"); \
-	"$$VENV/bin/python" -m train report -- "$${run[@]}" "$${runs[@]}"
+report: check-report setup ## Draw RUN/curves.png and print the run's summary (default: the newest run); RUNS='a b': side by side; SWEEP=<array id>: a sweep's table
+	@$(call split,runs,RUNS); run=(); [[ -z $$RUN ]] || run=("$$RUN"); sweep=(); \
+	[[ -z $$SWEEP ]] || sweep=(--sweep "$$SWEEP" --log-dir "$${LOG_DIR:-logs}"); \
+	"$$VENV/bin/python" -m train report "$${sweep[@]}" -- "$${run[@]}" "$${runs[@]}"
 
 predict: check-predict setup ## Write every node's prediction and embedding of RUN (default: the newest run) on NPROC local ranks
 	@$(call split,args,ARGS); run=(); [[ -z $$RUN ]] || run=(--run-dir "$$RUN"); \

@@ -18,6 +18,7 @@ from train.plan.gpu_models import partition_gpu_memory
 from train.plan.memory_figures import figures_of_plan
 from train.plan.sharded import SHARDED, gpu_need, layout_lines, layout_of, node_refusal
 from train.plan.terms import GIB, GraphSize, Plan, make_plan, shared_graph_bytes
+from train.sweep import point_of
 
 __all__ = ["GraphSize", "Plan", "format_plan", "graph_size", "make_plan", "refusals", "shared_graph_bytes"]
 
@@ -161,28 +162,84 @@ def verdict(plan: Plan, gpus: bool) -> str:
     return "fits" if not unknown else f"fits what is known ({', '.join(unknown)})"
 
 
-def print_plan(config: Config, args, ranks: int) -> int:
-    """Print the plan of `config` on `args.nodes` nodes of `ranks` ranks in all and its verdict; `UserError` where it
-    does not fit. Returns the exit status."""
+def capacities(args) -> tuple[tuple[int | None, str], tuple[int | None, str]]:
+    """(a node's, a GPU's) memory in bytes and where it was learned, asked once (sinfo) for every plan made."""
     if args.cpu:
         gpu_capacity = (None, "no GPUs")
     elif args.node_memory_unknown and args.gpu_memory is None:  # sinfo cannot answer: not asked again
         gpu_capacity = (None, f"unknown: {args.node_memory_unknown}; give --gpu-memory GiB (make submit: GPU_MEMORY)")
     else:
         gpu_capacity = gpu_memory(args.gpu_memory, args.partition)
-    loaded = graph_size(config)
-    plan = make_plan(config, loaded, args.nodes, ranks, gpus=not args.cpu, gpu_bytes=gpu_capacity[0])
     node = (None, f"unknown: {args.node_memory_unknown}; give --node-memory GiB") \
         if args.node_memory_unknown else node_memory(args.partition, args.node_memory)
-    plan.node_capacity = smallest([node, (args.mem_mb * 2**20 if args.mem_mb else None, "MEM: the job's --mem")],
-                                  node[1])
-    plan.gpu_capacity = gpu_capacity
+    node_capacity = smallest([node, (args.mem_mb * 2**20 if args.mem_mb else None, "MEM: the job's --mem")], node[1])
+    return node_capacity, gpu_capacity
+
+
+def planned(config: Config, args, ranks: int, node_capacity, gpu_capacity) -> tuple[Plan, GraphSize, LayoutChoice]:
+    """The plan of `config` on the job `args` describes, against the capacities given, and the layout it takes."""
+    loaded = graph_size(config)
+    plan = make_plan(config, loaded, args.nodes, ranks, gpus=not args.cpu, gpu_bytes=gpu_capacity[0])
+    plan.node_capacity, plan.gpu_capacity = node_capacity, gpu_capacity
     choice = layout_of(plan, config, loaded, *plan.node_capacity)  # the run's own decision (run_layout)
+    return plan, loaded, choice
+
+
+def print_plan(config: Config, args, ranks: int) -> int:
+    """Print the plan of `config` on `args.nodes` nodes of `ranks` ranks in all and its verdict; `UserError` where it
+    does not fit. Returns the exit status."""
+    plan, loaded, choice = planned(config, args, ranks, *capacities(args))
     print(format_plan(plan, config) + "\n" + "\n".join(layout_lines(plan, choice)), flush=True)
     found = refusals(plan, config, loaded, choice)
     if found:
         raise UserError("this plan does not fit: " + "; ".join(found) + ".")
+    return fitted(plan, args)
+
+
+def fitted(plan: Plan, args) -> int:
+    """The verdict of a plan that fits, and its figures for the job (--figures-file)."""
     print(verdict(plan, gpus=not args.cpu), flush=True)
     if args.figures_file:
         Path(args.figures_file).write_text(figures_text(figures_of_plan(plan, plan.node_capacity[0])) + "\n")
     return 0
+
+
+def node_need(plan: Plan, choice: LayoutChoice) -> int:
+    """What a node holds at its peak in the layout the run takes."""
+    return plan.rows[SHARDED]["peak"] if choice.layout == SHARDED else plan.node_peak
+
+
+def weight(config: Config, plan: Plan, loaded: GraphSize, choice: LayoutChoice) -> tuple[int, int, int]:
+    """How large a plan is, largest first: a node's need, then a GPU's, then a rank's."""
+    return node_need(plan, choice), gpu_need(plan, choice), plan.rank_peak
+
+
+def print_sweep_plan(load, elements: list[tuple[str, ...]], args, ranks: int) -> int:
+    """A sweep's plans (make sweep): each element's line (its point's plan: the seed changes no memory), then the
+    largest plan's table, which decides whether the sweep fits; every point that does not fit is named. `load`:
+    overrides -> the element's Config."""
+    node_capacity, gpu_capacity = capacities(args)
+    by_point: dict[tuple[str, ...], tuple] = {}
+    for overrides in elements:
+        point = point_of(overrides)
+        if point not in by_point:
+            config = load(point)
+            by_point[point] = (config, *planned(config, args, ranks, node_capacity, gpu_capacity))
+    for index, overrides in enumerate(elements):
+        _, plan, _, choice = by_point[point_of(overrides)]
+        gpu = f", a GPU {memory_words(gpu_need(plan, choice))}" if plan.rows["GPU"] else ""
+        print(f"element {index:<3} {' '.join(overrides)}: a rank {memory_words(plan.rank_peak)}, a node "
+              f"{memory_words(node_need(plan, choice))}{gpu}", flush=True)
+    largest = max(by_point, key=lambda point: weight(*by_point[point]))
+    config, plan, loaded, choice = by_point[largest]
+    print(f"the largest plan, {' '.join(largest) or 'every point'}:", flush=True)
+    print(format_plan(plan, config) + "\n" + "\n".join(layout_lines(plan, choice)), flush=True)
+    refused = {point: found for point, entry in sorted(by_point.items(), key=lambda item: weight(*item[1]),
+                                                       reverse=True)
+               if (found := refusals(entry[1], entry[0], entry[2], entry[3]))}
+    if refused:
+        first, reasons = next(iter(refused.items()))
+        named = ", ".join(f"({' '.join(point)})" for point in refused)
+        raise UserError(f"this sweep does not fit: {len(refused)} of its {len(by_point)} points do not, {named}; the "
+                        f"largest of them, {' '.join(first) or 'every point'}: " + "; ".join(reasons) + ".")
+    return fitted(plan, args)
