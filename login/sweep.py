@@ -20,24 +20,11 @@ from train.errors import UserError
 from train.sweep import SEED_KEY, array_size_problem, array_spec, expand, given_own_keys, parse_grid, write_list
 
 
-def value_problems(load_config, config_name: str, base: list[str], axes) -> list[str]:
-    """Each key and value of the grid checked alone on top of ARGS, so that a refusal names the word at fault; a
-    key that is not a setting is told once, not once per value."""
-    problems: list[str] = []
-    told: set[str] = set()
-    for axis in axes:
-        for value in axis.values:
-            try:
-                load_config(config_name, [*base, f"{axis.key}={value}"])
-            except UserError as exc:
-                if str(exc) not in told:
-                    told.add(str(exc))
-                    problems.append(f"SWEEP {axis.key}={value}: {exc}")
-    return problems
-
-
 def element_problems(load_config, config_name: str, base: list[str], elements: list[tuple[str, ...]]) -> list[str]:
-    """Each element's whole config (values valid alone may clash together), each distinct refusal once."""
+    """Each element's whole config checked as the job will load it (a value may be valid only beside another value
+    of the grid: model.num_layers=3 with sampler.num_neighbors=[5,5,5]); each distinct refusal once, with the first
+    element it refuses (a key that is not a setting, or a value its setting refuses, refuses every element that has
+    it, in the same words)."""
     problems: list[str] = []
     told: set[str] = set()
     for index, overrides in enumerate(elements):
@@ -78,9 +65,7 @@ def check(args) -> tuple[list[str], list[str], list[tuple[str, ...]]]:
     except ModuleNotFoundError as exc:
         notes.append(f"{sys.executable} cannot import {exc.name}: the grid's keys and values were not checked here")
     else:
-        problems += value_problems(load_config, args.config, args.overrides, axes)
-        if not problems:
-            problems += element_problems(load_config, args.config, args.overrides, elements)
+        problems += element_problems(load_config, args.config, args.overrides, elements)
     size = array_size_problem(len(elements), args.max_array_size)
     return problems + ([size] if size else []), notes, elements
 
