@@ -17,17 +17,32 @@ import sys
 from pathlib import Path
 
 from train.errors import UserError
-from train.sweep import SEED_KEY, array_size_problem, array_spec, expand, given_own_keys, parse_grid, write_list
+from train.sweep import (
+    SEED_KEY,
+    array_size_problem,
+    array_spec,
+    expand,
+    given_own_keys,
+    parse_grid,
+    point_of,
+    write_list,
+)
 
 
-def element_problems(load_config, config_name: str, base: list[str], elements: list[tuple[str, ...]]) -> list[str]:
+def element_problems(load_config, config_name: str, base: list[str], elements: list[tuple[str, ...]],
+                     seeds_generated: bool) -> list[str]:
     """Each element's whole config checked as the job will load it (a value may be valid only beside another value
     of the grid: model.num_layers=3 with sampler.num_neighbors=[5,5,5]); each distinct refusal once, with the first
     element it refuses (a key that is not a setting, or a value its setting refuses, refuses every element that has
-    it, in the same words)."""
+    it, in the same words). `seeds_generated`: the seeds are SEEDS's, whole numbers, so a point is checked once."""
     problems: list[str] = []
     told: set[str] = set()
+    checked: set[tuple[str, ...]] = set()
     for index, overrides in enumerate(elements):
+        key = point_of(overrides) if seeds_generated else overrides
+        if key in checked:
+            continue
+        checked.add(key)
         try:
             load_config(config_name, [*base, *overrides])
         except UserError as exc:
@@ -65,7 +80,8 @@ def check(args) -> tuple[list[str], list[str], list[tuple[str, ...]]]:
     except ModuleNotFoundError as exc:
         notes.append(f"{sys.executable} cannot import {exc.name}: the grid's keys and values were not checked here")
     else:
-        problems += element_problems(load_config, args.config, args.overrides, elements)
+        problems += element_problems(load_config, args.config, args.overrides, elements,
+                                     seeds_generated=all(axis.key != SEED_KEY for axis in axes))
     size = array_size_problem(len(elements), args.max_array_size)
     return problems + ([size] if size else []), notes, elements
 

@@ -23,14 +23,18 @@ from train.sweep import (
     Axis,
     array_size_problem,
     array_spec,
+    claim,
     element_dir,
     expand,
+    list_file,
     list_link,
     parse_grid,
     point_of,
     read_list,
+    recorded_submission,
     seed_of,
     split_values,
+    submission_of,
     write_list,
 )
 
@@ -89,7 +93,23 @@ def test_the_array_spec_and_the_cluster_s_max_array_size():
     assert array_spec(8, None) == "0-7" and array_spec(8, 3) == "0-7%3" and array_spec(1, 2) == "0-0%2"
     assert array_size_problem(8, 8) is None and array_size_problem(8, None) is None
     assert "the sweep has 9 elements, more than this cluster's MaxArraySize=8" in array_size_problem(9, 8)
-    assert element_dir("41", 3) == Path("runs/41_3") and list_link(Path("logs"), "41") == Path("logs/sweep-41.list")
+    assert list_link(Path("logs"), "41") == Path("logs/sweep-41.list")
+
+
+def test_an_element_s_run_directory_is_its_own_and_a_reused_array_id_never_resumes_another_sweep(tmp_path):
+    runs = tmp_path / "runs"
+    assert element_dir("41", 3, "s1", runs) == runs / "41_3"  # free
+    claim(runs / "41_3", "41", 3, "s1")
+    assert recorded_submission(runs / "41_3") == "s1"
+    assert element_dir("41", 3, "s1", runs) == runs / "41_3"  # a requeue of the same element finds it again
+    # the same array id from a later submission (a restarted controller), or a folder that is no element's
+    assert element_dir("41", 3, "s2", runs) == runs / "41_3-s2"
+    (runs / "41_4").mkdir()
+    assert element_dir("41", 4, "s1", runs) == runs / "41_4-s1"
+    (tmp_path / "logs").mkdir()
+    list_file(tmp_path / "logs", "s9").write_text("a.b=1\n")
+    list_link(tmp_path / "logs", "41").symlink_to(list_file(tmp_path / "logs", "s9").name)
+    assert submission_of(list_link(tmp_path / "logs", "41")) == "s9"
 
 
 def test_the_list_file_reads_back_what_was_written(tmp_path):
@@ -246,26 +266,35 @@ def test_each_element_trains_its_own_line_into_its_own_run_directory(tmp_path):
     elements = expand(parse_grid(GRID), 2)
     write_list(listed, elements)
 
+    project = tmp_path / "project"  # the job's runs/ is the project's: a copy, so that nothing lands in this one
+    project.mkdir()
+    for part in ("jobs", "lib", "login", "train"):
+        (project / part).symlink_to(ROOT / part)
+
     def element(index: str):
         (tmp_path / index).mkdir()
         return run_job_script(tmp_path / index, {"IMAGE": "none", "CONFIG": "tiny", "ARGS": "trainer.epochs=1",
                                                  "PYG_SWEEP_FILE": str(listed), "SLURM_ARRAY_JOB_ID": "99",
-                                                 "SLURM_ARRAY_TASK_ID": index})
+                                                 "SLURM_ARRAY_TASK_ID": index, "PYG_SUBMISSION_ID": "s1",
+                                                 "BARE_PYTHON": str(ROOT / ".venv" / "bin" / "python")}, root=project)
     (job, calls), (beyond, beyond_calls) = map_side_by_side(element, ["5", "8"])
     assert job.returncode == 0, job.stderr
     argv = calls[-1]
     tail = argv[argv.index("fit"):]
-    assert tail == ["fit", "--config", "tiny", "trainer.epochs=1", *elements[5], f"output.dir={element_dir('99', 5)}"]
+    assert tail == ["fit", "--config", "tiny", "trainer.epochs=1", *elements[5], "output.dir=runs/99_5"]
     assert f"sweep element 5 of array 99: {' '.join(elements[5])}; run directory runs/99_5" in job.stdout
+    assert recorded_submission(project / "runs" / "99_5") == "s1"  # claimed before training
     assert beyond.returncode != 0 and not beyond_calls
-    assert f"the sweep's list file {listed} has no line for element 8" in beyond.stderr
+    assert f"the sweep's list file {listed} has no line for element 8 (it has 8)" in beyond.stderr
 
 
 # ---- make report SWEEP= -------------------------------------------------------------------------
 
-def write_run(run_dir: Path, val: list[float], test: list[float], loss: float) -> None:
-    """A finished run: its epochs' rows (metrics.jsonl), summary.json (what fit writes; read as 'finished')."""
-    run_dir.mkdir(parents=True)
+def write_run(run_dir: Path, val: list[float], test: list[float], loss: float, submission: str = "sub") -> None:
+    """A finished element: its record (claim), its epochs' rows (metrics.jsonl), summary.json (what fit writes; read
+    as 'finished')."""
+    array_id, index = run_dir.name.split("-")[0].split("_")
+    claim(run_dir, array_id, int(index), submission)
     rows = [{"epoch": e + 1, "loss": loss + 0.1 * (len(val) - e), "val_acc": v, "test_acc": t, "epoch_seconds": 2.0,
              "seeds_per_second": 100.0, "world_size": 1} for e, (v, t) in enumerate(zip(val, test))]
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -279,13 +308,14 @@ def written_sweep(tmp_path):
     logs, runs = tmp_path / "logs", tmp_path / "runs"
     logs.mkdir()
     elements = expand(parse_grid("model.name=sage,gat,gcn"), 2)
-    write_list(logs / "sweep-sub.list", elements)
-    list_link(logs, "77").symlink_to("sweep-sub.list")
-    write_run(element_dir("77", 0, runs), [0.70, 0.80], [0.69, 0.79], 0.50)  # sage: val 0.80, 0.84
-    write_run(element_dir("77", 1, runs), [0.84, 0.82], [0.81, 0.80], 0.40)
-    write_run(element_dir("77", 2, runs), [0.90], [0.88], 0.30)  # gat: val 0.90, 0.86 -> best
-    write_run(element_dir("77", 3, runs), [0.86], [0.85], 0.35)
-    write_run(element_dir("77", 4, runs), [0.60], [0.58], 0.90)  # gcn: one of two
+    write_list(list_file(logs, "sub"), elements)
+    list_link(logs, "77").symlink_to(list_file(logs, "sub").name)
+    write_run(runs / "77_0", [0.70, 0.80], [0.69, 0.79], 0.50)  # sage: val 0.80, 0.84
+    write_run(runs / "77_1", [0.84, 0.82], [0.81, 0.80], 0.40)
+    write_run(runs / "77_2", [0.90], [0.88], 0.30)  # gat: val 0.90, 0.86 -> best
+    write_run(runs / "77_3", [0.10], [0.10], 9.00, submission="older")  # an older sweep's: not read
+    write_run(runs / "77_3-sub", [0.86], [0.85], 0.35)
+    write_run(runs / "77_4", [0.60], [0.58], 0.90)  # gcn: one of two
     (logs / "pyg-train-77_5.log").write_text(
         "job 12 on n1: 1 tasks\ntraining step:\n0: epoch 1 step 1/5 loss 1.2\n"
         "0: error: data.path='/x' does not exist\nsrun: error: n1: task 0: Exited with exit code 2\n"
@@ -333,3 +363,10 @@ def test_make_report_names_a_sweep_that_is_not_there_and_an_id_that_is_a_grid(wr
     assert missing.returncode == 2 and not missing.stdout
     assert f"SWEEP=78: no sweep list {logs}/sweep-78.list" in missing.stderr and "Sweeps there: 77." in missing.stderr
     assert grid.returncode == 2 and "SWEEP='optim.lr=0.1,0.2' is not a job array's id" in grid.stderr
+
+
+def test_seeds_of_the_grid_s_own_are_each_checked_and_generated_ones_once_per_point(capsys):
+    code, _, err = sweep_check(capsys, "--config", "tiny", "--sweep", "trainer.seed=1,abc", "--seeds", "1")
+    assert code == 2 and err.startswith("SWEEP element 1 (trainer.seed=abc): trainer.seed='abc' must be of type int")
+    code, out, _ = sweep_check(capsys, "--config", "tiny", "--sweep", "", "--seeds", "1000")
+    assert code == 0 and out.splitlines()[0] == "array:0-999" and out.splitlines()[-1] == "element:999 trainer.seed=999"

@@ -7,16 +7,22 @@ seeds, one element of one SLURM job array each; pure and torch-free, for the log
 - The seeds: each point runs SEEDS times, with trainer.seed=0, 1, ..., SEEDS-1 (the seeds of a point are consecutive
   elements). Where the grid names trainer.seed itself, its values are the seeds and SEEDS stays 1.
 - Each element's run directory is its own, runs/<array id>_<index> (`element_dir`), as its log is
-  LOG_DIR/JOB_NAME-<array id>_<index>.log: output.dir is therefore not a key of the grid, nor of ARGS.
-- The list file (`write_list`, `read_list`): line i holds element i's overrides, whitespace-separated, nothing else;
-  `make sweep` writes it beside the logs before sbatch, each element reads its own line (jobs/train.sbatch: line
-  SLURM_ARRAY_TASK_ID + 1), and `make report SWEEP=<array id>` reads it back through the link
-  `LOG_DIR/sweep-<array id>.list` (`list_link`).
+  LOG_DIR/JOB_NAME-<array id>_<index>.log: output.dir is therefore not a key of the grid, nor of ARGS. Array ids are
+  not unique (a restarted controller numbers from 1 again, as train/loop/rundir.py says of job ids): the element
+  records its submission there (`claim`, sweep.json), a requeue of it finds its own directory again and resumes it,
+  and an element whose runs/<array id>_<index> is another sweep's writes runs/<array id>_<index>-<submission>.
+- The list file (`write_list`, `read_list`): line i holds element i's overrides, whitespace-separated, nothing else.
+  `make sweep` writes it beside the logs before sbatch as LOG_DIR/sweep-<submission>.list, each element reads its
+  own line (login/sweep_element.py, run by jobs/train.sbatch), and `make report SWEEP=<array id>` reads it back
+  through the link LOG_DIR/sweep-<array id>.list (`list_link`), whose target names the submission
+  (`submission_of`).
 """
 
 from __future__ import annotations
 
 import itertools
+import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +32,7 @@ from train.storage.writes import atomic_write_text
 SEED_KEY = "trainer.seed"
 OWN_KEYS = ("output.dir",)  # each element's own (element_dir)
 RUNS = Path("runs")  # as train/loop/rundir.py's RUNS: against the job's working directory, the project
+ELEMENT_RECORD = "sweep.json"  # in an element's run directory: the sweep (submission) and element it belongs to
 
 
 @dataclass(frozen=True)
@@ -127,14 +134,45 @@ def array_size_problem(elements: int, max_array_size: int | None) -> str | None:
             "the grid into several sweeps.")
 
 
-def element_dir(array_id: str, index: int, runs: Path = RUNS) -> Path:
-    """Element `index`'s run directory: runs/<array id>_<index>, its log's %A_%a."""
-    return runs / f"{array_id}_{index}"
+def element_dir(array_id: str, index: int, submission: str, runs: Path = RUNS) -> Path:
+    """Element `index`'s run directory: runs/<array id>_<index> (its log's %A_%a) where it is free or records this
+    very submission (a requeue resumes it), else runs/<array id>_<index>-<submission>. Reads, writes nothing: the
+    element (`claim`) and the report ask alike."""
+    base = runs / f"{array_id}_{index}"
+    if not os.path.lexists(base) or recorded_submission(base) == submission:
+        return base
+    return runs / f"{array_id}_{index}-{submission}"
+
+
+def recorded_submission(run_dir: Path) -> str | None:
+    """The submission an element's run directory records; None where it records none (not an element's)."""
+    try:
+        record = json.loads((run_dir / ELEMENT_RECORD).read_text())
+    except (OSError, ValueError):  # absent, unreadable, not JSON
+        return None
+    return record.get("submission") if isinstance(record, dict) else None
+
+
+def claim(run_dir: Path, array_id: str, index: int, submission: str) -> None:
+    """Record in `run_dir` (made here) the element it belongs to, before its run writes anything."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(run_dir / ELEMENT_RECORD, json.dumps({"array": array_id, "index": index,
+                                                            "submission": submission}, sort_keys=True) + "\n")
+
+
+def list_file(log_dir: Path, submission: str) -> Path:
+    """The list file `make sweep` writes before sbatch, named by the submission (the array has no id yet)."""
+    return log_dir / f"sweep-{submission}.list"
 
 
 def list_link(log_dir: Path, array_id: str) -> Path:
     """Where `make sweep` links the array's list file once sbatch has given the array its id."""
     return log_dir / f"sweep-{array_id}.list"
+
+
+def submission_of(link: Path) -> str:
+    """The submission whose list file `link` (list_link) names."""
+    return link.resolve().name.removeprefix("sweep-").removesuffix(".list")
 
 
 def write_list(path: Path, elements: list[tuple[str, ...]]) -> None:

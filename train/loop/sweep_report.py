@@ -4,7 +4,8 @@ the runs' metric, as a run picks its best epoch: train/loop/scores.py); a compar
 that has no summary, with why: the last error line of its log, and the status its training step exited with.
 
 The sweep is read from what `make sweep` and its elements wrote (train/sweep.py): the list file LOG_DIR/sweep-<id>.list
-(each element's overrides), each element's run directory runs/<id>_<index> and its log LOG_DIR/<name>-<id>_<index>.log.
+(each element's overrides), each element's run directory (runs/<id>_<index>, where it records this sweep's submission)
+and its log LOG_DIR/<name>-<id>_<index>.log.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from train.files import file_problem
 from train.loop.report import DPI, _number, _pyplot, load_run, save_figure, summarize
 from train.loop.rundir import RUNS
 from train.loop.scores import metric_name
-from train.sweep import element_dir, list_link, point_of, read_list
+from train.sweep import element_dir, list_link, point_of, read_list, submission_of
 
 FIGSIZE = (12.0, 4.5)
 # a log line that says what went wrong: the package's errors ("0: error: ..."), a traceback's last line, SLURM's own
@@ -118,12 +119,13 @@ def read_sweep(array_id: str, log_dir: Path, runs: Path) -> tuple[list[Point], l
                         f"sweep printed (\"Submitted sweep ID\"), and LOG_DIR= the sweep's if it was not {log_dir}."
                         f"{hint}")
     elements = read_list(listed)
+    submission = submission_of(listed)
     points: dict[tuple[str, ...], Point] = {}
     unfinished, metrics = [], []
     for index, overrides in enumerate(elements):
         point = points.setdefault(point_of(overrides), Point(point_of(overrides)))
         point.elements.append(index)
-        run_dir = element_dir(array_id, index, runs)
+        run_dir = element_dir(array_id, index, submission, runs)
         try:
             rows, summary, config = load_run(run_dir)
         except UserError:  # no run directory yet, or no epoch finished in it
