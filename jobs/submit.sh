@@ -104,6 +104,27 @@ if shape_ok IMAGE && [[ $image_kind == file ]]; then
     fi
 fi
 
+# MODE=predict: the job writes every node's rows of a finished run, RUN (python -m train predict, docs/predict.md).
+# The run's own config (RUN/config.yaml) is what the checks and the memory plan read; ARGS holds predict's data.*
+# overrides and its options (--layer K, --out DIR), checked below as every rank would check them.
+if [[ $MODE == predict ]] && shape_ok MODE && shape_ok RUN; then
+    if [[ $mode == sweep ]]; then
+        problem "MODE=predict with make sweep: a sweep trains each point; make submit MODE=predict RUN=runs/<id> predicts with one run."
+    elif [[ $DOCTOR != 0 ]]; then
+        problem "DOCTOR=$DOCTOR with MODE=predict: the doctor is a training job's first step; run make doctor NODES=$NODES GPUS=$GPUS first."
+    elif [[ -z $RUN ]]; then
+        problem "MODE=predict needs RUN=runs/<id>, the finished run whose model predicts (make report lists the runs)."
+    elif [[ ! -d $RUN ]]; then
+        problem "RUN='$RUN' is not a directory: give a finished run's directory (runs/<id>)."
+    elif [[ ! -f $RUN/config.yaml ]]; then
+        problem "RUN='$RUN' holds no config.yaml: give a finished run's directory (runs/<id>)."
+    elif [[ $image_kind != none && $(cd "$RUN" && pwd)/ != "$root"/* ]]; then
+        problem "RUN='$RUN' is outside the project ($root), the only folder the container sees (at /workspace): give a run under runs/, or IMAGE=none."
+    else
+        CONFIG=$RUN/config.yaml # the run's own settings, for the checks and the memory plan
+    fi
+fi
+
 # The config: a shipped name, or a file the job can read (inside the project for a container).
 config_arg=
 if ! shape_ok CONFIG; then
@@ -131,6 +152,11 @@ fi
 # (login/job_paths.py): one outside every mount is refused with its fixes; one given as this machine or as the
 # container sees it goes to each in its own form: check_args here, job_args (added to ARGS) in the job.
 read -r -a args <<<"$ARGS"
+predict_words=("${args[@]}") # MODE=predict: its options and overrides; the config's checks read the overrides
+if [[ $MODE == predict ]]; then
+    args=()
+    for word in "${predict_words[@]}"; do [[ ! $word =~ ^[a-z_]+\.[^=]+= ]] || args+=("$word"); done
+fi
 check_args=("${args[@]}") job_args=()
 check_py=$(host_python "$root" "$([[ $image_kind != none ]] || echo "$BARE_PYTHON")")
 job_paths() {
@@ -218,6 +244,22 @@ if [[ $mode == sweep ]]; then
         sweep_check
     fi
     [[ -n $array_spec ]] || plan_ready=0
+fi
+
+# MODE=predict: RUN and ARGS as every rank of the job would check them (login/launch.py: the overrides predict may
+# change, the run's model.pt and its checkpoint's record of the model), once the run's config is valid.
+predict_check() {
+    local said status=0 line
+    said=$(PYTHONPATH=${CODE_DIR:+$CODE_DIR:}$root "$check_py" -m login.launch --check-only predict --run-dir "$RUN" \
+        "${predict_words[@]}" 2>&1) || status=$?
+    if ((status == 2)); then
+        while IFS= read -r line; do problem "MODE=predict RUN='$RUN' ARGS='$ARGS': ${line#error: }"; done <<<"$said"
+    elif ((status != 0)); then
+        say "note: MODE=predict was not checked here ($check_py -m login.launch: status $status): ${said##*$'\n'}"
+    fi
+}
+if [[ $MODE == predict && -n $config_arg ]] && shape_ok ARGS && ((${#PROBLEMS[@]} == 0)); then
+    predict_check
 fi
 
 # The user's code folder (CODE_DIR): it exists, and the model the config names imports from it and passes
@@ -321,6 +363,8 @@ memory_plan() {
     # MEM: what the job's cgroup will hold it to, weighed as the run weighs it (data.features=auto)
     [[ -z $MEM ]] || ! shape_ok MEM || plan_args+=(--mem-mb "$(memory_mb "$MEM")")
     [[ $mode != sweep ]] || plan_args+=(--sweep-file "$sweep_list") # each element's plan; the largest decides
+    [[ $MODE != predict ]] ||
+        say "note: MODE=predict: the memory plan is the run's training plan (its exact evaluation's pass, and a training batch predict does not hold): a bound from above."
     if ! "$check_py" -c 'import importlib.util as u, sys; sys.exit(not all(map(u.find_spec, sys.argv[1:])))' \
         torch torch_geometric yaml >/dev/null 2>&1; then
         say "note: $check_py cannot import torch and torch_geometric: the memory plan was not made ('make setup' builds .venv)."
@@ -399,7 +443,10 @@ print_steps() {
         echo "# the doctor, on every task (DOCTOR=$DOCTOR):" >&"$to"
         quote "${DOCTOR_STEP[@]}"
     fi
-    if ((${#TRAIN_STEP[@]})); then
+    if ((${#TRAIN_STEP[@]})) && [[ $MODE == predict ]]; then
+        echo "# predict: every node's rows of RUN=$RUN, on every task (python -m train predict; a preempted predict reruns from the start):" >&"$to"
+        quote "${TRAIN_STEP[@]}"
+    elif ((${#TRAIN_STEP[@]})); then
         echo "# training, on every task:" >&"$to"
         quote "${TRAIN_STEP[@]}"
     fi
@@ -454,6 +501,10 @@ if [[ -n $DRY_RUN ]]; then
         printf '%s\n' "${sweep_elements[@]}"
     fi
     echo "# The job script: $script (each step's line is also printed in the job's log)"
+    if [[ $MODE == predict ]]; then # no checkpoint: its rows are written again, the same (docs/predict.md)
+        echo "# MODE=predict: a preemption (SLURM requeues the job) reruns predict from the start and writes the same rows again; the time limit (TIME) ends it before its manifest.json, which is written last (a folder without one is incomplete): give it the time of one pass."
+        exit 0
+    fi
     max_restarts=$(PYTHONPATH=$root "$check_py" -m login.config_check --value trainer.max_restarts "$CONFIG" \
         "${args[@]}" 2>/dev/null) || max_restarts=
     job_promises "$script" "$SBATCH_ARGS" "$TIME" "$max_restarts"

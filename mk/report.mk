@@ -2,8 +2,7 @@
 # `make submit ... DOCTOR=1` runs the doctor as the job's first step (jobs/train.sbatch) and
 # trains only when every check passed.
 
-# make report, make predict: the run directory (runs/<id>); empty: the newest run
-RUN ?=
+# RUN: jobs/knobs.md (make submit MODE=predict reads it too).
 # make report: runs to compare side by side, by id under runs/ or by directory ('7 8'): one table and compare.png
 RUNS ?=
 # make tensorboard: the port TensorBoard listens on, on this node (localhost; the ssh -L line it prints reaches it)

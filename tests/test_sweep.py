@@ -185,17 +185,10 @@ def test_a_valid_sweep_prints_its_array_and_elements_and_writes_its_list(capsys,
 # ---- make sweep, with a recording sbatch ------------------------------------------------------------
 
 @pytest.fixture
-def standins(tmp_path):
+def sweep_standins(tmp_path):
     """(env, record): sbatch records its call; sinfo answers nothing; scontrol says MaxArraySize=8."""
-    bindir = tmp_path / "bin"
-    standin_bin.install(bindir, "sbatch")
-    for name, out in (("sinfo", ""), ("scontrol", "MaxArraySize            = 8\nMaxJobCount = 10000\n")):
-        standin_bin.install(bindir, name, "fixed-output")
-        (bindir / f"{name}.out").write_text(out)
-    record = tmp_path / "sbatch-calls.txt"
-    env = {k: v for k, v in os.environ.items() if k not in KNOBS and not k.startswith("SLURM_")}
-    env.update(PATH=f"{bindir}:{env['PATH']}", STANDIN_RECORD=str(record), STANDIN_DIR=str(bindir))
-    return env, record
+    return standin_bin.recording_sbatch(tmp_path, {"sinfo": "", "scontrol": "MaxArraySize            = 8\n"
+                                                   "MaxJobCount = 10000\n"}, dict(os.environ), drop=KNOBS)
 
 
 def make(env, *args: str) -> subprocess.CompletedProcess:
@@ -203,8 +196,8 @@ def make(env, *args: str) -> subprocess.CompletedProcess:
                           timeout=120)
 
 
-def test_the_dry_run_lists_every_element_with_its_plan_and_the_array_s_sbatch(standins, tmp_path):
-    env, record = standins
+def test_the_dry_run_lists_every_element_with_its_plan_and_the_array_s_sbatch(sweep_standins, tmp_path):
+    env, record = sweep_standins
     logs = tmp_path / "logs"
     p = make(env, "sweep", *REQUEST, f"SWEEP={GRID}", "SEEDS=2", "MAX_PARALLEL=3", "ARGS=trainer.epochs=1",
              f"LOG_DIR={logs}", "DRY_RUN=1")
@@ -224,8 +217,8 @@ def test_the_dry_run_lists_every_element_with_its_plan_and_the_array_s_sbatch(st
     assert not record.exists() and not logs.exists()
 
 
-def test_a_sweep_is_submitted_as_one_array_whose_list_the_report_finds(standins, tmp_path):
-    env, record = standins
+def test_a_sweep_is_submitted_as_one_array_whose_list_the_report_finds(sweep_standins, tmp_path):
+    env, record = sweep_standins
     logs = tmp_path / "logs"
     p = make(env, "sweep", *REQUEST, f"SWEEP={GRID}", "SEEDS=2", f"LOG_DIR={logs}")
     assert p.returncode == 0, p.stderr
@@ -251,8 +244,8 @@ def test_a_sweep_is_submitted_as_one_array_whose_list_the_report_finds(standins,
     ("submit", ["SWEEP=optim.lr=0.1,0.2"], "SWEEP='optim.lr=0.1,0.2' is make sweep's setting"),
     ("submit", ["SEEDS=3"], "SEEDS='3' is make sweep's setting"),
 ])
-def test_a_bad_sweep_is_refused_before_anything_is_submitted(standins, tmp_path, target, extra, words):
-    env, record = standins
+def test_a_bad_sweep_is_refused_before_anything_is_submitted(sweep_standins, tmp_path, target, extra, words):
+    env, record = sweep_standins
     p = make(env, target, *REQUEST, f"LOG_DIR={tmp_path / 'logs'}", *extra)
     assert p.returncode == 2, p.stdout + p.stderr
     assert words in p.stderr and f"make {target}: nothing was submitted." in p.stderr, p.stderr
