@@ -1,7 +1,7 @@
 """`make sweep` and `make report SWEEP=` on the real SLURM test cluster: 2 x 2 points x 2 seeds, one job array of
 8 elements (bare mode, one CPU task each, the tiny config), one of them requeued mid-run (`scontrol requeue`), all
-COMPLETED, and the report's 4 rows of mean ± std over the seeds; and a sweep larger than the cluster's MaxArraySize
-refused before anything is queued.
+COMPLETED, and the report's 4 rows of mean ± std over the seeds; a sweep larger than the cluster's MaxArraySize
+refused before anything is queued; and one element's run predicted as a job (`make submit MODE=predict RUN=...`).
 
 The elements write runs/<array id>_<index> in the project they were submitted from: here a copy of the project made of
 links to this one's parts (the test cluster numbers its jobs from 1 each session; this project's runs/ is left alone).
@@ -9,13 +9,18 @@ links to this one's parts (the test cluster numbers its jobs from 1 each session
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
+import torch
 
+import train
+from train.graph.datasets.loading import load_graph
 from train.sweep import element_dir, expand, list_link, parse_grid, recorded_submission, submission_of
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,10 +34,10 @@ ARGS = "trainer.epochs=2 trainer.log_every=1 trainer.step_delay_seconds=0.2"
 TIMEOUT = 240  # a 2-core machine running 8 elements at once; they take ~40-70 s in all
 
 
-@pytest.fixture
-def project(tmp_path) -> Path:
+@pytest.fixture(scope="module")
+def project(tmp_path_factory) -> Path:
     """A project whose parts are this one's (links), with runs/ and logs/ of its own."""
-    copy = tmp_path / "project"
+    copy = tmp_path_factory.mktemp("sweep") / "project"
     copy.mkdir()
     for part in ROOT.iterdir():
         if part.name not in ("runs", "logs", ".pytest_cache"):
@@ -54,8 +59,9 @@ def wait_for_line(cluster, log: Path, pattern: str, timeout: float) -> None:
         time.sleep(0.2)
 
 
-def test_a_sweep_is_one_array_whose_elements_all_complete_one_requeued_and_the_report_is_whole(slurm_cluster, project,
-                                                                                               capsys):
+@pytest.fixture(scope="module")
+def swept(slurm_cluster, project) -> dict:
+    """The sweep, submitted; element 0 requeued in its second epoch, as a preemption does; every element ended."""
     started = time.monotonic()
     p = make(slurm_cluster, project, "sweep", *REQUEST, f"SWEEP={GRID}", "SEEDS=2", f"ARGS={ARGS}")
     assert p.returncode == 0, p.stdout + p.stderr
@@ -74,6 +80,14 @@ def test_a_sweep_is_one_array_whose_elements_all_complete_one_requeued_and_the_r
         except TimeoutError:
             subprocess.run(["scancel", array], env=slurm_cluster.env, timeout=30)
             pytest.fail(f"element {index} did not end:\n{element_logs[index].read_text(errors='replace')}")
+    return {"array": array, "submission": submission, "elements": elements, "logs": element_logs, "states": states,
+            "started": started}
+
+
+def test_a_sweep_is_one_array_whose_elements_all_complete_one_requeued_and_the_report_is_whole(slurm_cluster, project,
+                                                                                               swept, capsys):
+    array, submission, elements, states = swept["array"], swept["submission"], swept["elements"], swept["states"]
+    element_logs, started = swept["logs"], swept["started"]
     texts = [log.read_text(errors="replace") for log in element_logs]
     assert states == dict.fromkeys(range(8), "COMPLETED"), "\n\n".join(texts)
     assert slurm_cluster.job_info(f"{array}_0")["Restarts"] == "1"
@@ -110,8 +124,30 @@ def test_a_sweep_past_the_cluster_s_max_array_size_is_refused_before_the_queue(s
     max_size = int(re.search(r"^MaxArraySize\s*=\s*(\d+)", slurm_cluster.run(["scontrol", "show", "config"]).stdout,
                              re.M).group(1))
     before = slurm_cluster.run(["squeue", "-h", "-o", "%i"]).stdout
+    logs = sorted((project / "logs").glob("*"))
     p = make(slurm_cluster, project, "sweep", *REQUEST, f"SEEDS={max_size + 1}")
     assert p.returncode == 2, p.stdout + p.stderr
     assert f"the sweep has {max_size + 1} elements, more than this cluster's MaxArraySize={max_size}" in p.stderr
     assert "make sweep: nothing was submitted." in p.stderr
-    assert slurm_cluster.run(["squeue", "-h", "-o", "%i"]).stdout == before and not (project / "logs").exists()
+    assert slurm_cluster.run(["squeue", "-h", "-o", "%i"]).stdout == before
+    assert sorted((project / "logs").glob("*")) == logs  # no list file, no log
+
+
+def test_a_sweep_element_s_run_predicted_as_a_job(slurm_cluster, project, swept):
+    """make submit MODE=predict on 2 ranks over 2 nodes: every node's rows of element 1's run, its own accuracy."""
+    run = f"runs/{swept['array']}_1"
+    p = make(slurm_cluster, project, "submit", "MODE=predict", f"RUN={run}", "NODES=2", "GPUS=2", *REQUEST[2:])
+    assert p.returncode == 0, p.stdout + p.stderr
+    job = re.search(r"^Submitted job (\d+) ", p.stdout, re.M).group(1)
+    log = project / "logs" / f"pyg-train-{job}.log"
+    state = slurm_cluster.wait_job(job, timeout=TIMEOUT)
+    text = log.read_text(errors="replace")
+    assert state == "COMPLETED", text
+    assert f"-m train predict --run-dir {run}" in text
+    manifest = json.loads((project / run / "predictions" / "manifest.json").read_text())
+    assert manifest["files"]["classes.npy"]["shape"] == [2000]
+    classes = torch.from_numpy(np.array(np.load(project / run / "predictions" / "classes.npy", mmap_mode="r")))
+    data = load_graph(train.load_run(project / run)[0].data)
+    accuracy = int((classes[data.test_idx] == data.y[data.test_idx]).sum()) / data.test_idx.numel()
+    summary = json.loads((project / run / "summary.json").read_text())
+    assert accuracy == pytest.approx(summary["final_test_acc"], abs=1e-9), summary
