@@ -333,7 +333,7 @@ def test_the_report_is_each_point_s_mean_and_std_over_its_seeds_best_first(writt
     assert rows[2][3:6] == ["0.6000", "±", "-"] and rows[2][-3:] == ["2.00", "±", "-"]
     assert "1 of 6 elements have no summary:" in out
     assert ("element 5 (model.name=gcn trainer.seed=1): failed: its training step exited with status 2: "
-            "srun: error: n1: task 0: Exited with exit code 2") in out
+            "0: error: data.path='/x' does not exist") in out  # the rank's own words, not srun's after them
     assert path == runs / "sweep-77-compare.png" and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -344,8 +344,11 @@ def test_an_element_without_a_summary_says_why_from_its_log(tmp_path):
     log.write_text("training step:\n0: epoch 1 step 3/5 loss 0.9\n")
     assert why_unfinished(log, run_dir) == ("running, or ended before its training step did (its log's last word: "
                                             "0: epoch 1 step 3/5 loss 0.9)")
-    log.write_text("0: epoch 1\nslurmstepd: error: *** JOB 5 ON n1 CANCELLED AT 2026-12-05T10:00:00 ***\n")
-    assert "CANCELLED AT" in why_unfinished(log, run_dir)
+    cancelled = "slurmstepd-n1: error: *** JOB 7 ON n1 CANCELLED AT 2026-12-05T15:44:15 ***"
+    log.write_text(f"0: epoch 1 step 6/10\n{cancelled}\n0: rank 0: received SIGTERM; stopping after the current step\n"
+                   "0: stopped in epoch 1 after step 7: SIGTERM, sent by scancel\n"
+                   "srun: error: n1: task 0: Exited with exit code 3\ntraining step exited with status 3\n")
+    assert why_unfinished(log, run_dir) == f"failed: its training step exited with status 3: {cancelled}"
 
 
 def test_make_report_names_a_sweep_that_is_not_there_and_an_id_that_is_a_grid(written_sweep):

@@ -29,8 +29,8 @@ def add_arguments(parser) -> None:
                              "first)")
     parser.add_argument("--no-plot", action="store_true", help="print the summary only")
     parser.add_argument("--sweep", default="", metavar="ID",
-                        help="a sweep's job array id (make sweep printed it): each point's mean ± std over its seeds, "
-                             "best first, and the elements that failed")
+                        help="a sweep's job array id (its \"Submitted sweep ID\" line): each point's mean ± std over "
+                             "its seeds, best first, and the elements that failed")
     parser.add_argument("--log-dir", default="logs", metavar="DIR",
                         help="where the sweep's logs and list file are (make sweep's LOG_DIR; default logs)")
 

@@ -26,6 +26,10 @@ FIGSIZE = (12.0, 4.5)
 # a log line that says what went wrong: the package's errors ("0: error: ..."), a traceback's last line, SLURM's own
 # (CANCELLED, DUE TO TIME LIMIT, oom-kill), srun's ("srun: error: node: task 0: Killed")
 ERROR_LINE = re.compile(r"error|exception|killed|cancelled|time limit|oom|refused|failed", re.I)
+# the most telling, first: SLURM's verdict on the job (slurmstepd: cancelled, its time limit, preempted, out of
+# memory), then a rank's own words (its lines start "N: "; a stop signal's "stopped in epoch ..."), then any other
+TELLING = (re.compile(r"slurmstepd.*(CANCELLED|TIME LIMIT|PREEMPT|OUT OF MEMORY|oom)", re.I),
+           re.compile(r"^\d+: (?!slurmstepd).*(error|exception|stopped in epoch|killed)", re.I), ERROR_LINE)
 STEP_EXIT = re.compile(r"^training step exited with status (\d+)")
 
 
@@ -93,14 +97,17 @@ def element_log(log_dir: Path, array_id: str, index: int) -> Path | None:
 
 
 def why_unfinished(log: Path | None, run_dir: Path) -> str:
-    """Why an element has no summary, in a line: its training step's exit status and the last error line of its
-    log; or that it has no log yet (pending), or is still running."""
+    """Why an element has no summary, in a line: its training step's exit status and the most telling line of its
+    log (TELLING: SLURM's verdict, else a rank's own error, else the last error line); or that it has no log yet
+    (pending), or is still running."""
     if log is None or file_problem(log) is not None:
         return "no log yet: pending, or not started (squeue shows it)"
     lines = [line.strip() for line in log.read_text(errors="replace").splitlines() if line.strip()]
     exits = [m.group(1) for line in lines if (m := STEP_EXIT.match(line))]
-    errors = [line for line in lines if ERROR_LINE.search(line) and not STEP_EXIT.match(line)]
-    last = errors[-1] if errors else (lines[-1] if lines else "the log is empty")
+    said = [line for line in lines if not STEP_EXIT.match(line)]
+    telling = next(([line for line in said if pattern.search(line)] for pattern in TELLING
+                    if any(pattern.search(line) for line in said)), [])
+    last = telling[-1] if telling else (lines[-1] if lines else "the log is empty")
     if not exits:
         return f"running, or ended before its training step did (its log's last word: {last})"
     if exits[-1] == "0":
@@ -115,9 +122,8 @@ def read_sweep(array_id: str, log_dir: Path, runs: Path) -> tuple[list[Point], l
         known = sorted(p.name[len("sweep-"):-len(".list")] for p in log_dir.glob("sweep-*.list")
                        if p.is_symlink() and p.name[len("sweep-"):-len(".list")].isdigit())
         hint = f" Sweeps there: {', '.join(known)}." if known else ""
-        raise UserError(f"SWEEP={array_id}: no sweep list {listed} ({file_problem(listed)}): give the array id make "
-                        f"sweep printed (\"Submitted sweep ID\"), and LOG_DIR= the sweep's if it was not {log_dir}."
-                        f"{hint}")
+        raise UserError(f"SWEEP={array_id}: no sweep list {listed} ({file_problem(listed)}): give the array's id (the "
+                        f"ID of \"Submitted sweep ID\"), and LOG_DIR= the sweep's if it was not {log_dir}.{hint}")
     elements = read_list(listed)
     submission = submission_of(listed)
     points: dict[tuple[str, ...], Point] = {}
@@ -186,8 +192,8 @@ def sweep_report(array_id: str, log_dir: Path, runs: Path = RUNS, output: Path |
     """Print the sweep's table and its unfinished elements, and draw compare.png (default runs/sweep-<id>-compare.png,
     where at least one element finished); returns its path."""
     if not array_id.isdigit():
-        raise UserError(f"SWEEP={array_id!r} is not a job array's id: make report SWEEP=ID takes the id make sweep "
-                        "printed (\"Submitted sweep ID\"); SWEEP='section.key=...' is make sweep's grid.")
+        raise UserError(f"SWEEP={array_id!r} is not a job array's id: make report SWEEP=ID takes the ID of "
+                        "\"Submitted sweep ID\"; SWEEP='section.key=...' is the grid of make sweep.")
     points, unfinished, metric, elements = read_sweep(array_id, log_dir, runs)
     print(sweep_table(array_id, points, metric, elements), flush=True)
     if unfinished:
