@@ -14,11 +14,12 @@
 # Every check runs before sbatch, the same with DRY_RUN=1; each problem found names the bad value and what
 # is valid; then it exits 2 and submits nothing. Cheap and certain checks come first (shapes, files), then
 # the cluster's limits (sinfo), last the memory plan (`python -m train plan`): one that cannot fit is
-# refused the same way. A sweep (SWEEP, SEEDS, MAX_PARALLEL) checks its grid as well: every key a setting, every
-# value and every element's config valid (login/sweep.py), the array within the cluster's MaxArraySize; each
-# element's plan is made, and the largest decides whether the sweep fits. A dry run prints the plan whenever the counts, the config and the model's code are valid,
-# even where another check failed (a real submit: where only the dataset is missing): a dataset not downloaded yet
-# is planned from its published size.
+# refused the same way. A sweep (SWEEP, SEEDS, MAX_PARALLEL) checks its grid as well: every element's config valid
+# (login/sweep.py), the array within the cluster's MaxArraySize; each element's plan is made, and the largest
+# decides whether the sweep fits. MODE=predict checks RUN as its ranks would, and plans the run's own config. A dry
+# run prints the plan whenever the counts, the config and the model's code are valid, even where another check
+# failed (a real submit: where only the dataset is missing): a dataset not downloaded yet is planned from its
+# published size.
 # shellcheck disable=SC2153 # the settings are set by knob_defaults (jobs/lib/knobs.sh)
 set -euo pipefail
 

@@ -15,7 +15,7 @@ NODE_MEMORY ?=
 plan: check-plan setup ## Would it fit? The memory plan of CONFIG= on NODES= GPUS= [NODE_MEMORY= GPU_MEMORY=], no data needed
 	@bash jobs/plan.sh
 
-submit: ## Submit the training job: NODES=2 GPUS=4 [CONFIG= IMAGE= TIME= PARTITION= ...]; DRY_RUN=1 prints it
+submit: ## Submit the training job: NODES=2 GPUS=4 [CONFIG= IMAGE= TIME= PARTITION= ...]; MODE=predict RUN=: predict; DRY_RUN=1 prints it
 	@bash jobs/submit.sh submit
 
 sweep: ## Submit one job array of a grid: SWEEP='optim.lr=0.01,0.001 model.name=sage,gat' SEEDS=3 [MAX_PARALLEL=]; DRY_RUN=1 prints it

@@ -109,11 +109,6 @@ def point_of(overrides: tuple[str, ...] | list[str]) -> tuple[str, ...]:
     return tuple(word for word in overrides if word.partition("=")[0] != SEED_KEY)
 
 
-def seed_of(overrides: tuple[str, ...] | list[str]) -> str:
-    """An element's seed as its override writes it; '' where it sets none (the config's own)."""
-    return next((word.partition("=")[2] for word in overrides if word.partition("=")[0] == SEED_KEY), "")
-
-
 def given_own_keys(overrides: list[str]) -> list[str]:
     """The overrides of ARGS that a sweep sets for each element itself (OWN_KEYS)."""
     return [word for word in overrides if word.partition("=")[0].strip() in OWN_KEYS]
