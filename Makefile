@@ -4,7 +4,7 @@ SHELL := /bin/bash
 .SHELLFLAGS := -euo pipefail -c
 .DEFAULT_GOAL := help
 # The order `make help` lists the targets in: the order a user needs them (a target not named here comes last).
-HELP_ORDER := help setup run test model-check plan image data submit srun doctor tail logs report predict tensorboard bench anchor gpu-check lint clean
+HELP_ORDER := help setup run test model-check plan image data submit sweep srun doctor tail logs report predict tensorboard bench anchor gpu-check lint clean
 
 # the Python that builds the venv (3.10 or newer)
 PYTHON ?= python3
@@ -108,10 +108,10 @@ $(call export_for,anchor,PYG_LIB_SRC PYTHON)
 $(call export_for,gpu-check,VENV GPU_PYTHON GPU_CHECK_ARGS)
 $(call export_for,data,$(DATA_VARS))
 $(call export_for,image,$(IMAGE_VARS))
-$(call export_for,submit srun,$(JOBS_VARS))
+$(call export_for,submit srun sweep,$(JOBS_VARS))
 $(call export_for,plan,VENV CONFIG ARGS NODES GPUS GPUS_PER_TASK PARTITION CODE_DIR NODE_MEMORY GPU_MEMORY)
 $(call export_for,doctor,VENV NPROC CONFIG ARGS CODE_DIR DOCTOR_TIMEOUT)
-$(call export_for,report,VENV RUN RUNS)
+$(call export_for,report,VENV RUN RUNS SWEEP LOG_DIR)
 $(call export_for,predict,VENV NPROC RUN ARGS CODE_DIR)
 $(call export_for,tensorboard,VENV TB_PORT)
 $(call export_for,logs tail,LOG_DIR)

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# `make submit` / `make srun`: check the request, then submit jobs/train.sbatch with sbatch, or
-# print the equivalent direct srun lines for an interactive allocation.
+# `make submit` / `make srun` / `make sweep`: check the request, then submit jobs/train.sbatch with sbatch (a sweep:
+# as one job array, an element per point and seed of its grid), or print the equivalent direct srun lines for an
+# interactive allocation.
 #
-# Usage: jobs/submit.sh [submit|srun]     (make passes every setting as an environment variable)
+# Usage: jobs/submit.sh [submit|srun|sweep]     (make passes every setting as an environment variable)
 #
 # The settings (NODES, GPUS, CONFIG, IMAGE, TIME, ...): their defaults, shapes, sbatch options and
 # documentation have one home, the table jobs/knobs.md (`make help` lists them; jobs/lib/knobs.sh reads it);
@@ -13,17 +14,20 @@
 # Every check runs before sbatch, the same with DRY_RUN=1; each problem found names the bad value and what
 # is valid; then it exits 2 and submits nothing. Cheap and certain checks come first (shapes, files), then
 # the cluster's limits (sinfo), last the memory plan (`python -m train plan`): one that cannot fit is
-# refused the same way. A dry run prints the plan whenever the counts, the config and the model's code are valid,
-# even where another check failed (a real submit: where only the dataset is missing): a dataset not downloaded yet
-# is planned from its published size.
+# refused the same way. A sweep (SWEEP, SEEDS, MAX_PARALLEL) checks its grid as well: every element's config valid
+# (login/sweep.py), the array within the cluster's MaxArraySize; each element's plan is made, and the largest
+# decides whether the sweep fits. MODE=predict checks RUN as its ranks would, and plans the run's own config. A dry
+# run prints the plan whenever the counts, the config and the model's code are valid, even where another check
+# failed (a real submit: where only the dataset is missing): a dataset not downloaded yet is planned from its
+# published size.
 # shellcheck disable=SC2153 # the settings are set by knob_defaults (jobs/lib/knobs.sh)
 set -euo pipefail
 
 mode=${1:-submit}
 case $mode in
-submit | srun) prog=${PYG_PROG:-make $mode} ;; # PYG_PROG: make doctor, which submits the doctor's job
+submit | srun | sweep) prog=${PYG_PROG:-make $mode} ;; # PYG_PROG: make doctor, which submits the doctor's job
 *)
-    printf 'usage: %s [submit|srun]\n' "$0" >&2
+    printf 'usage: %s [submit|srun|sweep]\n' "$0" >&2
     exit 2
     ;;
 esac
@@ -50,6 +54,15 @@ if [[ $GPUS == 0 ]]; then # the number of tasks; a CPU-only cluster is asked for
     SHAPE_FAILED[GPUS]=1
 fi
 check_shapes "${checked[@]}" DRY_RUN
+# The sweep's settings are make sweep's: elsewhere a value given is refused, never ignored.
+if [[ $mode != sweep ]]; then
+    for name in SWEEP SEEDS MAX_PARALLEL; do
+        [[ -z ${!name} || ($name == SEEDS && ${!name} == "${KNOB_DEFAULT[SEEDS]}") ]] ||
+            problem "$(shown "$name" "${!name}") is make sweep's setting (a job array of the grid SWEEP, SEEDS runs per point): make sweep $name=... submits it; make $mode runs one configuration."
+    done
+elif [[ $DOCTOR == only ]]; then
+    problem "DOCTOR=only runs the doctor alone, with nothing to sweep: make doctor checks the nodes; DOCTOR=1 runs it before each element's training."
+fi
 
 per_node=1
 nodes_ok=0
@@ -92,6 +105,27 @@ if shape_ok IMAGE && [[ $image_kind == file ]]; then
     fi
 fi
 
+# MODE=predict: the job writes every node's rows of a finished run, RUN (python -m train predict, docs/predict.md).
+# The run's own config (RUN/config.yaml) is what the checks and the memory plan read; ARGS holds predict's data.*
+# overrides and its options (--layer K, --out DIR), checked below as every rank would check them.
+if [[ $MODE == predict ]] && shape_ok MODE && shape_ok RUN; then
+    if [[ $mode == sweep ]]; then
+        problem "MODE=predict with make sweep: a sweep trains each point; make submit MODE=predict RUN=runs/<id> predicts with one run."
+    elif [[ $DOCTOR != 0 ]]; then
+        problem "DOCTOR=$DOCTOR with MODE=predict: the doctor is a training job's first step; run make doctor NODES=$NODES GPUS=$GPUS first."
+    elif [[ -z $RUN ]]; then
+        problem "MODE=predict needs RUN=runs/<id>, the finished run whose model predicts (make report lists the runs)."
+    elif [[ ! -d $RUN ]]; then
+        problem "RUN='$RUN' is not a directory: give a finished run's directory (runs/<id>)."
+    elif [[ ! -f $RUN/config.yaml ]]; then
+        problem "RUN='$RUN' holds no config.yaml: give a finished run's directory (runs/<id>)."
+    elif [[ $image_kind != none && $(cd "$RUN" && pwd)/ != "$root"/* ]]; then
+        problem "RUN='$RUN' is outside the project ($root), the only folder the container sees (at /workspace): give a run under runs/, or IMAGE=none."
+    else
+        CONFIG=$RUN/config.yaml # the run's own settings, for the checks and the memory plan
+    fi
+fi
+
 # The config: a shipped name, or a file the job can read (inside the project for a container).
 config_arg=
 if ! shape_ok CONFIG; then
@@ -119,6 +153,11 @@ fi
 # (login/job_paths.py): one outside every mount is refused with its fixes; one given as this machine or as the
 # container sees it goes to each in its own form: check_args here, job_args (added to ARGS) in the job.
 read -r -a args <<<"$ARGS"
+predict_words=("${args[@]}") # MODE=predict: its options and overrides; the config's checks read the overrides
+if [[ $MODE == predict ]]; then
+    args=()
+    for word in "${predict_words[@]}"; do [[ ! $word =~ ^[a-z_]+\.[^=]+= ]] || args+=("$word"); done
+fi
 check_args=("${args[@]}") job_args=()
 check_py=$(host_python "$root" "$([[ $image_kind != none ]] || echo "$BARE_PYTHON")")
 job_paths() {
@@ -164,6 +203,64 @@ elif [[ -n $config_arg ]] && shape_ok ARGS; then
     fi
 else
     plan_ready=0
+fi
+
+# The sweep's grid (make sweep): each element's config checked as ARGS was, the array against MaxArraySize
+# (login/sweep.py); the elements' overrides go to a list file, a line each, that each element reads its line of
+# (jobs/train.sbatch). Checked once ARGS is valid: a grid on a broken config would only repeat its refusal.
+sweep_list='' array_spec='' sweep_elements=()
+sweep_check() {
+    local max_size said status=0 kind line
+    local -a sized=()
+    max_size=$(max_array_size)
+    if [[ -n $max_size ]]; then
+        sized=(--max-array-size "$max_size")
+    else
+        say "note: scontrol show config did not say the cluster's MaxArraySize: the array's size was not checked."
+    fi
+    [[ -z $MAX_PARALLEL ]] || sized+=(--max-parallel "$MAX_PARALLEL")
+    sweep_list=$(mktemp)
+    said=$(PYTHONPATH=$root "$check_py" -m login.sweep --config "$config_arg" --sweep "$SWEEP" --seeds "$SEEDS" \
+        --list-file "$sweep_list" "${sized[@]}" -- "${check_args[@]}" 2>&1) || status=$?
+    if ((status == 2)); then
+        while IFS= read -r line; do problem "$line"; done <<<"$said"
+        return 0
+    elif ((status != 0)); then
+        problem "the sweep could not be checked ($check_py -m login.sweep: status $status): ${said##*$'\n'}"
+        return 0
+    fi
+    while IFS= read -r line; do
+        kind=${line%%:*} line=${line#*:}
+        case $kind in
+        array) array_spec=$line ;;
+        element) sweep_elements+=("$line") ;;
+        note) say "note: $line" ;;
+        esac
+    done <<<"$said"
+}
+trap '[[ -z $sweep_list ]] || rm -f "$sweep_list"' EXIT
+if [[ $mode == sweep ]]; then
+    if [[ -n $config_arg ]] && shape_ok ARGS && shape_ok SWEEP && shape_ok SEEDS && shape_ok MAX_PARALLEL &&
+        ((${#PROBLEMS[@]} == 0)); then
+        sweep_check
+    fi
+    [[ -n $array_spec ]] || plan_ready=0
+fi
+
+# MODE=predict: RUN and ARGS as every rank of the job would check them (login/launch.py: the overrides predict may
+# change, the run's model.pt and its checkpoint's record of the model), once the run's config is valid.
+predict_check() {
+    local said status=0 line
+    said=$(PYTHONPATH=${CODE_DIR:+$CODE_DIR:}$root "$check_py" -m login.launch --check-only predict --run-dir "$RUN" \
+        "${predict_words[@]}" 2>&1) || status=$?
+    if ((status == 2)); then
+        while IFS= read -r line; do problem "MODE=predict RUN='$RUN' ARGS='$ARGS': ${line#error: }"; done <<<"$said"
+    elif ((status != 0)); then
+        say "note: MODE=predict was not checked here ($check_py -m login.launch: status $status): ${said##*$'\n'}"
+    fi
+}
+if [[ $MODE == predict && -n $config_arg ]] && shape_ok ARGS && ((${#PROBLEMS[@]} == 0)); then
+    predict_check
 fi
 
 # The user's code folder (CODE_DIR): it exists, and the model the config names imports from it and passes
@@ -224,7 +321,7 @@ cpu_warning() {
 }
 job_partition=$PARTITION # the partition the memory plan asks about: the default one, where sinfo names it
 unreachable=             # sinfo's first error line, where no controller answers
-if [[ $mode == submit ]] && ((nodes_ok)) && shape_ok CPUS_PER_TASK && shape_ok GPUS_PER_TASK && shape_ok PARTITION; then
+if [[ $mode != srun ]] && ((nodes_ok)) && shape_ok CPUS_PER_TASK && shape_ok GPUS_PER_TASK && shape_ok PARTITION; then
     if ! command -v sinfo >/dev/null 2>&1; then
         say "note: sinfo is not on PATH: the partition, the node count, CPUs, GPUs and memory per node and the time limit were not checked against the cluster."
         cpu_warning
@@ -267,6 +364,9 @@ memory_plan() {
     [[ -z $unreachable ]] || plan_args+=(--node-memory-unknown "sinfo could not answer, see above")
     # MEM: what the job's cgroup will hold it to, weighed as the run weighs it (data.features=auto)
     [[ -z $MEM ]] || ! shape_ok MEM || plan_args+=(--mem-mb "$(memory_mb "$MEM")")
+    [[ $mode != sweep ]] || plan_args+=(--sweep-file "$sweep_list") # each element's plan; the largest decides
+    [[ $MODE != predict ]] ||
+        say "note: MODE=predict: the memory plan is the run's training plan (its exact evaluation's pass, and a training batch predict does not hold): a bound from above."
     if ! "$check_py" -c 'import importlib.util as u, sys; sys.exit(not all(map(u.find_spec, sys.argv[1:])))' \
         torch torch_geometric yaml >/dev/null 2>&1; then
         say "note: $check_py cannot import torch and torch_geometric: the memory plan was not made ('make setup' builds .venv)."
@@ -282,7 +382,9 @@ memory_plan() {
         # files (your own graph's): one message, below
         say "note: no memory plan: it reads the dataset's files, which are not there (see below)."
     elif ((status == 2)); then
-        problem "memory plan for CONFIG='$CONFIG' ARGS='$ARGS' NODES=$NODES GPUS=$GPUS: ${err#error: }"
+        local swept=''
+        [[ $mode != sweep ]] || swept=" SWEEP='$SWEEP' SEEDS=$SEEDS"
+        problem "memory plan for CONFIG='$CONFIG' ARGS='$ARGS'$swept NODES=$NODES GPUS=$GPUS: ${err#error: }"
     elif ((status != 0)); then
         say "note: the memory plan failed (status $status), so it was not checked: ${err##*$'\n'}"
     fi
@@ -334,7 +436,7 @@ prepare_wheels() {
 # and its command line.
 print_steps() {
     local to=1
-    [[ $mode == submit ]] || to=2
+    [[ $mode != srun ]] || to=2
     if ((${#INSTALL_STEP[@]})); then
         echo "# install the project into the image, one task per node, into a named container the next steps reuse (INSTALL_PROJECT=$INSTALL_PROJECT):" >&"$to"
         quote "${INSTALL_STEP[@]}"
@@ -343,7 +445,10 @@ print_steps() {
         echo "# the doctor, on every task (DOCTOR=$DOCTOR):" >&"$to"
         quote "${DOCTOR_STEP[@]}"
     fi
-    if ((${#TRAIN_STEP[@]})); then
+    if ((${#TRAIN_STEP[@]})) && [[ $MODE == predict ]]; then
+        echo "# predict: every node's rows of RUN=$RUN, on every task (python -m train predict; a preempted predict reruns from the start):" >&"$to"
+        quote "${TRAIN_STEP[@]}"
+    elif ((${#TRAIN_STEP[@]})); then
         echo "# training, on every task:" >&"$to"
         quote "${TRAIN_STEP[@]}"
     fi
@@ -368,11 +473,20 @@ read -r -a sbatch_extra <<<"$SBATCH_ARGS"
 # Unique to this submission and kept by every requeue of it (the job's saved environment): its run
 # directory records it, so another job with the same id never resumes it (train/loop/rundir.py).
 submission=$(date -u +%Y%m%dT%H%M%SZ)-$(od -An -N6 -tx1 /dev/urandom | tr -d ' \n')
-sbatch_cmd=(sbatch --parsable --export=ALL --chdir="$root" --output="$LOG_DIR/%x-%j.log"
+output=$LOG_DIR/%x-%j.log
+array=()
+if [[ $mode == sweep ]]; then # one array: an element per line of the list file, its log %A_%a (jobs/train.sbatch)
+    output=$LOG_DIR/%x-%A_%a.log
+    array=(--array="$array_spec")
+fi
+sbatch_cmd=(sbatch --parsable --export=ALL --chdir="$root" --output="$output" "${array[@]}"
     "${resources[@]}" "${sbatch_extra[@]}" "$script")
 # The settings of jobs/train.sbatch (the rows whose job column says yes) travel in the environment:
 # --export=ALL (as the seed), also where a site sets SBATCH_EXPORT=NONE.
 job_env=(PROJECT_DIR="$root" PYG_SUBMISSION_ID="$submission")
+# a sweep's list file, beside the logs: each element reads its line (jobs/train.sbatch), make report the whole
+sweep_file=$LOG_DIR/sweep-$submission.list
+[[ $mode != sweep ]] || job_env+=(PYG_SWEEP_FILE="$sweep_file")
 [[ -z $memory_plan_figures ]] || job_env+=(PYG_MEMORY_PLAN="$memory_plan_figures") # train/cli/killed.py reads it
 while read -r name; do job_env+=("$name=${!name}"); done < <(knobs_to_job)
 
@@ -384,7 +498,15 @@ if [[ -n $DRY_RUN ]]; then
     echo "# The job's steps, as ${script#"$root"/} will run them (JOBID: the id sbatch gives the job):"
     job_steps "$NODES" "$CPUS_PER_TASK" JOBID
     print_steps
+    if [[ $mode == sweep ]]; then
+        echo "# The sweep: ${#sweep_elements[@]} elements, one job array (--array=$array_spec); each element adds its line of $sweep_file to ARGS, and output.dir=runs/ARRAYID_INDEX (its log: $LOG_DIR/$JOB_NAME-ARRAYID_INDEX.log):"
+        printf '%s\n' "${sweep_elements[@]}"
+    fi
     echo "# The job script: $script (each step's line is also printed in the job's log)"
+    if [[ $MODE == predict ]]; then # no checkpoint: its rows are written again, the same (docs/predict.md)
+        echo "# MODE=predict: a preemption (SLURM requeues the job) reruns predict from the start and writes the same rows again; the time limit (TIME) ends it before its manifest.json, which is written last (a folder without one is incomplete): give it the time of one pass."
+        exit 0
+    fi
     max_restarts=$(PYTHONPATH=$root "$check_py" -m login.config_check --value trainer.max_restarts "$CONFIG" \
         "${args[@]}" 2>/dev/null) || max_restarts=
     job_promises "$script" "$SBATCH_ARGS" "$TIME" "$max_restarts"
@@ -394,6 +516,10 @@ fi
 command -v sbatch >/dev/null 2>&1 || refuse "sbatch is not on PATH: run this on a SLURM login node (or use DRY_RUN=1 to see the command); nothing was submitted."
 prepare_wheels
 mkdir -p "$LOG_DIR" # SLURM does not create the output folder: without it the log is lost
+if [[ $mode == sweep ]]; then
+    mv -- "$sweep_list" "$sweep_file"
+    sweep_list=
+fi
 if ! reply=$(env "${job_env[@]}" "${sbatch_cmd[@]}"); then
     error "sbatch refused the job (its message is above); the command was:"
     quote "${sbatch_cmd[@]}" >&2
@@ -401,6 +527,20 @@ if ! reply=$(env "${job_env[@]}" "${sbatch_cmd[@]}"); then
 fi
 job_id=${reply%%;*}
 [[ $job_id =~ ^[0-9]+$ ]] || die "sbatch printed $(printf %q "$reply"), not a job id"
+if [[ $mode == sweep ]]; then
+    # make report SWEEP=<array id> finds the list by the array's id (train/sweep.py list_link)
+    ln -sfn -- "${sweep_file##*/}" "$LOG_DIR/sweep-$job_id.list"
+    log=$LOG_DIR/$JOB_NAME-${job_id}_0.log
+    printf '%s\n' "$(cd "$LOG_DIR" && pwd)/${log##*/}" >"$LOG_DIR/.last-submitted" # make logs: the first element
+    echo "Submitted sweep $job_id: ${#sweep_elements[@]} elements (--array=$array_spec), each on $NODES node(s) with $GPUS task(s), config $CONFIG, image $IMAGE"
+    echo "logs:   $LOG_DIR/$JOB_NAME-${job_id}_INDEX.log (INDEX 0 to $((${#sweep_elements[@]} - 1)))"
+    echo "runs:   runs/${job_id}_INDEX"
+    report_log_dir= # make report reads LOG_DIR too: named where it is not the default
+    [[ $LOG_DIR == "$root/${KNOB_DEFAULT[LOG_DIR]}" ]] || report_log_dir=" LOG_DIR=$(quote "$LOG_DIR")"
+    echo "report: make report SWEEP=$job_id$report_log_dir"
+    echo "status: squeue -j $job_id    cancel: scancel $job_id"
+    exit 0
+fi
 log=$LOG_DIR/$JOB_NAME-$job_id.log
 # make logs / make tail follow this job, even while it is pending and has no log yet (jobs/lib/latest_log.sh)
 printf '%s\n' "$(cd "$LOG_DIR" && pwd)/${log##*/}" >"$LOG_DIR/.last-submitted"

@@ -44,7 +44,6 @@ declare -A SHAPE=(
     [PYG_LIB_SRC]="optional path"
     [GPU_PYTHON]="optional command"
     [GPU_CHECK_ARGS]="words"
-    [RUN]="optional path"
     [RUNS]="words"
     [TB_PORT]="count 65535"
     [NODE_MEMORY]="optional memory"

@@ -1,7 +1,8 @@
 """`make run`, `make doctor`, `make model-check`: a `python -m train` command on this machine, its input checked
 once before any rank starts, and a failure told by the project's own message, not by the launcher's traceback.
 
-    python -m login.launch [--nproc N] [--code-dir DIR] COMMAND --config C [section.key=value ...] [OPTION ...]
+    python -m login.launch [--nproc N] [--code-dir DIR] [--check-only] COMMAND --config C [section.key=value ...]
+                           [OPTION ...]
 
 COMMAND is fit, doctor or predict (N ranks, started by torchrun's own launcher in this process), or model (the model
 check, here). Before any rank starts, the config and its overrides (and for fit the dataset's name and the
@@ -12,7 +13,8 @@ rank that failed first (train/errors.py). A rank ended by a signal could say not
 the signal, names it with its likely cause and the memory plan's figures (train/loop/killed_rank.py), and exits
 with the status a shell gives that signal. Each rank gets OMP_NUM_THREADS (this machine's cores / N, at least 1)
 unless it is set already, so torchrun's banner about it is not printed, and TORCH_CPP_LOG_LEVEL=FATAL unless set
-(CPP_LOG_LEVEL); CODE_DIR goes in front of PYTHONPATH.
+(CPP_LOG_LEVEL); CODE_DIR goes in front of PYTHONPATH. --check-only checks and starts nothing: `make submit
+MODE=predict` checks the job's predict so before the queue.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m login.launch", description=__doc__.splitlines()[0])
     parser.add_argument("--nproc", type=int, default=1, help="ranks on this machine (fit, doctor)")
     parser.add_argument("--code-dir", default="", help="the folder of your own model's code (CODE_DIR)")
+    parser.add_argument("--check-only", action="store_true", help="check the input once, start no rank")
     parser.add_argument("command", choices=(*RANKED, "model"))
     parser.add_argument("rest", nargs=argparse.REMAINDER, help="--config C, overrides, the command's options")
     return parser.parse_args(argv)
@@ -123,6 +126,8 @@ def main(argv: list[str], environ: dict[str, str] | os._Environ = os.environ) ->
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return EXIT_USER_ERROR
+    if options.check_only:
+        return 0
     rest = for_ranks(options.rest)
     environ.setdefault("OMP_NUM_THREADS", str(threads_per_rank(options.nproc, len(os.sched_getaffinity(0)))))
     environ.setdefault("TORCH_CPP_LOG_LEVEL", CPP_LOG_LEVEL)

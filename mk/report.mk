@@ -2,8 +2,7 @@
 # `make submit ... DOCTOR=1` runs the doctor as the job's first step (jobs/train.sbatch) and
 # trains only when every check passed.
 
-# make report, make predict: the run directory (runs/<id>); empty: the newest run
-RUN ?=
+# RUN: jobs/knobs.md (make submit MODE=predict reads it too).
 # make report: runs to compare side by side, by id under runs/ or by directory ('7 8'): one table and compare.png
 RUNS ?=
 # make tensorboard: the port TensorBoard listens on, on this node (localhost; the ssh -L line it prints reaches it)
@@ -25,9 +24,10 @@ else
 		--timeout "$$DOCTOR_TIMEOUT" "$${args[@]}"
 endif
 
-report: check-report setup ## Draw RUN/curves.png and print the run's summary (default: the newest run); RUNS='a b': side by side
-	@$(call split,runs,RUNS); run=(); [[ -z $$RUN ]] || run=("$$RUN"); \
-	"$$VENV/bin/python" -m train report -- "$${run[@]}" "$${runs[@]}"
+report: check-report setup ## Draw RUN/curves.png and print the run's summary (default: the newest run); RUNS='a b': side by side; SWEEP=<array id>: a sweep's table
+	@$(call split,runs,RUNS); run=(); [[ -z $$RUN ]] || run=("$$RUN"); sweep=(); \
+	[[ -z $$SWEEP ]] || sweep=(--sweep "$$SWEEP" --log-dir "$${LOG_DIR:-logs}"); \
+	"$$VENV/bin/python" -m train report "$${sweep[@]}" -- "$${run[@]}" "$${runs[@]}"
 
 predict: check-predict setup ## Write every node's prediction and embedding of RUN (default: the newest run) on NPROC local ranks
 	@$(call split,args,ARGS); run=(); [[ -z $$RUN ]] || run=(--run-dir "$$RUN"); \

@@ -37,7 +37,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("train.errors", "train.files", "train.heap", "train.storage"),
     # the config (its settings' declarations and checks) and the torch-free tables beside it: the built-in models
     # and the tasks
-    ("train.config", "train.builtin_models", "train.builtin_tasks"),
+    ("train.config", "train.builtin_models", "train.builtin_tasks", "train.sweep"),
     ("train.cluster", "train.distenv"),
     ("train.graph",),  # the core: graph/'s top-level modules
     *((wing,) for wing in GRAPH_WINGS),

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -14,6 +16,9 @@ import pytest
 import torch
 
 import train
+from tests.harness import standin_bin
+from tests.harness.jobscript import KNOBS
+from tests.harness.side_by_side import map_side_by_side
 from train.graph.datasets.loading import load_graph
 from train.graph.link_split import split_on_loading
 from train.graph.typed_meta import graph_meta
@@ -145,3 +150,55 @@ def test_a_link_runs_embeddings_are_its_encoders_whole_graph_forward(predicted_l
     assert sorted(path.name for path in out.iterdir()) == ["embeddings.npy", "manifest.json"]
     embeddings = torch.from_numpy(np.array(np.load(out / "embeddings.npy", mmap_mode="r")))
     assert torch.allclose(embeddings, expected, atol=1e-5)
+
+
+# ---- predict as a job: make submit MODE=predict RUN=... --------------------------------------------
+
+@pytest.fixture
+def predict_job_standin(tmp_path) -> tuple[dict[str, str], Path]:
+    """(env, record): a recording sbatch first on PATH (it answers job 4242), and a sinfo that answers nothing."""
+    return standin_bin.recording_sbatch(tmp_path, {"sinfo": ""}, dict(os.environ), drop=(*SESSION_VARS, *KNOBS))
+
+
+JOB = ["IMAGE=none", "GPUS_PER_TASK=0", "CPUS_PER_TASK=1", "NODES=1", "GPUS=2"]
+
+
+def test_predict_as_a_job_is_checked_planned_and_runs_predict_on_every_task(predicted, predict_job_standin, tmp_path):
+    env, record = predict_job_standin
+    args = "--layer 0 sampler.eval_batch_size=256"
+    dry, real = map_side_by_side(lambda extra: subprocess.run(
+        ["make", "--no-print-directory", "submit", "MODE=predict", f"RUN={predicted}", *JOB, f"ARGS={args}",
+         f"LOG_DIR={tmp_path / 'logs'}", *extra], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300),
+        [["DRY_RUN=1"], []])
+    assert dry.returncode == 0 and real.returncode == 0, dry.stderr + real.stderr
+    # the memory plan of the run's own config, said to be training's, and predict's line on every task
+    assert "memory plan: synthetic (2,000 nodes" in dry.stdout and "the memory plan is the run's training plan" in \
+        dry.stderr
+    step = next(line for line in dry.stdout.splitlines() if " srun " in line and " -m train " in line)
+    assert step.split()[-6:] == ["predict", "--run-dir", str(predicted), "--layer", "0", "sampler.eval_batch_size=256"]
+    assert "# MODE=predict: a preemption (SLURM requeues the job) reruns predict from the start" in dry.stdout
+    assert re.search(rf"^env .* MODE=predict RUN={re.escape(str(predicted))} .* sbatch ", dry.stdout, re.M)
+    assert "Submitted job 4242 (1 nodes, 2 tasks" in real.stdout
+    assert record.read_text().count("ARGV ") == 1  # the real one only
+
+
+@pytest.mark.parametrize(("words", "said"), [
+    (["submit", "ARGS=trainer.epochs=3"], "MODE=predict RUN='{run}' ARGS='trainer.epochs=3': predict cannot change "
+                                          "trainer.epochs=3"),
+    (["submit", "RUN={unfinished}"], "MODE=predict RUN='{unfinished}' ARGS='': {unfinished} has no model.pt: the run "
+                                     "has not finished"),
+    (["submit", "RUN="], "MODE=predict needs RUN=runs/<id>"),
+    (["submit", "DOCTOR=1"], "DOCTOR=1 with MODE=predict: the doctor is a training job's first step"),
+    (["sweep", "SWEEP=optim.lr=0.1,0.2"], "MODE=predict with make sweep"),
+])
+def test_a_bad_predict_job_is_refused_before_anything_is_submitted(predicted, predict_job_standin, tmp_path, words,
+                                                                   said):
+    env, record = predict_job_standin
+    unfinished = tmp_path / "unfinished"
+    shutil.copytree(predicted, unfinished, ignore=shutil.ignore_patterns("model.pt", "predictions"))
+    given = [w.format(unfinished=unfinished) for w in words]
+    p = subprocess.run(["make", "--no-print-directory", given[0], "MODE=predict", f"RUN={predicted}", *JOB, *given[1:]],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert said.format(run=predicted, unfinished=unfinished) in p.stderr, p.stderr
+    assert "nothing was submitted." in p.stderr and not record.exists()

@@ -12,6 +12,7 @@
 #   check_time_fit NODES_TABLE PART TIME      TIME within the partition's limit
 #   cpus_per_gpu NODES_TABLE PART             the CPUs a GPU has on the partition's nodes (their CPUs / their GPUs,
 #                                             the least), or nothing where no node has a GPU
+#   max_array_size                the cluster's MaxArraySize (scontrol show config), or nothing where it does not say
 #
 # NODES_TABLE is ask_sinfo's answer (sort -u'd); nothing here sets a global variable.
 
@@ -25,6 +26,14 @@ ask_sinfo() {
         return 1
     fi
     sort -u <<<"$out"
+}
+
+# max_array_size: MaxArraySize of `scontrol show config` (a job array's indices stay below it); nothing (status 0)
+# where scontrol does not answer or names none.
+max_array_size() {
+    local config
+    config=$(scontrol show config 2>/dev/null) || return 0
+    sed -n 's/^MaxArraySize *= *\([0-9][0-9]*\) *$/\1/p' <<<"$config" | head -n 1
 }
 
 # partition_rows NODES_TABLE PART: the table's lines of partition PART ('*' of the default dropped).

@@ -154,23 +154,37 @@ distance() {
     echo "${previous[${#b}]}"
 }
 
+# common_start A B: how many characters A and B begin with alike.
+common_start() {
+    local i=0
+    while ((i < ${#1} && i < ${#2})) && [[ ${1:i:1} == "${2:i:1}" ]]; do i=$((i + 1)); done
+    echo "$i"
+}
+
 # near_misses VALID... -- GIVEN...: each GIVEN name that is a typo of a VALID one (the same in capitals, or one
-# edit away; two for a name of 8 characters or more), with it: "GIVEN (VALID?)". A name far from all (NCCL_DEBUG)
-# is an environment variable for the programs make starts, and passes.
+# edit away; two for a name of 8 characters or more), with the closest: "GIVEN (VALID?)"; of names as close, the
+# one that begins as GIVEN does (NODE: NODES, not MODE). A name far from all (NCCL_DEBUG) is an environment
+# variable for the programs make starts, and passes.
 near_misses() {
     local -a valid=()
-    local name given limit
+    local name given limit edits score best best_score
     while (($#)) && [[ $1 != -- ]]; do valid+=("$1") && shift; done
     shift
     for given in "$@"; do
         limit=$(((${#given} >= 8) + 1))
+        best='' best_score=''
         for name in "${valid[@]}"; do
             ((${#given} - ${#name} <= limit && ${#name} - ${#given} <= limit)) || continue # no closer
-            if [[ ${given^^} == "$name" ]] || (($(distance "$given" "$name") <= limit)); then
-                printf '%s (%s?)\n' "$given" "$name"
+            if [[ ${given^^} == "$name" ]]; then
+                best=$name
                 break
             fi
+            edits=$(distance "$given" "$name")
+            ((edits <= limit)) || continue
+            score=$((edits * 1000 - $(common_start "${given^^}" "$name")))
+            [[ -n $best_score ]] && ((score >= best_score)) || best=$name best_score=$score
         done
+        [[ -z $best ]] || printf '%s (%s?)\n' "$given" "$best"
     done
 }
 

@@ -14,7 +14,8 @@
 #   INSTALL_STEP  one task per node installs the project into a named container (container/install-project.sh,
 #                 offline, from the wheels make submit prepared in PROJECT_DIR/.wheels)
 #   DOCTOR_STEP   `python -m train doctor` on every task (DOCTOR=1 or only), the training step's options
-#   TRAIN_STEP    `python -m train fit` on every task (not with DOCTOR=only)
+#   TRAIN_STEP    `python -m train fit` on every task (not with DOCTOR=only); with MODE=predict, `python -m train
+#                 predict --run-dir RUN` (every node's rows of the run RUN) instead
 
 # shellcheck source=jobs/lib/pyxis.sh
 source "$(dirname "${BASH_SOURCE[0]}")/pyxis.sh"
@@ -94,7 +95,9 @@ job_steps() {
         DOCTOR_STEP=(env "${run_env[@]}" srun "${options[@]}" "${LAUNCH[@]}" -m train doctor --config "$CONFIG"
             --timeout "$DOCTOR_TIMEOUT" "${args[@]}")
     fi
-    if trains "$DOCTOR"; then
+    if trains "$DOCTOR" && [[ $MODE == predict ]]; then
+        TRAIN_STEP=(env "${run_env[@]}" srun "${options[@]}" "${LAUNCH[@]}" -m train predict --run-dir "$RUN" "${args[@]}")
+    elif trains "$DOCTOR"; then
         TRAIN_STEP=(env "${run_env[@]}" srun "${options[@]}" "${LAUNCH[@]}" -m train fit --config "$CONFIG" "${args[@]}")
     fi
 }

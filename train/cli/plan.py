@@ -16,9 +16,12 @@ This module reads the arguments without torch (`python -m train --help` imports 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from train.cli.fit import add_config_arguments, config_of
+from train.config import load_config
 from train.errors import UserError
+from train.sweep import read_list
 
 
 def add_arguments(parser) -> None:
@@ -43,6 +46,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--figures-file", default="", metavar="PATH",
                         help="also write a rank's peak, a node's memory and the shared graph there, one line "
                              "(make submit gives it to the job, which names them if a rank is killed)")
+    parser.add_argument("--sweep-file", default="", metavar="PATH",
+                        help="a sweep's list file (make sweep; train/sweep.py): each line an element's overrides, "
+                             "after the command line's; each element's plan, and the largest's table decides")
 
 
 def main(args) -> int:
@@ -57,6 +63,10 @@ def main(args) -> int:
             raise UserError(f"{flag}={value} must be a positive number of GiB.")
     if args.mem_mb is not None and args.mem_mb < 0:
         raise UserError(f"--mem-mb={args.mem_mb} must be a number of MB, or 0 for the whole node.")
-    from train.cli.plan_run import print_plan  # torch and PyG: the model is built on the meta device
+    from train.cli.plan_run import print_plan, print_sweep_plan  # torch and PyG: the model on the meta device
 
+    if args.sweep_file:
+        elements = read_list(Path(args.sweep_file))
+        return print_sweep_plan(lambda point: load_config(args.config, [*args.overrides, *point], args.config_knob),
+                                elements, args, ranks)
     return print_plan(config, args, ranks)

@@ -13,12 +13,13 @@ from train.config import Config
 from train.errors import UserError
 from train.graph.datasets.lookup import dataset_kind
 from train.loop.killed_rank import figures_text, memory_words
-from train.plan.advice import Job, advice_words, advise, assess
+from train.plan.advice import Assessed, Job, advice_words, advise, assess
 from train.plan.gpu_models import partition_gpu_memory
 from train.plan.largest import peak_lines
 from train.plan.memory_figures import figures_of_plan
-from train.plan.sharded import SHARDED, layout_lines
+from train.plan.sharded import SHARDED, gpu_need, layout_lines, node_need
 from train.plan.terms import GIB, GraphSize, Plan, make_plan, shared_graph_bytes
+from train.sweep import point_of
 
 __all__ = ["GraphSize", "Plan", "format_plan", "graph_size", "make_plan", "shared_graph_bytes"]
 
@@ -143,9 +144,8 @@ def verdict(plan: Plan, gpus: bool) -> str:
     return "fits" if not unknown else f"fits what is known ({', '.join(unknown)})"
 
 
-def print_plan(config: Config, args, ranks: int) -> int:
-    """Print the plan of `config` on `args.nodes` nodes of `ranks` ranks in all and its verdict; `UserError` where it
-    does not fit. Returns the exit status."""
+def capacities(args) -> tuple[tuple[int | None, str], tuple[int | None, str]]:
+    """(a node's, a GPU's) memory in bytes and where it was learned, asked once (sinfo) for every plan made."""
     if args.cpu:
         gpu_capacity = (None, "no GPUs")
     elif args.node_memory_unknown and args.gpu_memory is None:  # sinfo cannot answer: not asked again
@@ -155,7 +155,18 @@ def print_plan(config: Config, args, ranks: int) -> int:
     node = (None, f"unknown: {args.node_memory_unknown}; give --node-memory GiB") \
         if args.node_memory_unknown else node_memory(args.partition, args.node_memory)
     node_capacity = smallest([node, (args.mem_mb * 2**20 if args.mem_mb else None, "MEM: the job's --mem")], node[1])
-    job = Job(config, graph_size(config), args.nodes, ranks, not args.cpu, node_capacity, gpu_capacity)
+    return node_capacity, gpu_capacity
+
+
+def job_of(config: Config, args, ranks: int, node_capacity, gpu_capacity) -> Job:
+    """The job `args` describes for `config`, against the capacities given."""
+    return Job(config, graph_size(config), args.nodes, ranks, not args.cpu, node_capacity, gpu_capacity)
+
+
+def print_plan(config: Config, args, ranks: int) -> int:
+    """Print the plan of `config` on `args.nodes` nodes of `ranks` ranks in all and its verdict; `UserError` where it
+    does not fit, with the changes that would make it fit. Returns the exit status."""
+    job = job_of(config, args, ranks, *capacities(args))
     now = assess(job)  # the layout taken is the run's own decision (run_layout)
     plan = now.plan
     print("\n".join([format_plan(plan, config), *layout_lines(plan, now.choice), *peak_lines(plan, now.choice)]),
@@ -163,7 +174,51 @@ def print_plan(config: Config, args, ranks: int) -> int:
     if now.problems:
         raise UserError(f"this plan does not fit: {'; '.join(now.problems.values())}. "
                         f"{advice_words(job, advise(job, now))}.")
+    return fitted(plan, args)
+
+
+def fitted(plan: Plan, args) -> int:
+    """The verdict of a plan that fits, and its figures for the job (--figures-file)."""
     print(verdict(plan, gpus=not args.cpu), flush=True)
     if args.figures_file:
         Path(args.figures_file).write_text(figures_text(figures_of_plan(plan, plan.node_capacity[0])) + "\n")
     return 0
+
+
+def weight(assessed: Assessed) -> tuple[int, int, int]:
+    """How large a plan is, largest first: a node's need, then a GPU's, then a rank's."""
+    plan, choice = assessed.plan, assessed.choice
+    return node_need(plan, choice), gpu_need(plan, choice), plan.rank_peak
+
+
+def print_sweep_plan(load, elements: list[tuple[str, ...]], args, ranks: int) -> int:
+    """A sweep's plans (make sweep): each element's line (its point's plan: the seed changes no memory), then the
+    largest plan's table, which decides whether the sweep fits; every point that does not fit is named. `load`:
+    overrides -> the element's Config."""
+    node_capacity, gpu_capacity = capacities(args)
+    by_point: dict[tuple[str, ...], tuple[Config, Assessed]] = {}
+    for overrides in elements:
+        point = point_of(overrides)
+        if point not in by_point:
+            config = load(point)
+            by_point[point] = (config, assess(job_of(config, args, ranks, node_capacity, gpu_capacity)))
+    for index, overrides in enumerate(elements):
+        plan, choice = by_point[point_of(overrides)][1].plan, by_point[point_of(overrides)][1].choice
+        gpu = f", a GPU {memory_words(gpu_need(plan, choice))}" if plan.rows["GPU"] else ""
+        print(f"element {index:<3} {' '.join(overrides)}: a rank {memory_words(plan.rank_peak)}, a node "
+              f"{memory_words(node_need(plan, choice))}{gpu}", flush=True)
+    largest = max(by_point, key=lambda point: weight(by_point[point][1]))
+    config, assessed = by_point[largest]
+    plan = assessed.plan
+    print(f"the largest plan, {' '.join(largest) or 'every point'}:", flush=True)
+    print("\n".join([format_plan(plan, config), *layout_lines(plan, assessed.choice),
+                     *peak_lines(plan, assessed.choice)]), flush=True)
+    refused = {point: list(entry[1].problems.values())
+               for point, entry in sorted(by_point.items(), key=lambda item: weight(item[1][1]), reverse=True)
+               if entry[1].problems}
+    if refused:
+        first, reasons = next(iter(refused.items()))
+        named = ", ".join(f"({' '.join(point)})" for point in refused)
+        raise UserError(f"this sweep does not fit: {len(refused)} of its {len(by_point)} points do not, {named}; the "
+                        f"largest of them, {' '.join(first) or 'every point'}: " + "; ".join(reasons) + ".")
+    return fitted(plan, args)

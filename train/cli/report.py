@@ -1,5 +1,6 @@
 """`python -m train report [RUN ...]`: curves.png and a short summary for a run, finished or still running; with
-several runs, their summaries side by side and their curves overlaid in compare.png.
+several runs, their summaries side by side and their curves overlaid in compare.png; with --sweep ID, a sweep's
+points (make sweep), each one's mean ± std over its seeds, best first (train/loop/sweep_report.py).
 
 Without RUN: the newest run under runs/ (train/loop/rundir.py), as `make report` without RUN. A run is named by
 its directory or by its id under runs/ (`make report RUNS='7 8'`).
@@ -16,6 +17,7 @@ from train.errors import UserError
 from train.loop.compare import COMPARE, compare
 from train.loop.report import CURVES, report, resolve_run
 from train.loop.rundir import RUNS, newest_run
+from train.loop.sweep_report import sweep_report
 
 
 def add_arguments(parser) -> None:
@@ -26,10 +28,21 @@ def add_arguments(parser) -> None:
                         help=f"where to draw the curves (default RUN/{CURVES}; for several runs {COMPARE} beside the "
                              "first)")
     parser.add_argument("--no-plot", action="store_true", help="print the summary only")
+    parser.add_argument("--sweep", default="", metavar="ID",
+                        help="a sweep's job array id (its \"Submitted sweep ID\" line): each point's mean ± std over "
+                             "its seeds, best first, and the elements that failed")
+    parser.add_argument("--log-dir", default="logs", metavar="DIR",
+                        help="where the sweep's logs and list file are (make sweep's LOG_DIR; default logs)")
 
 
 def main(args) -> int:
     output = Path(args.output) if args.output else None
+    if args.sweep:
+        if args.run_dirs:
+            raise UserError(f"a sweep's report (SWEEP={args.sweep}) reads its own runs: leave RUN and RUNS out "
+                            f"({' '.join(args.run_dirs)}).")
+        sweep_report(args.sweep, Path(args.log_dir), RUNS, output, plot=not args.no_plot)
+        return 0
     if len(args.run_dirs) > 1:
         compare([resolve_run(name) for name in args.run_dirs], output, plot=not args.no_plot)
         return 0

@@ -228,6 +228,11 @@ def node_refusal(plan: Plan, config: Config, loaded: GraphSize, choice: LayoutCh
     return said
 
 
+def node_need(plan: Plan, choice: LayoutChoice) -> int:
+    """What a node holds at its peak in the layout taken."""
+    return plan.rows[SHARDED]["peak"] if choice.layout == SHARDED else plan.node_peak
+
+
 def gpu_need(plan: Plan, choice: LayoutChoice) -> int:
     """What a GPU holds in the layout taken: the plan's GPU total, and under sharded the fetch buffers."""
     extra = plan.rows[SHARDED].get(FETCH_ON_GPU, 0) if choice.layout == SHARDED else 0
