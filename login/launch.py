@@ -69,12 +69,16 @@ def check_input(command: str, rest: list[str], data_dir: str | None = None):
     """What every rank would refuse first, checked once: `UserError` (or argparse's exit) when it is wrong.
     Returns the config."""
     args = build_parser().parse_args([command, *rest])
-    if command == "predict":  # the run's own config, and its final weights there
+    if command == "predict":  # the run's own config, its final weights there, and a graph of its shape
         from train.loop.finished_run import read_record  # torch: the weights are read
+        from train.loop.predict import check_shape
 
         run = run_path(args)
         config = predict_config(args, run)
-        read_record(run)
+        record = read_record(run)
+        check_graph_files(config, data_dir)
+        size = dataset_kind(config.data).plan_size(config.data)
+        check_shape(record, size.features, size.meta)
         return config
     config = config_of(args)  # before torch loads: a config error takes a moment
     if command == "fit":  # what every rank's preflight checks first that needs no rank (train/cli/preflight.py)

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from train.errors import EXIT_USER_ERROR
-from train.loop.rundir import RUNS  # where runs go: the one home of runs/
+from train.files import RUNS  # where runs go: the one home of runs/
 
 HOST = "localhost"  # where TensorBoard listens: only this node's own users reach it, through ssh
 

@@ -188,6 +188,8 @@ def test_predict_as_a_job_is_checked_planned_and_runs_predict_on_every_task(pred
     (["submit", "RUN={unfinished}"], "MODE=predict RUN='{unfinished}' ARGS='': {unfinished} has no model.pt: the run "
                                      "has not finished"),
     (["submit", "RUN="], "MODE=predict needs RUN=runs/<id>"),
+    (["submit", "ARGS=data.num_features=8"], "ARGS='data.num_features=8': the graph has 8 input features per node "
+                                             "and the run's model was trained on 16"),
     (["submit", "DOCTOR=1"], "DOCTOR=1 with MODE=predict: the doctor is a training job's first step"),
     (["sweep", "SWEEP=optim.lr=0.1,0.2"], "MODE=predict with make sweep"),
 ])

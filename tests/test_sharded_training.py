@@ -4,8 +4,8 @@ Real `python -m train fit` ranks over gloo, each posing as a node (tests/harness
 has a batch more, and Join), the prefetch thread and the serial path, the exact evaluation every epoch; a link task
 (exact and sampled evaluation), a feature-only model, a typed graph with edge types and a graph with edge features
 (`long`: about 15 s of CPU each). A resume with another layout is refused, naming both; a node lost mid-epoch ends
-the other, named; sharded on one node says it changes nothing. The same through `make submit` on the real SLURM test
-cluster, with each node's memory read from /proc: tests/test_sharded_slurm.py.
+the other, named, and a requeue resumes bit-exact; sharded on one node says it changes nothing. The same through
+`make submit` on the real SLURM test cluster, with each node's memory read from /proc: tests/test_sharded_slurm.py.
 """
 
 from __future__ import annotations
@@ -82,9 +82,11 @@ def test_other_tasks_and_graphs_sharded_train_the_weights_of_a_copy_per_node(tmp
     assert sharded["weights_sha256"] == node["weights_sha256"]
 
 
-def test_a_node_lost_mid_epoch_ends_the_other_within_the_timeout_naming_it(tmp_path):
-    """Rank 1 (node 1) killed while the ranks fetch each other's rows: rank 0's next fetch or all-reduce fails, and
-    it ends naming rank 1 (train/loop/failure_report.py), well within dist.collective_timeout_seconds."""
+def test_a_node_lost_mid_epoch_ends_the_other_naming_it_and_a_requeue_resumes_bit_exact(node_task, tmp_path):
+    """Rank 1 (node 1) killed in epoch 1 while the ranks fetch each other's rows: rank 0's next fetch or all-reduce
+    fails, and it ends naming rank 1 (train/loop/failure_report.py), well within dist.collective_timeout_seconds.
+    The job run again (a requeue: the same command and run directory) resumes from epoch 0's checkpoint and ends
+    with the weights of the uninterrupted sharded run, bit for bit."""
     import signal
     import sys
     import time
@@ -92,13 +94,12 @@ def test_a_node_lost_mid_epoch_ends_the_other_within_the_timeout_naming_it(tmp_p
     from bench.localranks import LocalRanks, srun_env
     from train.cluster.distenv import free_port
 
-    timeout, port = 60, free_port()
-    args = [*UNEVEN, "data.features=sharded", "trainer.epochs=3", "trainer.log_every=1",
-            "trainer.step_delay_seconds=0.5", f"dist.collective_timeout_seconds={timeout}",
-            f"output.dir={tmp_path / 'run'}"]
-    with LocalRanks([sys.executable, "-m", "train", *args], 2, lambda rank: srun_env(rank, 2, 2, "4343", port),
-                    threads=1) as ranks:
-        ranks.wait_for(r"epoch 0 step 2/", rank=0)
+    timeout, port, out = 60, free_port(), tmp_path / "run"
+    args = [*UNEVEN, "data.features=sharded", "trainer.log_every=1", f"dist.collective_timeout_seconds={timeout}",
+            f"output.dir={out}"]
+    with LocalRanks([sys.executable, "-m", "train", *args, "trainer.step_delay_seconds=0.5"], 2,
+                    lambda rank: srun_env(rank, 2, 2, "4343", port), threads=1) as ranks:
+        ranks.wait_for(r"epoch 1 step 2/", rank=0)
         killed_at = ranks.signal(1, signal.SIGKILL)
         codes = ranks.wait(timeout + 30)
         ended = ranks.ended_at.get(0, time.monotonic()) - killed_at
@@ -106,6 +107,11 @@ def test_a_node_lost_mid_epoch_ends_the_other_within_the_timeout_naming_it(tmp_p
     assert codes[1] == -signal.SIGKILL and codes[0] not in (0, None), ranks.tail()
     assert ended < timeout, ended
     assert "rank 1 stopped answering without reporting an error" in text, text[-3000:]
+
+    requeued = run_local_job(args, 2, nodes=2, timeout=400)
+    assert requeued.returncodes == [0, 0], "\n".join(requeued.outputs)[-3000:]
+    assert "resuming from" in requeued.outputs[0] and "epoch 1 step 0" in requeued.outputs[0], requeued.outputs[0]
+    assert final_summary(out)["weights_sha256"] == node_task["sharded"][0]["weights_sha256"]
 
 
 def test_sharded_on_one_node_is_allowed_and_says_it_changes_nothing(tmp_path):

@@ -21,6 +21,8 @@ import yaml
 
 from train.errors import UserError
 
+RUNS = Path("runs")  # where runs go without output.dir, against the working directory (the project in a job)
+
 _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
           (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISREG, "a regular file"))
 

@@ -27,11 +27,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from train.errors import UserError
+from train.files import RUNS
 from train.storage.writes import atomic_write_text
 
 SEED_KEY = "trainer.seed"
 OWN_KEYS = ("output.dir",)  # each element's own (element_dir)
-RUNS = Path("runs")  # as train/loop/rundir.py's RUNS: against the job's working directory, the project
 ELEMENT_RECORD = "sweep.json"  # in an element's run directory: the sweep (submission) and element it belongs to
 
 

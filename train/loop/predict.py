@@ -36,7 +36,7 @@ from train.graph.form import form_of
 from train.graph.sampling.device_plan import plan_sampling
 from train.graph.seeds import rank_shard, shard_sizes
 from train.graph.sharing.shared_graph import shared_graphs
-from train.graph.typed_meta import graph_meta
+from train.graph.typed_meta import HeteroMeta, graph_meta
 from train.loop.checkpoint import graph_fingerprint
 from train.loop.evaluate import LayerWisePass
 from train.loop.finished_run import RunRecord, read_record
@@ -94,19 +94,22 @@ def told_once_value(env: DistEnv, build):
     return built[0]
 
 
-def check_graph_matches(record: RunRecord, data: Data) -> None:
-    """The graph predict runs on has the run's shape: the same input width and node types (its size may differ)."""
-    form = form_of(data)
-    width = form.feature_width(data)
+def check_shape(record: RunRecord, width: int, meta: HeteroMeta | None) -> None:
+    """A graph of input `width` and types `meta` has the run's shape: the same input width and node types (its size
+    may differ). Asked of the loaded graph by every rank, and of its planned size before a predict job is queued."""
     trained = record.in_channels
     if trained is not None and width != trained:
         raise UserError(f"the graph has {width} input features per node and the run's model was trained on "
                         f"{trained}: predict runs on the run's graph or one of the same shape (same features, "
                         "node and edge types); check the data.* overrides.")
-    meta = graph_meta(data)
     if record.meta is not None and (meta is None or meta.to_dict() != record.meta):
         raise UserError("the graph's node and edge types differ from the run's: predict runs on a graph with the "
                         "types the model was trained on.")
+
+
+def check_graph_matches(record: RunRecord, data: Data) -> None:
+    """The loaded graph predict runs on has the run's shape (check_shape)."""
+    check_shape(record, form_of(data).feature_width(data), graph_meta(data))
 
 
 class RowFiles:

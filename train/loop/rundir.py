@@ -27,11 +27,10 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from train.cluster.distenv import DistEnv
-from train.files import dir_problem, file_problem
+from train.files import RUNS, dir_problem, file_problem
 from train.storage.writes import atomic_write_text
 
 IDENTITY_FILE = "job.json"
-RUNS = Path("runs")  # where runs go without output.dir, against the working directory
 
 
 def timestamp() -> str:
