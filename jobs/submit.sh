@@ -60,7 +60,7 @@ if [[ $mode != sweep ]]; then
         [[ -z ${!name} || ($name == SEEDS && ${!name} == "${KNOB_DEFAULT[SEEDS]}") ]] ||
             problem "$(shown "$name" "${!name}") is make sweep's setting (a job array of the grid SWEEP, SEEDS runs per point): make sweep $name=... submits it; make $mode runs one configuration."
     done
-elif [[ $DOCTOR == only ]]; then
+elif shape_ok DOCTOR && ! trains "$DOCTOR"; then
     problem "DOCTOR=only runs the doctor alone, with nothing to sweep: make doctor checks the nodes; DOCTOR=1 runs it before each element's training."
 fi
 
@@ -111,7 +111,7 @@ fi
 if [[ $MODE == predict ]] && shape_ok MODE && shape_ok RUN; then
     if [[ $mode == sweep ]]; then
         problem "MODE=predict with make sweep: a sweep trains each point; make submit MODE=predict RUN=runs/<id> predicts with one run."
-    elif [[ $DOCTOR != 0 ]]; then
+    elif shape_ok DOCTOR && runs_doctor "$DOCTOR"; then
         problem "DOCTOR=$DOCTOR with MODE=predict: the doctor is a training job's first step; run make doctor NODES=$NODES GPUS=$GPUS first."
     elif [[ -z $RUN ]]; then
         problem "MODE=predict needs RUN=runs/<id>, the finished run whose model predicts (make report lists the runs)."

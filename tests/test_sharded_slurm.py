@@ -179,9 +179,11 @@ def test_auto_under_the_jobs_mem_shards_and_says_why_where_the_plan_refuses_a_co
                    f"ARGS={args}")
     assert refused.returncode != 0, refused.stdout
     text = refused.stdout + refused.stderr
+    said = " ".join(text.split())
     assert f"a node needs {copy} GiB at its peak but has {MEM_MB / 1024:.1f} GiB (MEM: the job's --mem), with a " \
-           f"copy of the features on each ({shard} GiB sharded over 2 node(s)); data.features=sharded (or auto) " \
-           "fits" in " ".join(text.split()), text
+           "copy of the features on each: every node holds the whole graph, so more nodes do not help " \
+           f"({shard} GiB sharded over 2 node(s))" in said, text
+    assert "What would fit (each planned as this job is): data.features=sharded" in said, text  # the plan's advice
     assert "Traceback" not in text and not (tmp_path / "run").exists()
 
 
