@@ -158,6 +158,11 @@ def capacities(args) -> tuple[tuple[int | None, str], tuple[int | None, str]]:
     return node_capacity, gpu_capacity
 
 
+def plan_text(plan: Plan, config: Config, choice) -> str:
+    """The plan's table, the layout it takes (`choice`) and what makes its peak: what a plan prints."""
+    return "\n".join([format_plan(plan, config), *layout_lines(plan, choice), *peak_lines(plan, choice)])
+
+
 def job_of(config: Config, args, ranks: int, node_capacity, gpu_capacity) -> Job:
     """The job `args` describes for `config`, against the capacities given."""
     return Job(config, graph_size(config), args.nodes, ranks, not args.cpu, node_capacity, gpu_capacity)
@@ -169,8 +174,7 @@ def print_plan(config: Config, args, ranks: int) -> int:
     job = job_of(config, args, ranks, *capacities(args))
     now = assess(job)  # the layout taken is the run's own decision (run_layout)
     plan = now.plan
-    print("\n".join([format_plan(plan, config), *layout_lines(plan, now.choice), *peak_lines(plan, now.choice)]),
-          flush=True)
+    print(plan_text(plan, config, now.choice), flush=True)
     if now.problems:
         raise UserError(f"this plan does not fit: {'; '.join(now.problems.values())}. "
                         f"{advice_words(job, advise(job, now))}.")
@@ -203,7 +207,8 @@ def print_sweep_plan(load, elements: list[tuple[str, ...]], args, ranks: int) ->
             config = load(point)
             by_point[point] = (config, assess(job_of(config, args, ranks, node_capacity, gpu_capacity)))
     for index, overrides in enumerate(elements):
-        plan, choice = by_point[point_of(overrides)][1].plan, by_point[point_of(overrides)][1].choice
+        assessed = by_point[point_of(overrides)][1]
+        plan, choice = assessed.plan, assessed.choice
         gpu = f", a GPU {memory_words(gpu_need(plan, choice))}" if plan.rows["GPU"] else ""
         print(f"element {index:<3} {' '.join(overrides)}: a rank {memory_words(plan.rank_peak)}, a node "
               f"{memory_words(node_need(plan, choice))}{gpu}", flush=True)
@@ -211,8 +216,7 @@ def print_sweep_plan(load, elements: list[tuple[str, ...]], args, ranks: int) ->
     config, assessed = by_point[largest]
     plan = assessed.plan
     print(f"the largest plan, {' '.join(largest) or 'every point'}:", flush=True)
-    print("\n".join([format_plan(plan, config), *layout_lines(plan, assessed.choice),
-                     *peak_lines(plan, assessed.choice)]), flush=True)
+    print(plan_text(plan, config, assessed.choice), flush=True)
     refused = {point: list(entry[1].problems.values())
                for point, entry in sorted(by_point.items(), key=lambda item: weight(item[1][1]), reverse=True)
                if entry[1].problems}
