@@ -18,7 +18,7 @@ from train.cluster.distenv import free_port  # also for bench.gpu, which imports
 
 RESULTS = Path(os.environ.get("BENCH_RESULTS") or ROOT / "bench" / "results")  # BENCH_RESULTS: e.g. a test's tmp dir
 RESULT_TAG = "BENCH_RESULT "
-EXIT_GRACE_S = 120  # after rank 0 has reported, the other ranks only have to exit
+EXIT_GRACE_S = 120  # after rank 0 has reported, every rank only has to exit
 
 
 def _first_line_with(path: str, key: str) -> str:
@@ -140,21 +140,35 @@ class BenchError(RuntimeError):
     """A benchmark's ranks failed, hung or gave no result: reported as one message, exit status 1."""
 
 
-def _wait_for_ranks(procs: list[subprocess.Popen], timeout: float) -> tuple[bool, list[int]]:
-    """Wait for rank 0, watching every rank: one that fails (a port taken between free_port and its bind, an
-    error) would otherwise leave rank 0 waiting in a collective until the timeout. Returns whether the
-    timeout passed, and the ranks that did not leave within EXIT_GRACE_S of rank 0's end."""
+def _result_line(output: str) -> str | None:
+    return next((line for line in output.splitlines() if line.startswith(RESULT_TAG)), None)
+
+
+def _wait_for_ranks(ranks: LocalRanks, timeout: float) -> tuple[bool, list[int]]:
+    """Wait until rank 0 has reported (its result line, or its end), watching every rank: one that fails (a port
+    taken between free_port and its bind, an error) would otherwise leave rank 0 waiting in a collective until the
+    timeout. Once rank 0 has reported, every rank, rank 0 too, only has to leave. Returns whether the timeout passed,
+    and the ranks that did not leave within EXIT_GRACE_S of the report: hung in their teardown (torch.distributed's
+    destructors, now and then on gloo), their stacks dumped into their output, then killed."""
+    procs = ranks.procs
+
+    def reported() -> bool:
+        return procs[0].poll() is not None or _result_line(ranks.output(0)) is not None
+
     deadline = time.monotonic() + timeout
-    while procs[0].poll() is None and not any(p.poll() for p in procs[1:]):
+    while not reported() and not any(p.poll() for p in procs[1:]):
         if time.monotonic() > deadline:
             return True, []
         time.sleep(0.2)
-    hung = []
-    for rank, proc in enumerate(procs[1:], start=1):
-        try:  # once rank 0 is done, the others only have to leave
-            proc.wait(timeout=EXIT_GRACE_S)
+    if not reported():
+        return False, []  # another rank failed first: rank 0 is killed with the rest, its output says where it was
+    hung, left_by = [], time.monotonic() + EXIT_GRACE_S
+    for rank, proc in enumerate(procs):
+        try:
+            proc.wait(timeout=max(0.0, left_by - time.monotonic()))
         except subprocess.TimeoutExpired:
             hung.append(rank)
+    ranks.abort(hung)
     return False, hung
 
 
@@ -171,7 +185,7 @@ def launch_local_ranks(module: str, args: Sequence[str], nprocs: int, timeout: f
     with LocalRanks([sys.executable, "-m", module, *args], nprocs, rank_vars, extra_env=extra_env or {},
                     threads=threads) as ranks:
         try:
-            timed_out, hung = _wait_for_ranks(ranks.procs, timeout)
+            timed_out, hung = _wait_for_ranks(ranks, timeout)
         finally:
             ranks.kill()
         outputs = ranks.outputs()
@@ -182,15 +196,16 @@ def launch_local_ranks(module: str, args: Sequence[str], nprocs: int, timeout: f
     if timed_out:
         raise BenchError(f"{module}: rank 0 gave no result within {timeout:g} s; give more with --timeout (a busy "
                          f"machine can be several times slower). What the ranks printed:\n{detail}")
-    if failed or procs[0].returncode:
+    if failed:
         raise BenchError(f"{module} {' '.join(args)} failed:\n{detail}")
+    result = _result_line(outputs[0])
+    if result is None:
+        raise BenchError(f"{module} printed no result line:\n{outputs[0][-3000:]}")
     if hung:
-        print(f"warning: rank(s) {hung} did not exit within {EXIT_GRACE_S} s of rank 0's result "
-              "(killed; the result stands)", file=sys.stderr, flush=True)
-    for line in outputs[0].splitlines():
-        if line.startswith(RESULT_TAG):
-            return json.loads(line[len(RESULT_TAG):])
-    raise BenchError(f"{module} printed no result line:\n{outputs[0][-3000:]}")
+        stacks = "\n".join(f"--- rank {r} ---\n{outputs[r][-2000:]}" for r in hung)
+        print(f"warning: rank(s) {hung} did not exit within {EXIT_GRACE_S} s of rank 0's result (killed; the result "
+              f"stands). Where they were:\n{stacks}", file=sys.stderr, flush=True)
+    return json.loads(result[len(RESULT_TAG):])
 
 
 def emit(result: dict) -> None:

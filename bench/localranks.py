@@ -14,7 +14,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from train.cluster.distenv import CONTRACT_VARS
@@ -131,16 +131,21 @@ class LocalRanks:
             time.sleep(0.02)
         codes = [proc.poll() for proc in self.procs]
         if dump_stacks:
-            for proc in self.procs:
-                if proc.poll() is None:
-                    proc.send_signal(signal.SIGABRT)
-            for proc in self.procs:
-                try:
-                    proc.wait(timeout=ABORT_GRACE_S)
-                except subprocess.TimeoutExpired:
-                    pass
+            self.abort(range(len(self.procs)))
         self.kill()
         return codes
+
+    def abort(self, ranks: Iterable[int]) -> None:
+        """SIGABRT to those of `ranks` still running, so that PYTHONFAULTHANDLER prints where each thread is into
+        its log, and up to ABORT_GRACE_S for it to."""
+        running = [self.procs[rank] for rank in ranks if self.procs[rank].poll() is None]
+        for proc in running:
+            proc.send_signal(signal.SIGABRT)
+        for proc in running:
+            try:
+                proc.wait(timeout=ABORT_GRACE_S)
+            except subprocess.TimeoutExpired:
+                pass
 
     def kill(self) -> None:
         for proc in self.procs:

@@ -3,15 +3,18 @@
 The CLI turns a `UserError` into a short message and exit status 2, never a traceback. The
 statuses live here, once: jobs/train.sbatch reads 3 ("checkpointed, requeue me") and 5 ("a storage
 fault: do not requeue").
-`exit_without_teardown` is the one way the package ends a process with one of them.
+`exit_without_teardown` is the one way the package ends a process with one of them; `leave_within` bounds the
+teardown before it.
 """
 
 from __future__ import annotations
 
 import atexit
 import difflib
+import faulthandler
 import os
 import sys
+import threading
 from collections.abc import Callable
 
 
@@ -54,6 +57,30 @@ def exit_without_teardown(code: int, last: Callable[[], object] | None = None) -
             last()
     finally:
         os._exit(code)
+
+
+def leave_within(seconds: float, code: int, rank: int) -> None:
+    """Leave with `code` if this process is still here `seconds` from now (dist.exit_timeout_seconds).
+
+    Armed once a rank's exit status is settled, before torch.distributed's teardown: destroying a gloo process
+    group, or freeing a DDP model after it, now and then never returns (torch 2.13 on CPU: ranks that had printed
+    their result, or a refusal, stayed), and a job would hold its nodes until its time limit. A timer thread then
+    prints where every thread is and leaves with `code`; where the hang holds the interpreter's lock, that thread
+    cannot run, and faulthandler's thread (C, lock-free) prints the stacks and leaves at twice `seconds`, with
+    status 1 (EXIT_FAILED).
+    """
+
+    def leave() -> None:
+        print(f"rank {rank}: still here {seconds:g} s after its run ended (exit status {code}): torch.distributed's "
+              "teardown hangs (dist.exit_timeout_seconds); it leaves without it. Where each thread was:",
+              file=sys.stderr, flush=True)
+        faulthandler.dump_traceback(all_threads=True)
+        exit_without_teardown(code)
+
+    timer = threading.Timer(seconds, leave)
+    timer.daemon = True
+    timer.start()
+    faulthandler.dump_traceback_later(2 * seconds, exit=True)
 
 
 def unknown_key(section: str, key: str, keys: dict[str, list[str]]) -> str:

@@ -157,6 +157,10 @@ class DistConfig:
                            choices=("auto", "nccl", "gloo"))
     init_timeout_seconds: float = setting(300.0, "how long the rendezvous waits for every rank", above=0)
     collective_timeout_seconds: float = setting(180.0, "a dead rank ends the others within this", above=0)
+    exit_timeout_seconds: float = setting(
+        60.0, "after its run ends, a rank leaves within this, with the run's exit status, even if torch.distributed's "
+        "teardown hangs (train/errors.py leave_within); half of it is how long rank 0 waits for the others to leave "
+        "first after a stop", above=0)
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from torch_geometric.data import Data
 from train.cluster.distenv import DistEnv
 from train.cluster.procgroup import process_group
 from train.config import Config, DataConfig
-from train.errors import EXIT_FAILED, EXIT_STORAGE, EXIT_USER_ERROR, AnotherRanksError, UserError
+from train.errors import EXIT_FAILED, EXIT_STORAGE, EXIT_USER_ERROR, AnotherRanksError, UserError, leave_within
 from train.graph.datasets.kinds import DATASETS
 from train.graph.datasets.loading import load_graph, prepare_dataset
 from train.graph.datasets.synthetic import GENERATOR_KEYS
@@ -223,9 +223,11 @@ def run_fit(config: Config, env: DistEnv) -> int:
     """Train under the process group; the exit status (train/errors.py) of this rank."""
     signals = StopSignals.shared().install()  # usually already installed by `python -m train fit`
     signals.rank = env.rank
+    leaving = config.dist.exit_timeout_seconds
     with process_group(env, config.dist) as (backend, device), shared_graphs():
         store = default_store()  # kept beyond the process group, for leave_in_order and wait_for_reports
         announce(store, env.rank)  # where it runs: a survivor names the node of a rank that went silent
+        code = EXIT_FAILED  # a traceback's status (train/__main__.py), until the run says otherwise
         try:
             code = _run(config, env, backend, device, signals)
         except UserError as exc:  # told once for the job: by this rank, or by the rank that found it first
@@ -239,11 +241,14 @@ def run_fit(config: Config, env: DistEnv) -> int:
                 raise  # the failure happened on this rank: its traceback says what
             signals.quiet = True
             print(said[0], file=sys.stderr, flush=True)
-            return EXIT_USER_ERROR if said[1] else EXIT_FAILED
+            code = EXIT_USER_ERROR if said[1] else EXIT_FAILED
+            return code
+        finally:  # the status is settled; the teardown that follows (process group, models) can hang
+            leave_within(leaving, code, env.rank)
     if code == EXIT_USER_ERROR:  # the process group is gone: a rank waiting on this one fails now and reads why
         wait_for_reports(store, env)
         return code
-    return leave_in_order(code, env.rank, env.world_size, store) if code in AGREED_ENDS else code
+    return leave_in_order(code, env.rank, env.world_size, store, leaving / 2) if code in AGREED_ENDS else code
 
 
 def loaded_line(name: str, data: Data) -> str:
