@@ -16,6 +16,7 @@ import torch.distributed as dist
 from train.cluster.distenv import resolve
 from train.cluster.procgroup import process_group
 from train.config import load_config
+from train.errors import exit_without_teardown
 from train.graph.link_fields import LINK_FIELDS
 from train.graph.sharing.segments import PREFIX
 from train.graph.sharing.shared_graph import shared_graphs
@@ -62,3 +63,4 @@ def main(overrides: list[str]) -> None:
 
 if __name__ == "__main__":
     main(sys.argv[1:])
+    exit_without_teardown(0)  # as `python -m train` leaves: gloo can abort CPython's own teardown

@@ -14,6 +14,7 @@ from pathlib import Path
 from train.cluster.distenv import resolve
 from train.cluster.procgroup import process_group
 from train.config import load_config
+from train.errors import exit_without_teardown
 from train.graph.sampling.samplers import TorchNeighborSampler
 from train.graph.sharing.shared_graph import shared_graphs
 from train.loop.fit import Trainer
@@ -43,3 +44,4 @@ def main(eval_mode: str, overrides: list[str]) -> None:
 
 if __name__ == "__main__":
     main(sys.argv[1], sys.argv[2:])
+    exit_without_teardown(0)  # as `python -m train` leaves: gloo can abort CPython's own teardown

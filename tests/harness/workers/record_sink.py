@@ -11,6 +11,7 @@ from pathlib import Path
 from train.cluster.distenv import resolve
 from train.cluster.procgroup import process_group
 from train.config import load_config
+from train.errors import exit_without_teardown
 from train.graph.sharing.shared_graph import shared_graphs
 from train.loop import outputs
 from train.loop.fit import Trainer
@@ -57,3 +58,4 @@ def main(out_dir: str, overrides: list[str]) -> None:
 
 if __name__ == "__main__":
     main(sys.argv[1], sys.argv[2:])
+    exit_without_teardown(0)  # as `python -m train` leaves: gloo can abort CPython's own teardown
