@@ -33,3 +33,15 @@ def test_a_teardown_hung_holding_the_interpreters_lock_still_ends_with_its_stack
     assert job.returncodes == [1], text[-3000:]  # faulthandler's exit: the lock-free way out
     assert "still here" not in text  # the timer thread never got the lock
     assert "Timeout (0:00:08)!" in text and "hung_teardown.py" in text, text[-3000:]
+
+
+def test_predict_leaves_with_its_status_too(tmp_path):
+    """`predict` holds a process group as `fit` does; the run's config.yaml gives it the same setting."""
+    run = tmp_path / "run"
+    fit = run_local_job([*TINY, f"output.dir={run}"], 1, timeout=120)
+    assert fit.returncodes == [0], fit.outputs[0][-3000:]
+    job = run_local_job(["predict", "--run-dir", str(run)], 2, module=WORKER, extra_env={"HANG": "released"},
+                        timeout=120)
+    assert job.returncodes == [0, 0], "\n".join(job.outputs)[-3000:]
+    assert "rank 1: still here 4 s after its run ended (exit status 0)" in job.outputs[1]
+    assert (run / "predictions" / "manifest.json").exists()
