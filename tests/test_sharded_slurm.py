@@ -124,9 +124,11 @@ def two_layouts(slurm_cluster, tmp_path_factory, request) -> dict:
     jobs = {}
     for name, extra, mem in (("node", ["data.features=node"], []), ("auto", [], [f"MEM={MEM_MB}M"])):
         out = tmp / name
-        jobs[name] = submit(slurm_cluster, tmp / name / "logs", [*REQUEST, *mem],
+        # held until both are in the queue: the first could otherwise end before the watch starts (CI, 34dfa63)
+        jobs[name] = submit(slurm_cluster, tmp / name / "logs", [*REQUEST, *mem, "SBATCH_ARGS=--hold"],
                             f"ARGS={' '.join([*GRAPH, *extra, f'output.dir={out}'])}")
         jobs[name]["out"] = out
+    slurm_cluster.run(["scontrol", "release", *(info["job"] for info in jobs.values())], check=True)
     run_watched(slurm_cluster, jobs, request)
     capman = request.config.pluginmanager.getplugin("capturemanager")
     with capman.global_and_fixture_disabled():
