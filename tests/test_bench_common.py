@@ -28,7 +28,6 @@ def test_a_launch_past_its_timeout_says_so_with_what_the_ranks_printed():
     assert "--- rank 0 (exit -9) ---" in str(info.value)
 
 
-
 def test_a_rank_0_hung_after_its_result_is_killed_with_its_stacks_shown_and_the_result_stands(monkeypatch, capsys):
     """Gloo's teardown now and then hangs a rank that has printed its result (CI, 2026-12-05): the figures stand,
     the hang is named with where the rank was, and the launch does not wait for the timeout."""
@@ -40,6 +39,7 @@ def test_a_rank_0_hung_after_its_result_is_killed_with_its_stacks_shown_and_the_
     warning = capsys.readouterr().err
     assert "warning: rank(s) [0] did not exit within 2 s of rank 0's result (killed; the result stands)" in warning
     assert "bench_rank_hangs_after_result.py" in warning, warning  # PYTHONFAULTHANDLER's stack of the hung rank
+
 
 def test_the_ranks_import_the_callers_packages_from_pythonpath(tmp_path, monkeypatch):
     """The checkout first, then the caller's PYTHONPATH (issue 30: it used to vanish)."""

@@ -15,7 +15,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from train.errors import EXIT_INTERRUPTED, EXIT_STORAGE, EXIT_USER_ERROR, UserError, exit_without_teardown
+from train.errors import EXIT_USER_ERROR, UserError, exit_status, exit_without_teardown
 from train.heap import tune_heap
 from train.storage.faults import StorageError
 
@@ -52,15 +52,12 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return importlib.import_module(args.module).main(args)
-    except UserError as exc:
+    except (UserError, StorageError) as exc:  # a StorageError: `fit` says more itself (train/loop/run.py)
         print(f"error: {exc}", file=sys.stderr, flush=True)
-        return EXIT_USER_ERROR
-    except StorageError as exc:  # `fit` says more itself (train/loop/run.py); `report` meets it here
-        print(f"error: {exc}", file=sys.stderr, flush=True)
-        return EXIT_STORAGE
-    except KeyboardInterrupt:
+        return exit_status(exc)
+    except KeyboardInterrupt as exc:
         print("interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return exit_status(exc)
 
 
 def console_entry() -> None:

@@ -17,9 +17,19 @@ import sys
 import threading
 from collections.abc import Callable
 
+EXIT_OK = 0
+EXIT_FAILED = 1  # a check failed (doctor), or this rank or another one failed (fit); also an unexpected error
+EXIT_USER_ERROR = 2  # bad input: one clear message, no traceback
+EXIT_REQUEUE = 3  # checkpointed after a stop signal: requeue the job (jobs/train.sbatch does)
+EXIT_STOPPED = 4  # checkpointed after a stop signal, but trainer.max_restarts is used up: do not requeue
+EXIT_STORAGE = 5  # a file system failed a write (full, quota, read-only, I/O error): do not requeue (train/storage/)
+EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports SIGINT
+
 
 class UserError(Exception):
     """A mistake the user can fix: the message names the bad value and what would be valid."""
+
+    exit_status = EXIT_USER_ERROR
 
 
 class AnotherRanksError(UserError):
@@ -31,13 +41,14 @@ class AnotherRanksError(UserError):
         self.rank = rank
 
 
-EXIT_OK = 0
-EXIT_FAILED = 1  # a check failed (doctor), or this rank or another one failed (fit); also an unexpected error
-EXIT_USER_ERROR = 2  # bad input: one clear message, no traceback
-EXIT_REQUEUE = 3  # checkpointed after a stop signal: requeue the job (jobs/train.sbatch does)
-EXIT_STOPPED = 4  # checkpointed after a stop signal, but trainer.max_restarts is used up: do not requeue
-EXIT_STORAGE = 5  # a file system failed a write (full, quota, read-only, I/O error): do not requeue (train/storage/)
-EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports SIGINT
+
+
+def exit_status(error: BaseException) -> int:
+    """The status a process that `error` ends leaves with: a class's own `exit_status` (UserError, StorageError),
+    EXIT_INTERRUPTED for Ctrl-C, else EXIT_FAILED (a traceback)."""
+    if isinstance(error, KeyboardInterrupt):
+        return EXIT_INTERRUPTED
+    return getattr(error, "exit_status", EXIT_FAILED)
 
 
 def exit_without_teardown(code: int, last: Callable[[], object] | None = None) -> None:

@@ -31,7 +31,7 @@ from train.builtin_tasks import task_row
 from train.cluster.distenv import DistEnv
 from train.cluster.procgroup import process_group
 from train.config import Config
-from train.errors import EXIT_FAILED, EXIT_OK, EXIT_USER_ERROR, UserError, leave_within
+from train.errors import EXIT_OK, EXIT_USER_ERROR, UserError, exit_status, leave_within
 from train.graph.form import form_of
 from train.graph.sampling.device_plan import plan_sampling
 from train.graph.seeds import rank_shard, shard_sizes
@@ -234,12 +234,11 @@ def run_predict(config: Config, env: DistEnv, run_dir: Path, out_dir: Path, laye
     rendezvous), the process group, the graph as fit obtains it, then `predict`. Returns the manifest."""
     record = read_record(run_dir)
     with process_group(env, config.dist) as (_backend, device), shared_graphs():
-        code = EXIT_FAILED  # a traceback's status (train/__main__.py), until the outputs are written
+        code = EXIT_OK
         try:
             manifest = predict(config, env, device, obtain_graph(config, env), record, out_dir, layer)
-            code = EXIT_OK
-        except UserError:
-            code = EXIT_USER_ERROR
+        except BaseException as exc:
+            code = exit_status(exc)  # the one train/__main__.py gives it
             raise
         finally:  # the status is settled; the process group's teardown can hang
             leave_within(config.dist.exit_timeout_seconds, code, env.rank)

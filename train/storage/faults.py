@@ -50,6 +50,8 @@ class StorageError(Exception):
     """A run's file could not be written because of its file system (`StorageFault`). Raised by the writers
     (train/storage/writes.py), agreed by all ranks, and turned into one message and EXIT_STORAGE at the top."""
 
+    exit_status = EXIT_STORAGE
+
     def __init__(self, fault: StorageFault):
         super().__init__(fault)
         self.fault = fault
